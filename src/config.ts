@@ -1,0 +1,102 @@
+// Configuration is read from the environment once, validated, and frozen. A bad variable fails
+// start-up with a message naming it.
+
+export interface Config {
+  /** TCP port for every protocol (REST, Connect, gRPC, gRPC-Web). */
+  readonly port: number;
+  /** Interface to bind; forced to loopback when no auth token is configured. */
+  readonly host: string;
+  /** PostgreSQL URL; absent means the embedded PostgreSQL persisted under dataDir. */
+  readonly databaseUrl: string | undefined;
+  readonly dataDir: string;
+  readonly elasticsearchUrl: string;
+  /** Bearer tokens accepted on every route but the health checks; empty disables auth. */
+  readonly authTokens: readonly string[];
+  readonly logLevel: string;
+  readonly tlsCertFile: string | undefined;
+  readonly tlsKeyFile: string | undefined;
+  /** Largest accepted REST request body, in bytes. */
+  readonly maxBodyBytes: number;
+}
+
+export class ConfigError extends Error {}
+
+type Env = Record<string, string | undefined>;
+
+const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
+
+export function loadConfig(env: Env = process.env): Config {
+  const authTokens = list(env, "AUTH_TOKENS");
+  const requestedHost = text(env, "HOST") ?? (authTokens.length > 0 ? "0.0.0.0" : "127.0.0.1");
+  const config: Config = {
+    port: integer(env, "PORT", 8080, 0, 65535),
+    host: authTokens.length > 0 ? requestedHost : "127.0.0.1",
+    databaseUrl: url(env, "DATABASE_URL", ["postgres:", "postgresql:"]),
+    dataDir: text(env, "DATA_DIR") ?? "./data",
+    elasticsearchUrl: url(env, "ELASTICSEARCH_URL", ["http:", "https:"]) ?? "http://127.0.0.1:9200",
+    authTokens,
+    logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
+    tlsCertFile: text(env, "TLS_CERT_FILE"),
+    tlsKeyFile: text(env, "TLS_KEY_FILE"),
+    maxBodyBytes: integer(env, "MAX_BODY_BYTES", 1024 * 1024, 1, 64 * 1024 * 1024),
+  };
+  if ((config.tlsCertFile === undefined) !== (config.tlsKeyFile === undefined)) {
+    throw new ConfigError("TLS_CERT_FILE and TLS_KEY_FILE must be set together");
+  }
+  return Object.freeze(config);
+}
+
+/** True when the configured host had to be narrowed to loopback because auth is off. */
+export function hostNarrowedToLoopback(env: Env = process.env): boolean {
+  const host = text(env, "HOST");
+  return list(env, "AUTH_TOKENS").length === 0 && host !== undefined && !isLoopback(host);
+}
+
+export function isLoopback(host: string): boolean {
+  return host === "localhost" || host === "::1" || host.startsWith("127.");
+}
+
+function text(env: Env, name: string): string | undefined {
+  const value = env[name]?.trim();
+  return value === undefined || value === "" ? undefined : value;
+}
+
+function list(env: Env, name: string): string[] {
+  return (text(env, name) ?? "")
+    .split(",")
+    .map((item) => item.trim())
+    .filter((item) => item !== "");
+}
+
+export function integer(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const value = text(env, name);
+  if (value === undefined) return fallback;
+  if (!/^-?\d+$/.test(value) || Number(value) < min || Number(value) > max) {
+    throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got '${value}'`);
+  }
+  return Number(value);
+}
+
+export function oneOf(env: Env, name: string, allowed: string[], fallback: string): string {
+  const value = text(env, name);
+  if (value === undefined) return fallback;
+  if (!allowed.includes(value)) {
+    throw new ConfigError(`${name} must be one of ${allowed.join(", ")}, got '${value}'`);
+  }
+  return value;
+}
+
+function url(env: Env, name: string, protocols: string[]): string | undefined {
+  const value = text(env, name);
+  if (value === undefined) return undefined;
+  let parsed: URL;
+  try {
+    parsed = new URL(value);
+  } catch {
+    throw new ConfigError(`${name} is not a valid URL`);
+  }
+  if (!protocols.includes(parsed.protocol)) {
+    throw new ConfigError(`${name} must start with ${protocols.map((p) => `${p}//`).join(" or ")}`);
+  }
+  return value;
+}

@@ -1,0 +1,35 @@
+// Domain errors are thrown below the service layer. One interceptor maps them to Connect codes
+// (src/server/error-interceptor.ts) and the REST transcoder maps codes to HTTP statuses.
+
+export type ErrorExtra = Record<string, string | number | boolean | null>;
+
+export interface DomainErrorOptions {
+  cause?: unknown;
+  /** Extra keys for the REST error body, such as `field`, `code` or `batch_id`. */
+  extra?: ErrorExtra;
+}
+
+export abstract class DomainError extends Error {
+  readonly extra: ErrorExtra | undefined;
+
+  constructor(message: string, options: DomainErrorOptions = {}) {
+    super(message, { cause: options.cause });
+    this.name = new.target.name;
+    this.extra = options.extra;
+  }
+}
+
+/** Bad input: HTTP 400, Connect invalid_argument. */
+export class InvalidInputError extends DomainError {}
+
+/** A named resource does not exist: HTTP 404, Connect not_found. */
+export class NotFoundError extends DomainError {}
+
+/** The request conflicts with current state (offer rented meanwhile, job running): HTTP 409, Connect aborted. */
+export class ConflictError extends DomainError {}
+
+/** A dependency (database, search engine, marketplace) is unreachable: HTTP 503, Connect unavailable. */
+export class UnavailableError extends DomainError {}
+
+/** A failure the service detected and reports as such (HTTP 500), with a safe message. */
+export class OperationFailedError extends DomainError {}

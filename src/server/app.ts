@@ -1,0 +1,66 @@
+import type { DescService } from "@bufbuild/protobuf";
+import { createRouterTransport, type ConnectRouter, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import type { Logger } from "pino";
+import { createAuthInterceptor, createTokenCheck, UNAUTHENTICATED_MESSAGE } from "./auth.js";
+import { createErrorInterceptor } from "./error-interceptor.js";
+import { createHealthHandler, type ReadinessChecks } from "./health.js";
+import { createRestHandler, sendJson, type NodeRequest, type NodeResponse } from "./rest/rest-handler.js";
+
+export interface ServiceRegistration<T extends DescService = DescService> {
+  desc: T;
+  /** RPCs left out answer `unimplemented` (HTTP 501). */
+  impl: Partial<ServiceImpl<T>>;
+}
+
+export function registration<T extends DescService>(desc: T, impl: Partial<ServiceImpl<T>>): ServiceRegistration {
+  return { desc, impl } as unknown as ServiceRegistration;
+}
+
+export interface AppOptions {
+  services: readonly ServiceRegistration[];
+  logger: Logger;
+  authTokens: readonly string[];
+  readiness: ReadinessChecks;
+  maxBodyBytes: number;
+}
+
+export type NodeHandler = (req: NodeRequest, res: NodeResponse) => void;
+
+/**
+ * One Node request handler for everything the port serves: Connect, gRPC and gRPC-Web through
+ * connectNodeAdapter, and, for anything it does not match, health checks and the REST routes
+ * derived from the google.api.http annotations.
+ */
+export function createAppHandler(options: AppOptions): NodeHandler {
+  const { services, logger } = options;
+  const isAuthorized = createTokenCheck(options.authTokens);
+  const interceptors: Interceptor[] = [createErrorInterceptor(logger), createAuthInterceptor(isAuthorized)];
+  const routes = (router: ConnectRouter) => {
+    for (const { desc, impl } of services) router.service(desc, impl);
+  };
+  const handleHealth = createHealthHandler(options.readiness);
+  const handleRest = createRestHandler({
+    services: services.map((s) => s.desc),
+    transport: createRouterTransport(routes, { router: { interceptors } }),
+    logger,
+    maxBodyBytes: options.maxBodyBytes,
+  });
+
+  const fallback = (req: NodeRequest, res: NodeResponse) => {
+    void (async () => {
+      if (await handleHealth(req, res)) return;
+      if (!isAuthorized(req.headers.authorization)) {
+        sendJson(res, 401, { detail: UNAUTHENTICATED_MESSAGE }, { "www-authenticate": "Bearer" });
+        return;
+      }
+      if (await handleRest(req, res)) return;
+      sendJson(res, 404, { detail: `no route for ${req.method} ${(req.url ?? "/").split("?")[0]}` });
+    })().catch((err: unknown) => {
+      logger.error({ err }, "request failed");
+      sendJson(res, 500, { detail: "internal server error" });
+    });
+  };
+
+  return connectNodeAdapter({ routes, fallback, interceptors }) as NodeHandler;
+}

@@ -1,0 +1,57 @@
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { fromJson, type JsonObject } from "@bufbuild/protobuf";
+import { StructSchema } from "@bufbuild/protobuf/wkt";
+import type { Logger } from "pino";
+import {
+  ConflictError,
+  DomainError,
+  InvalidInputError,
+  NotFoundError,
+  OperationFailedError,
+  UnavailableError,
+} from "../errors.js";
+
+const codeOfDomainError = new Map<new (...args: never[]) => DomainError, Code>([
+  [InvalidInputError, Code.InvalidArgument],
+  [NotFoundError, Code.NotFound],
+  [ConflictError, Code.Aborted],
+  [UnavailableError, Code.Unavailable],
+  [OperationFailedError, Code.Internal],
+]);
+
+/**
+ * Maps domain errors to Connect codes, and anything unexpected to `internal` with a generic
+ * message: the original error is logged with its cause, never sent to the client. Extra keys
+ * of a domain error travel as a google.protobuf.Struct error detail, so that RPC clients and
+ * the REST transcoder both see them.
+ */
+export function createErrorInterceptor(logger: Logger): Interceptor {
+  return (next) => async (req) => {
+    try {
+      return await next(req);
+    } catch (err) {
+      throw toConnectError(err, logger, req.method.name);
+    }
+  };
+}
+
+export function toConnectError(err: unknown, logger: Logger, rpc: string): ConnectError {
+  if (err instanceof ConnectError) {
+    if (err.code === Code.Internal || err.code === Code.Unknown) {
+      logger.error({ err, rpc }, "rpc failed");
+    }
+    return err;
+  }
+  if (err instanceof DomainError) {
+    const code = codeOfDomainError.get(err.constructor as new () => DomainError) ?? Code.Internal;
+    if (code === Code.Internal || code === Code.Unavailable) {
+      logger.error({ err, rpc }, "rpc failed");
+    }
+    const details = err.extra
+      ? [{ desc: StructSchema, value: fromJson(StructSchema, err.extra as JsonObject) }]
+      : [];
+    return new ConnectError(err.message, code, undefined, details, err);
+  }
+  logger.error({ err, rpc }, "unexpected error");
+  return new ConnectError("internal server error", Code.Internal);
+}

@@ -1,0 +1,103 @@
+import { ScalarType, type DescField, type DescMessage } from "@bufbuild/protobuf";
+import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { InvalidInputError } from "../../errors.js";
+import type { RouteMatch } from "./http-rules.js";
+
+/**
+ * Builds the protobuf JSON of a request message from a REST call: the body (bound to "*" or to
+ * one field), path parameters and query parameters, converted by field type with messages that
+ * name the parameter. Query parameters that name no field are rejected, so that a typo never
+ * silently widens a filter.
+ */
+export function requestJsonOf(
+  { route, params }: RouteMatch,
+  query: URLSearchParams,
+  body: JsonValue | undefined,
+): JsonObject {
+  const schema = route.method.input;
+  const json: JsonObject = {};
+  if (route.body === "*" && body !== undefined) {
+    if (body === null || typeof body !== "object" || Array.isArray(body)) {
+      throw new InvalidInputError("request body must be a JSON object");
+    }
+    Object.assign(json, body);
+  } else if (route.body !== "" && body !== undefined) {
+    json[route.body] = body;
+  }
+  for (const [name, raw] of Object.entries(params)) {
+    let value: string;
+    try {
+      value = decodeURIComponent(raw);
+    } catch {
+      throw new InvalidInputError(`path parameter '${name}' is not valid percent-encoding`, { extra: { field: name } });
+    }
+    json[name] = scalarFromText(fieldNamed(schema, name)!, value, "path parameter");
+  }
+  for (const name of new Set(query.keys())) {
+    const field = fieldNamed(schema, name);
+    if (field === undefined || field.name in json || field.name === route.body) {
+      throw new InvalidInputError(`unknown query parameter '${name}'`, { extra: { field: name } });
+    }
+    const values = query.getAll(name);
+    if (field.fieldKind === "list" && field.listKind === "scalar") {
+      json[field.name] = values.map((v) => scalarFromText(field, v, "query parameter"));
+    } else if (field.fieldKind === "scalar" || field.fieldKind === "enum") {
+      if (values.length > 1) {
+        throw new InvalidInputError(`query parameter '${name}' is given more than once`, { extra: { field: name } });
+      }
+      const value = values[0] ?? "";
+      // An empty value means "not given" for anything but strings (e.g. `interval_minutes=`).
+      if (value === "" && !(field.fieldKind === "scalar" && field.scalar === ScalarType.STRING)) continue;
+      json[field.name] = scalarFromText(field, value, "query parameter");
+    } else {
+      throw new InvalidInputError(`'${name}' cannot be given as a query parameter`, { extra: { field: name } });
+    }
+  }
+  return json;
+}
+
+function fieldNamed(schema: DescMessage, name: string): DescField | undefined {
+  return schema.fields.find((f) => f.name === name || f.jsonName === name);
+}
+
+const INT32_TYPES = new Set([ScalarType.INT32, ScalarType.SINT32, ScalarType.SFIXED32]);
+const UINT32_TYPES = new Set([ScalarType.UINT32, ScalarType.FIXED32]);
+const INT64_TYPES = new Set([
+  ScalarType.INT64,
+  ScalarType.SINT64,
+  ScalarType.SFIXED64,
+  ScalarType.UINT64,
+  ScalarType.FIXED64,
+]);
+
+function scalarFromText(field: DescField, text: string, where: string): JsonValue {
+  const fail = (expected: string) =>
+    new InvalidInputError(`${where} '${field.name}' must be ${expected}, got '${truncate(text)}'`, {
+      extra: { field: field.name },
+    });
+  if (field.fieldKind === "enum" || (field.fieldKind === "list" && field.listKind === "enum")) return text;
+  const scalar = field.fieldKind === "scalar" || field.fieldKind === "list" ? field.scalar : undefined;
+  if (scalar === undefined || scalar === ScalarType.STRING) return text;
+  if (scalar === ScalarType.BOOL) {
+    if (text === "true" || text === "false") return text === "true";
+    throw fail("true or false");
+  }
+  if (INT32_TYPES.has(scalar) || UINT32_TYPES.has(scalar) || INT64_TYPES.has(scalar)) {
+    if (!/^-?\d+$/.test(text)) throw fail("an integer");
+    if (INT64_TYPES.has(scalar)) return text;
+    const value = Number(text);
+    const [min, max] = UINT32_TYPES.has(scalar) ? [0, 2 ** 32 - 1] : [-(2 ** 31), 2 ** 31 - 1];
+    if (value < min || value > max) throw fail(`an integer from ${min} to ${max}`);
+    return value;
+  }
+  if (scalar === ScalarType.DOUBLE || scalar === ScalarType.FLOAT) {
+    const value = Number(text);
+    if (text.trim() === "" || !Number.isFinite(value)) throw fail("a finite number");
+    return value;
+  }
+  return text;
+}
+
+function truncate(text: string): string {
+  return text.length > 64 ? `${text.slice(0, 61)}...` : text;
+}

@@ -1,0 +1,151 @@
+import type { ServerResponse } from "node:http";
+import type { ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
+import { fromJson, toJson, type DescService, type JsonValue } from "@bufbuild/protobuf";
+import { StructSchema } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type Transport } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import { InvalidInputError } from "../../errors.js";
+import { matchRoute, restRoutesOf } from "./http-rules.js";
+import { requestJsonOf } from "./request-json.js";
+
+type NodeHandlerFn = NonNullable<ConnectNodeAdapterOptions["fallback"]>;
+export type NodeRequest = Parameters<NodeHandlerFn>[0];
+export type NodeResponse = Parameters<NodeHandlerFn>[1];
+
+export interface RestHandlerOptions {
+  services: readonly DescService[];
+  /** Calls go through this transport, so REST requests meet the same interceptors as RPCs. */
+  transport: Transport;
+  logger: Logger;
+  maxBodyBytes: number;
+}
+
+/** Headers that REST callers may pass on to the RPC layer. */
+const FORWARDED_HEADERS = ["authorization", "x-request-id"];
+
+const HTTP_STATUS_OF_CODE: Record<Code, number> = {
+  [Code.Canceled]: 499,
+  [Code.Unknown]: 500,
+  [Code.InvalidArgument]: 400,
+  [Code.DeadlineExceeded]: 504,
+  [Code.NotFound]: 404,
+  [Code.AlreadyExists]: 409,
+  [Code.PermissionDenied]: 403,
+  [Code.ResourceExhausted]: 429,
+  [Code.FailedPrecondition]: 400,
+  [Code.Aborted]: 409,
+  [Code.OutOfRange]: 400,
+  [Code.Unimplemented]: 501,
+  [Code.Internal]: 500,
+  [Code.Unavailable]: 503,
+  [Code.DataLoss]: 500,
+  [Code.Unauthenticated]: 401,
+};
+
+export function httpStatusOf(code: Code): number {
+  return HTTP_STATUS_OF_CODE[code] ?? 500;
+}
+
+/**
+ * JSON over HTTP for every RPC that carries a google.api.http annotation. Returns false when no
+ * route has the request's path, so the caller can answer 404.
+ */
+export function createRestHandler(options: RestHandlerOptions) {
+  const { transport, logger, maxBodyBytes } = options;
+  const routes = restRoutesOf(options.services);
+
+  return async function handleRest(req: NodeRequest, res: NodeResponse): Promise<boolean> {
+    const url = new URL(req.url ?? "/", "http://localhost");
+    const { match, allowed } = matchRoute(routes, req.method ?? "GET", url.pathname);
+    if (!match) {
+      if (allowed.length === 0) return false;
+      sendJson(res, 405, { detail: `method ${req.method} not allowed on ${url.pathname}` }, { allow: allowed.join(", ") });
+      return true;
+    }
+    const { method } = match.route;
+    try {
+      const body = match.route.body === "" ? undefined : await readJsonBody(req, maxBodyBytes);
+      const input = parseInput(method.input, requestJsonOf(match, url.searchParams, body));
+      const abort = new AbortController();
+      res.once("close", () => abort.abort());
+      const response = await transport.unary(method, abort.signal, undefined, forwardedHeaders(req), input);
+      sendJson(res, 200, toJson(method.output, response.message, { useProtoFieldName: true, alwaysEmitImplicit: true }));
+    } catch (err) {
+      sendError(res, err, logger);
+    }
+    return true;
+  };
+}
+
+function parseInput(schema: Parameters<typeof fromJson>[0], json: JsonValue) {
+  try {
+    return fromJson(schema, json, { ignoreUnknownFields: false });
+  } catch (err) {
+    throw new InvalidInputError(`invalid request: ${(err as Error).message}`);
+  }
+}
+
+function forwardedHeaders(req: NodeRequest): Headers {
+  const headers = new Headers();
+  for (const name of FORWARDED_HEADERS) {
+    const value = req.headers[name];
+    if (typeof value === "string") headers.set(name, value);
+  }
+  return headers;
+}
+
+class PayloadTooLargeError extends Error {}
+
+async function readJsonBody(req: NodeRequest, maxBytes: number): Promise<JsonValue | undefined> {
+  const declared = Number(req.headers["content-length"] ?? 0);
+  if (declared > maxBytes) throw new PayloadTooLargeError(`request body exceeds ${maxBytes} bytes`);
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > maxBytes) throw new PayloadTooLargeError(`request body exceeds ${maxBytes} bytes`);
+    chunks.push(chunk);
+  }
+  const text = Buffer.concat(chunks).toString("utf8");
+  if (text.trim() === "") return undefined;
+  try {
+    return JSON.parse(text) as JsonValue;
+  } catch (err) {
+    throw new InvalidInputError(`malformed JSON body: ${(err as Error).message}`);
+  }
+}
+
+function sendError(res: NodeResponse, err: unknown, logger: Logger): void {
+  if (err instanceof PayloadTooLargeError) {
+    sendJson(res, 413, { detail: err.message });
+    return;
+  }
+  if (err instanceof InvalidInputError) {
+    sendJson(res, 400, { ...err.extra, detail: err.message });
+    return;
+  }
+  if (err instanceof ConnectError) {
+    const extra = err.findDetails(StructSchema)[0];
+    const extraJson = extra ? (toJson(StructSchema, extra) as Record<string, JsonValue>) : {};
+    sendJson(res, httpStatusOf(err.code), { ...extraJson, detail: err.rawMessage });
+    return;
+  }
+  logger.error({ err }, "REST request failed");
+  sendJson(res, 500, { detail: "internal server error" });
+}
+
+export function sendJson(
+  res: NodeResponse,
+  status: number,
+  body: JsonValue,
+  headers: Record<string, string> = {},
+): void {
+  if (res.headersSent || res.writableEnded) return;
+  const payload = JSON.stringify(body);
+  (res as ServerResponse).writeHead(status, {
+    ...headers,
+    "content-type": "application/json; charset=utf-8",
+    "content-length": Buffer.byteLength(payload),
+  });
+  res.end(payload);
+}

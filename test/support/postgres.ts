@@ -1,0 +1,49 @@
+import { randomBytes } from "node:crypto";
+import type { Knex } from "knex";
+import pg from "pg";
+import { createKnex, migrateToLatest } from "../../src/db/knex.js";
+
+/** The server the tests create their databases on: DATABASE_URL, or the local one. */
+export function adminDatabaseUrl(): string {
+  return process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
+}
+
+export interface TestDatabase {
+  readonly name: string;
+  readonly url: string;
+  readonly knex: Knex;
+  /** Closes the pool and drops the database. */
+  drop(): Promise<void>;
+}
+
+/**
+ * A fresh, uniquely named database on the real server, migrated to the latest schema unless
+ * `migrate: false`. Every test file makes its own, so files run in parallel without sharing state.
+ */
+export async function createTestDatabase(options: { migrate?: boolean; poolMax?: number } = {}): Promise<TestDatabase> {
+  const name = `test_${randomBytes(6).toString("hex")}`;
+  await withAdmin((client) => client.query(`create database ${name}`));
+  const url = new URL(adminDatabaseUrl());
+  url.pathname = `/${name}`;
+  const knex = createKnex(url.toString(), { poolMax: options.poolMax ?? 10 });
+  if (options.migrate !== false) await migrateToLatest(knex);
+  return {
+    name,
+    url: url.toString(),
+    knex,
+    async drop() {
+      await knex.destroy();
+      await withAdmin((client) => client.query(`drop database if exists ${name} with (force)`));
+    },
+  };
+}
+
+async function withAdmin<T>(work: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: adminDatabaseUrl() });
+  await client.connect();
+  try {
+    return await work(client);
+  } finally {
+    await client.end();
+  }
+}
