@@ -1,0 +1,67 @@
+// The marketplace port: what GpuService needs from a GPU cloud marketplace. Two adapters
+// implement it: the built-in simulated marketplace (simulated.ts, the default) and a remote
+// marketplace over HTTP (remote.ts). The marketplace is the truth about an instance's status.
+
+/** An offer as the marketplace lists it. */
+export interface MarketOffer {
+  id: string;
+  gpuName: string;
+  numGpus: number;
+  /** GB per GPU. */
+  gpuRam: number;
+  /** Dollars per hour for the whole machine. */
+  dphTotal: number;
+  rentable: boolean;
+  location: string;
+}
+
+/** Status values the marketplace reports. */
+export const MARKET_STATUSES = ["creating", "loading", "running", "exited", "offline"] as const;
+export type MarketStatus = (typeof MARKET_STATUSES)[number];
+
+/** An instance as the marketplace reports it. */
+export interface MarketInstance {
+  /** The marketplace's own id. */
+  id: string;
+  offerId: string;
+  /** The label given at creation; GpuService uses its instance_id, to reconcile after crashes. */
+  label: string;
+  status: MarketStatus;
+  /** Empty until the machine has an address. */
+  publicIp: string;
+  sshPort: number;
+  /** "8000/tcp" -> public host port. */
+  portMappings: Record<string, number>;
+  gpuName: string;
+  numGpus: number;
+  gpuRam: number;
+  /** The price actually rented, dollars per hour. */
+  dphTotal: number;
+}
+
+export interface CreateMarketInstanceRequest {
+  offerId: string;
+  label: string;
+  image: string;
+  startCommand: string;
+  env: Record<string, string>;
+  /** Container port of the model server, when the instance runs one. */
+  llmPort?: number;
+  /** Model the model server serves, when the instance runs one. */
+  llmModelName?: string;
+}
+
+export interface Marketplace {
+  /** The whole catalogue, rentable or not. */
+  listOffers(signal?: AbortSignal): Promise<MarketOffer[]>;
+  /** Rents an offer. Throws NotFoundError for an unknown offer, ConflictError when it is not rentable. */
+  createInstance(request: CreateMarketInstanceRequest, signal?: AbortSignal): Promise<MarketInstance>;
+  /** undefined when the marketplace does not know the instance (never created, or gone). */
+  getInstance(id: string, signal?: AbortSignal): Promise<MarketInstance | undefined>;
+  /** Every instance the marketplace has for this account whose label starts with the prefix. */
+  listInstances(labelPrefix: string, signal?: AbortSignal): Promise<MarketInstance[]>;
+  /** Destroys an instance; resolves once the marketplace confirms. Destroying a gone instance succeeds. */
+  destroyInstance(id: string, signal?: AbortSignal): Promise<void>;
+  /** Releases what the adapter holds (timers, model servers, sockets). */
+  close(): Promise<void>;
+}
