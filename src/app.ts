@@ -1,18 +1,23 @@
 import type { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
-import { GpuService } from "../gen/gpu/v1/gpu_service_pb.js";
-import { IndexingService } from "../gen/search/v1/indexing_service_pb.js";
 import type { Config } from "./config.js";
-import { createGpuService } from "./gpu/gpu-service.js";
-import { createIndexingService } from "./indexing/indexing-service.js";
-import { createAppHandler, registration, type NodeHandler } from "./server/app.js";
+import { createGpuModule } from "./gpu/gpu-module.js";
+import { createIndexingModule } from "./indexing/indexing-module.js";
+import { createAppHandler, type NodeHandler, type ServiceRegistration } from "./server/app.js";
 
 export interface AppDeps {
   config: Config;
   logger: Logger;
   knex: Knex;
   elasticsearch: Client;
+}
+
+/** A service with the background work it owns. */
+export interface ServiceModule {
+  service: ServiceRegistration;
+  start(): Promise<void>;
+  stop(): Promise<void>;
 }
 
 export interface App {
@@ -26,8 +31,9 @@ export interface App {
 /** Wires both services over the given dependencies. Used by src/main.ts and by the tests. */
 export function createApp(deps: AppDeps): App {
   const { config, logger, knex, elasticsearch } = deps;
+  const modules = [createGpuModule(deps), createIndexingModule(deps)];
   const handler = createAppHandler({
-    services: [registration(GpuService, createGpuService()), registration(IndexingService, createIndexingService())],
+    services: modules.map((m) => m.service),
     logger,
     authTokens: config.authTokens,
     maxBodyBytes: config.maxBodyBytes,
@@ -42,7 +48,11 @@ export function createApp(deps: AppDeps): App {
   });
   return {
     handler,
-    async start() {},
-    async stop() {},
+    async start() {
+      for (const module of modules) await module.start();
+    },
+    async stop() {
+      for (const module of modules) await module.stop();
+    },
   };
 }
