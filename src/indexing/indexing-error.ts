@@ -1,0 +1,22 @@
+// Failures of an indexing run, each tagged with the contract's error code (SPEC.md section 3) so
+// that the REST body, the batch log and the logs all carry the same `code`.
+
+export type IndexingErrorCode = "OPTIMIZE_FAILED" | "DB_STREAM_ERROR" | "FINALIZE_FAILED" | "BULK_FAILED";
+
+export class IndexingError extends Error {
+  readonly code: IndexingErrorCode;
+  /** True when the cause is a dependency that could not be reached (database or search engine). */
+  readonly unavailable: boolean;
+
+  constructor(code: IndexingErrorCode, message: string, options: { cause?: unknown; unavailable?: boolean } = {}) {
+    super(`${code}: ${message}`, { cause: options.cause });
+    this.name = "IndexingError";
+    this.code = code;
+    this.unavailable = options.unavailable ?? false;
+  }
+}
+
+/** The text of any thrown value, for messages and logs. */
+export function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
