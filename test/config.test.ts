@@ -1,0 +1,34 @@
+import { describe, expect, it } from "vitest";
+import { ConfigError, hostNarrowedToLoopback, loadConfig } from "../src/config.js";
+
+describe("loadConfig", () => {
+  it("has working defaults and binds to loopback without auth tokens", () => {
+    const config = loadConfig({});
+    expect(config).toMatchObject({ port: 8080, host: "127.0.0.1", databaseUrl: undefined, dataDir: "./data" });
+    expect(config.elasticsearchUrl).toBe("http://127.0.0.1:9200");
+    expect(Object.isFrozen(config)).toBe(true);
+  });
+
+  it("ignores a public HOST while no token is configured, and says so", () => {
+    const env = { HOST: "0.0.0.0" };
+    expect(loadConfig(env).host).toBe("127.0.0.1");
+    expect(hostNarrowedToLoopback(env)).toBe(true);
+    expect(loadConfig({ ...env, AUTH_TOKENS: "a, b" })).toMatchObject({ host: "0.0.0.0", authTokens: ["a", "b"] });
+  });
+
+  it.each([
+    [{ PORT: "http" }, /PORT/],
+    [{ PORT: "70000" }, /PORT must be an integer from 0 to 65535/],
+    [{ DATABASE_URL: "mysql://x" }, /DATABASE_URL must start with postgres:\/\/ or postgresql:\/\//],
+    [{ ELASTICSEARCH_URL: "not a url" }, /ELASTICSEARCH_URL is not a valid URL/],
+    [{ LOG_LEVEL: "loud" }, /LOG_LEVEL must be one of/],
+    [{ TLS_CERT_FILE: "cert.pem" }, /TLS_CERT_FILE and TLS_KEY_FILE/],
+  ])("fails on %o with a message naming the variable", (env, message) => {
+    expect(() => loadConfig(env)).toThrow(ConfigError);
+    expect(() => loadConfig(env)).toThrow(message);
+  });
+
+  it("never echoes a database URL, which may hold a password", () => {
+    expect(() => loadConfig({ DATABASE_URL: "postgres://u:secret@db:99999/x" })).toThrow(/^DATABASE_URL is not a valid URL$/);
+  });
+});
