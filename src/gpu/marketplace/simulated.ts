@@ -1,0 +1,233 @@
+import { ConflictError, NotFoundError, OperationFailedError } from "../../errors.js";
+import { createCatalogue, type CatalogueOptions } from "./catalogue.js";
+import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, MarketStatus } from "./marketplace.js";
+import { startModelServer, type ModelServer } from "./model-server.js";
+
+// The built-in marketplace: a deterministic catalogue and instances that live in memory. An
+// instance's status is derived from its timestamps (creating until creatingMs, loading until
+// runningAt, then running) unless an operator control halted it, so reads need no timers. The only
+// timer per instance starts its model server, a real HTTP server on loopback, because GpuService
+// must probe it over the network.
+
+export interface SimulatedMarketplaceOptions {
+  /** How long an instance stays `creating`, in ms. */
+  creatingMs: number;
+  /** How long it then stays `loading` before `running`, in ms. */
+  loadingMs: number;
+  /** Delay between `running` and the model server answering, in ms. */
+  modelServerStartMs: number;
+  catalogue?: CatalogueOptions;
+  /** Interface the model servers bind; loopback by default. */
+  host?: string;
+}
+
+/** The simulated marketplace with the controls tests and operators use to drive instances. */
+export interface SimulatedMarketplace extends Marketplace {
+  /** The instance stops (`exited`), its model server with it. */
+  exitInstance(id: string): Promise<void>;
+  /** An exited or offline instance runs again at once; its model server starts after the usual delay. */
+  restartInstance(id: string): Promise<void>;
+  /** The host drops off the network (`offline`); its model server stops. */
+  setOffline(id: string): Promise<void>;
+  /** The model server dies while the container keeps running: probes fail. */
+  stopModelServer(id: string): Promise<void>;
+  /** The model server answers again (now if the instance is running, else once it runs). */
+  startModelServer(id: string): Promise<void>;
+  /** The next createInstance fails as a provisioning error would; the offer stays rentable. */
+  failNextCreate(error?: Error): void;
+}
+
+interface SimInstance {
+  readonly id: string;
+  readonly offer: MarketOffer;
+  readonly request: CreateMarketInstanceRequest;
+  readonly createdAt: number;
+  readonly sshPort: number;
+  runningAt: number;
+  halted: "exited" | "offline" | undefined;
+  serverWanted: boolean;
+  server: ModelServer | undefined;
+  /** Last host port of the model server, kept so a restarted server gets the same mapping. */
+  hostPort: number | undefined;
+  timer: NodeJS.Timeout | undefined;
+  starting: Promise<void> | undefined;
+}
+
+const FIRST_INSTANCE_ID = 9_100_001;
+
+export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions): SimulatedMarketplace {
+  const host = options.host ?? "127.0.0.1";
+  const offers = createCatalogue(options.catalogue);
+  const offersById = new Map(offers.map((o) => [o.id, o]));
+  const instances = new Map<string, SimInstance>();
+  let nextId = FIRST_INSTANCE_ID;
+  let injectedFailure: Error | undefined;
+  let closed = false;
+
+  const isRented = (offerId: string) => [...instances.values()].some((i) => i.offer.id === offerId);
+
+  function statusOf(instance: SimInstance, now = Date.now()): MarketStatus {
+    if (instance.halted) return instance.halted;
+    if (now >= instance.runningAt) return "running";
+    return now < instance.createdAt + options.creatingMs ? "creating" : "loading";
+  }
+
+  function view(instance: SimInstance): MarketInstance {
+    const status = statusOf(instance);
+    const portMappings: Record<string, number> = {};
+    if (status !== "creating") portMappings["22/tcp"] = instance.sshPort;
+    const { llmPort } = instance.request;
+    if (status === "running" && llmPort !== undefined && instance.hostPort !== undefined) {
+      portMappings[`${llmPort}/tcp`] = instance.hostPort;
+    }
+    return {
+      id: instance.id,
+      offerId: instance.offer.id,
+      label: instance.request.label,
+      status,
+      publicIp: status === "creating" || status === "offline" ? "" : host,
+      sshPort: status === "creating" ? 0 : instance.sshPort,
+      portMappings,
+      gpuName: instance.offer.gpuName,
+      numGpus: instance.offer.numGpus,
+      gpuRam: instance.offer.gpuRam,
+      dphTotal: instance.offer.dphTotal,
+    };
+  }
+
+  function find(id: string): SimInstance {
+    const instance = instances.get(id);
+    if (!instance) throw new NotFoundError(`Instance '${id}' not found on the simulated marketplace`);
+    return instance;
+  }
+
+  /** Starts the model server when the instance will be running and the server is wanted. */
+  function schedule(instance: SimInstance): void {
+    clearTimeout(instance.timer);
+    if (instance.request.llmModelName === undefined || !instance.serverWanted || closed) return;
+    const delay = Math.max(0, instance.runningAt + options.modelServerStartMs - Date.now());
+    instance.timer = setTimeout(() => void bringUp(instance), delay);
+    instance.timer.unref();
+  }
+
+  function bringUp(instance: SimInstance): Promise<void> {
+    instance.starting ??= (async () => {
+      const model = instance.request.llmModelName;
+      if (model === undefined || instance.server || closed) return;
+      const server = await startModelServer({ model, host, port: instance.hostPort });
+      // The instance may have been destroyed, halted or closed while the socket was opening.
+      const stillWanted = !closed && instances.get(instance.id) === instance && statusOf(instance) === "running";
+      if (!stillWanted || !instance.serverWanted) return server.close();
+      instance.server = server;
+      instance.hostPort = server.port;
+    })().finally(() => {
+      instance.starting = undefined;
+    });
+    return instance.starting;
+  }
+
+  async function bringDown(instance: SimInstance): Promise<void> {
+    clearTimeout(instance.timer);
+    instance.timer = undefined;
+    await instance.starting?.catch(() => undefined);
+    const server = instance.server;
+    instance.server = undefined;
+    await server?.close();
+  }
+
+  async function halt(id: string, state: "exited" | "offline"): Promise<void> {
+    const instance = find(id);
+    instance.halted = state;
+    await bringDown(instance);
+  }
+
+  return {
+    async listOffers() {
+      return offers.map((o) => ({ ...o, rentable: o.rentable && !isRented(o.id) }));
+    },
+
+    async createInstance(request) {
+      const offer = offersById.get(request.offerId);
+      if (!offer) throw new NotFoundError(`Offer '${request.offerId}' not found`, { extra: { field: "offer_id" } });
+      if (!offer.rentable || isRented(offer.id)) {
+        throw new ConflictError(`Offer '${offer.id}' is not rentable any more`, { extra: { field: "offer_id" } });
+      }
+      if (injectedFailure) {
+        const failure = injectedFailure;
+        injectedFailure = undefined;
+        throw failure;
+      }
+      const now = Date.now();
+      const number = nextId++;
+      const instance: SimInstance = {
+        id: String(number),
+        offer,
+        request: { ...request, env: { ...request.env } },
+        createdAt: now,
+        sshPort: 20_000 + (number % 40_000),
+        runningAt: now + options.creatingMs + options.loadingMs,
+        halted: undefined,
+        serverWanted: true,
+        server: undefined,
+        hostPort: undefined,
+        timer: undefined,
+        starting: undefined,
+      };
+      instances.set(instance.id, instance);
+      schedule(instance);
+      return view(instance);
+    },
+
+    async getInstance(id) {
+      const instance = instances.get(id);
+      return instance && view(instance);
+    },
+
+    async listInstances(labelPrefix) {
+      return [...instances.values()].filter((i) => i.request.label.startsWith(labelPrefix)).map(view);
+    },
+
+    async destroyInstance(id) {
+      const instance = instances.get(id);
+      if (!instance) return;
+      instances.delete(id);
+      await bringDown(instance);
+    },
+
+    async close() {
+      closed = true;
+      await Promise.all([...instances.values()].map(bringDown));
+    },
+
+    exitInstance: (id) => halt(id, "exited"),
+    setOffline: (id) => halt(id, "offline"),
+
+    async restartInstance(id) {
+      const instance = find(id);
+      if (!instance.halted) throw new ConflictError(`Instance '${id}' is ${statusOf(instance)}, not exited`);
+      instance.halted = undefined;
+      instance.runningAt = Math.max(Date.now(), instance.createdAt + options.creatingMs);
+      schedule(instance);
+    },
+
+    async stopModelServer(id) {
+      const instance = find(id);
+      instance.serverWanted = false;
+      await bringDown(instance);
+    },
+
+    async startModelServer(id) {
+      const instance = find(id);
+      if (instance.request.llmModelName === undefined) {
+        throw new ConflictError(`Instance '${id}' was created without a model`);
+      }
+      instance.serverWanted = true;
+      if (statusOf(instance) === "running") await bringUp(instance);
+      else schedule(instance);
+    },
+
+    failNextCreate(error) {
+      injectedFailure = error ?? new OperationFailedError("The marketplace failed to provision the instance");
+    },
+  };
+}
