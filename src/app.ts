@@ -5,6 +5,7 @@ import type { Config } from "./config.js";
 import { createGpuModule } from "./gpu/gpu-module.js";
 import { createIndexingModule } from "./indexing/indexing-module.js";
 import { createAppHandler, type NodeHandler, type ServiceRegistration } from "./server/app.js";
+import { createMetrics, type Metrics } from "./server/metrics.js";
 
 export interface AppDeps {
   config: Config;
@@ -12,6 +13,9 @@ export interface AppDeps {
   knex: Knex;
   elasticsearch: Client;
 }
+
+/** What each service module is built from: the app's dependencies and the metrics registry. */
+export type ModuleDeps = AppDeps & { metrics: Metrics };
 
 /** A service with the background work it owns. */
 export interface ServiceModule {
@@ -31,12 +35,15 @@ export interface App {
 /** Wires both services over the given dependencies. Used by src/main.ts and by the tests. */
 export function createApp(deps: AppDeps): App {
   const { config, logger, knex, elasticsearch } = deps;
-  const modules = [createGpuModule(deps), createIndexingModule(deps)];
+  const metrics = createMetrics();
+  const moduleDeps: ModuleDeps = { ...deps, metrics };
+  const modules = [createGpuModule(moduleDeps), createIndexingModule(moduleDeps)];
   const handler = createAppHandler({
     services: modules.map((m) => m.service),
     logger,
     authTokens: config.authTokens,
     maxBodyBytes: config.maxBodyBytes,
+    metrics,
     readiness: {
       database: async () => {
         await knex.raw("select 1");

@@ -5,6 +5,7 @@ import type { Logger } from "pino";
 import { createAuthInterceptor, createTokenCheck, UNAUTHENTICATED_MESSAGE } from "./auth.js";
 import { createErrorInterceptor } from "./error-interceptor.js";
 import { createHealthHandler, type ReadinessChecks } from "./health.js";
+import type { Metrics } from "./metrics.js";
 import { createRestHandler, sendJson, type NodeRequest, type NodeResponse } from "./rest/rest-handler.js";
 
 export interface ServiceRegistration<T extends DescService = DescService> {
@@ -23,6 +24,7 @@ export interface AppOptions {
   authTokens: readonly string[];
   readiness: ReadinessChecks;
   maxBodyBytes: number;
+  metrics: Metrics;
 }
 
 export type NodeHandler = (req: NodeRequest, res: NodeResponse) => void;
@@ -33,7 +35,7 @@ export type NodeHandler = (req: NodeRequest, res: NodeResponse) => void;
  * derived from the google.api.http annotations.
  */
 export function createAppHandler(options: AppOptions): NodeHandler {
-  const { services, logger } = options;
+  const { services, logger, metrics } = options;
   const isAuthorized = createTokenCheck(options.authTokens);
   const interceptors: Interceptor[] = [createErrorInterceptor(logger), createAuthInterceptor(isAuthorized)];
   const routes = (router: ConnectRouter) => {
@@ -47,20 +49,38 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     maxBodyBytes: options.maxBodyBytes,
   });
 
-  const fallback = (req: NodeRequest, res: NodeResponse) => {
-    void (async () => {
-      if (await handleHealth(req, res)) return;
-      if (!isAuthorized(req.headers.authorization)) {
-        sendJson(res, 401, { detail: UNAUTHENTICATED_MESSAGE }, { "www-authenticate": "Bearer" });
-        return;
-      }
-      if (await handleRest(req, res)) return;
-      sendJson(res, 404, { detail: `no route for ${req.method} ${(req.url ?? "/").split("?")[0]}` });
-    })().catch((err: unknown) => {
-      logger.error({ err }, "request failed");
-      sendJson(res, 500, { detail: "internal server error" });
-    });
+  // Everything that is not an RPC: health, metrics, REST. Returns the route label for metrics.
+  const serveHttp = async (req: NodeRequest, res: NodeResponse): Promise<string> => {
+    const path = (req.url ?? "/").split("?")[0] ?? "/";
+    if (await handleHealth(req, res)) return path;
+    if (!isAuthorized(req.headers.authorization)) {
+      sendJson(res, 401, { detail: UNAUTHENTICATED_MESSAGE }, { "www-authenticate": "Bearer" });
+      return "unauthenticated";
+    }
+    if (path === "/metrics" && req.method === "GET") {
+      const body = await metrics.registry.metrics();
+      res.writeHead(200, { "content-type": metrics.registry.contentType });
+      res.end(body);
+      return path;
+    }
+    const route = await handleRest(req, res);
+    if (route !== undefined) return route;
+    sendJson(res, 404, { detail: `no route for ${req.method} ${path}` });
+    return "unmatched";
   };
 
-  return connectNodeAdapter({ routes, fallback, interceptors }) as NodeHandler;
+  const fallback = (req: NodeRequest, res: NodeResponse) => {
+    const started = process.hrtime.bigint();
+    serveHttp(req, res)
+      .catch((err: unknown) => {
+        logger.error({ err }, "request failed");
+        sendJson(res, 500, { detail: "internal server error" });
+        return "error";
+      })
+      .then((route) => {
+        metrics.observeHttp(route, req.method ?? "GET", res.statusCode, Number(process.hrtime.bigint() - started) / 1e9);
+      });
+  };
+
+  return connectNodeAdapter({ routes, fallback, interceptors: [metrics.rpcInterceptor, ...interceptors] }) as NodeHandler;
 }

@@ -47,20 +47,21 @@ export function httpStatusOf(code: Code): number {
 }
 
 /**
- * JSON over HTTP for every RPC that carries a google.api.http annotation. Returns false when no
- * route has the request's path, so the caller can answer 404.
+ * JSON over HTTP for every RPC that carries a google.api.http annotation. Resolves to the route
+ * pattern that answered (a bounded label for metrics), or undefined when no route has the
+ * request's path, so the caller can answer 404.
  */
 export function createRestHandler(options: RestHandlerOptions) {
   const { transport, logger, maxBodyBytes } = options;
   const routes = restRoutesOf(options.services);
 
-  return async function handleRest(req: NodeRequest, res: NodeResponse): Promise<boolean> {
+  return async function handleRest(req: NodeRequest, res: NodeResponse): Promise<string | undefined> {
     const url = new URL(req.url ?? "/", "http://localhost");
     const { match, allowed } = matchRoute(routes, req.method ?? "GET", url.pathname);
     if (!match) {
-      if (allowed.length === 0) return false;
+      if (allowed.length === 0) return undefined;
       sendJson(res, 405, { detail: `method ${req.method} not allowed on ${url.pathname}` }, { allow: allowed.join(", ") });
-      return true;
+      return "method_not_allowed";
     }
     const { method } = match.route;
     try {
@@ -73,7 +74,7 @@ export function createRestHandler(options: RestHandlerOptions) {
     } catch (err) {
       sendError(res, err, logger);
     }
-    return true;
+    return match.route.pattern;
   };
 }
 

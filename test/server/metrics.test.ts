@@ -1,0 +1,48 @@
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
+import { createTestElasticsearch } from "../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
+import { startTestServer, type TestServer } from "../support/server.js";
+
+let db: TestDatabase;
+let server: TestServer;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch() });
+});
+
+afterAll(async () => {
+  await server?.close();
+  await db?.drop();
+});
+
+function sample(text: string, name: string, labels: string): number {
+  const line = text.split("\n").find((l) => l.startsWith(`${name}{${labels}}`));
+  return line === undefined ? 0 : Number(line.split(" ").pop());
+}
+
+describe("GET /metrics", () => {
+  it("counts REST requests by route pattern and status, and RPCs by method and code", async () => {
+    await fetch(`${server.url}/api/gpu/templates/budget`);
+    await fetch(`${server.url}/api/gpu/templates/nope`);
+    await fetch(`${server.url}/api/gpu/templates/nope-again`);
+    const client = createClient(GpuService, createConnectTransport({ baseUrl: server.url, httpVersion: "1.1" }));
+    await client.getTemplate({ templateName: "research" });
+    await client.getTemplate({ templateName: "missing" }).catch(() => undefined);
+
+    const res = await fetch(`${server.url}/metrics`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toMatch(/^text\/plain/);
+    const text = await res.text();
+    const route = 'route="/api/gpu/templates/{template_name}",method="GET"';
+    expect(sample(text, "http_requests_total", `${route},status="200"`)).toBe(1);
+    expect(sample(text, "http_requests_total", `${route},status="404"`)).toBe(2);
+    expect(sample(text, "rpc_requests_total", 'service="gpu.v1.GpuService",method="GetTemplate",code="ok"')).toBe(1);
+    expect(sample(text, "rpc_requests_total", 'service="gpu.v1.GpuService",method="GetTemplate",code="not_found"')).toBe(1);
+    expect(text).toMatch(/http_request_duration_seconds_bucket\{le="0.05",route="\/api\/gpu\/templates\/\{template_name\}"/);
+    expect(text).toMatch(/process_resident_memory_bytes \d+/);
+  });
+});
