@@ -1,0 +1,172 @@
+import { errors, type Client } from "@elastic/elasticsearch";
+import { IndexingError, messageOf } from "./indexing-error.js";
+
+// Sends documents to Elasticsearch in bulk requests bounded by document count and by bytes, with
+// at most `concurrency` requests in flight; the reading loop waits for a free slot, so a slow
+// cluster pauses the source. Every document gets its own result: accepted ones go to onAccepted,
+// 429s are retried with backoff, anything else goes to onDrop and is counted, never lost silently.
+
+export interface BulkItem<Meta> {
+  /** Document _id: repeating a document upserts it. */
+  readonly id: string;
+  readonly document: Record<string, unknown>;
+  /** What the caller needs back for accepted or dropped documents (e.g. the row's key). */
+  readonly meta: Meta;
+}
+
+export interface BulkFailure {
+  readonly status: number;
+  readonly type: string;
+  readonly reason: string;
+}
+
+export interface BulkStats {
+  total: number;
+  successful: number;
+  failed: number;
+  retried: number;
+  bytes: number;
+  bulks: number;
+}
+
+export interface BulkSenderOptions<Meta> {
+  client: Client;
+  index: string;
+  bulkSize: number;
+  maxBytes: number;
+  concurrency: number;
+  /** Retries of a document answered 429 before it counts as failed. */
+  retries?: number;
+  /** First backoff after a 429; doubled on every further attempt. */
+  retryDelayMs?: number;
+  /** Awaited before the bulk's slot is freed, so slow bookkeeping also slows the reader. */
+  onAccepted?: (metas: Meta[]) => Promise<void>;
+  onDrop?: (item: { id: string; meta: Meta }, failure: BulkFailure) => void;
+  /** Called after each bulk request has settled. */
+  onBulkSettled?: (stats: Readonly<BulkStats>) => Promise<void> | void;
+  signal?: AbortSignal;
+  /** Live statistics, updated as bulks settle; created when not given. */
+  stats?: BulkStats;
+}
+
+interface Entry<Meta> {
+  readonly id: string;
+  readonly line: string;
+  readonly meta: Meta;
+}
+
+export function emptyBulkStats(): BulkStats {
+  return { total: 0, successful: 0, failed: 0, retried: 0, bytes: 0, bulks: 0 };
+}
+
+export async function sendBulks<Meta>(source: AsyncIterable<BulkItem<Meta>>, options: BulkSenderOptions<Meta>): Promise<BulkStats> {
+  const { bulkSize, maxBytes, concurrency, signal } = options;
+  const stats = options.stats ?? emptyBulkStats();
+  const inFlight = new Set<Promise<void>>();
+  let failure: unknown;
+  let batch: Entry<Meta>[] = [];
+  let batchBytes = 0;
+
+  const dispatch = async () => {
+    while (inFlight.size >= concurrency) await Promise.race(inFlight);
+    const entries = batch;
+    batch = [];
+    batchBytes = 0;
+    const request = sendWithRetries(entries, options, stats).catch((err: unknown) => {
+      failure ??= err;
+    });
+    const tracked = request.finally(() => inFlight.delete(tracked));
+    inFlight.add(tracked);
+  };
+
+  for await (const item of source) {
+    if (failure !== undefined || signal?.aborted) break;
+    // Documents are serialised once, on arrival; the row object can then be collected.
+    const line = `{"index":{"_id":${JSON.stringify(item.id)}}}\n${JSON.stringify(item.document)}\n`;
+    const bytes = Buffer.byteLength(line);
+    if (batch.length > 0 && batchBytes + bytes > maxBytes) await dispatch();
+    batch.push({ id: item.id, line, meta: item.meta });
+    batchBytes += bytes;
+    stats.total++;
+    if (batch.length >= bulkSize) await dispatch();
+  }
+  if (batch.length > 0 && failure === undefined && !signal?.aborted) await dispatch();
+  await Promise.all(inFlight);
+  if (failure !== undefined) throw failure;
+  return stats;
+}
+
+async function sendWithRetries<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions<Meta>, stats: BulkStats): Promise<void> {
+  const { retries = 3, retryDelayMs = 500 } = options;
+  let pending = entries;
+  for (let attempt = 0; pending.length > 0; attempt++) {
+    const { accepted, throttled } = await sendOnce(pending, options, stats);
+    if (accepted.length > 0) await options.onAccepted?.(accepted);
+    if (throttled.length === 0) break;
+    if (attempt >= retries) {
+      for (const entry of throttled) drop(entry, { status: 429, type: "es_rejected_execution_exception", reason: "still throttled after retries" }, options, stats);
+      break;
+    }
+    stats.retried += throttled.length;
+    await delay(retryDelayMs * 2 ** attempt, options.signal);
+    pending = throttled;
+  }
+  stats.bulks++;
+  await options.onBulkSettled?.(stats);
+}
+
+async function sendOnce<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions<Meta>, stats: BulkStats) {
+  const body = entries.map((e) => e.line).join("");
+  stats.bytes += Buffer.byteLength(body);
+  let response;
+  try {
+    // A pre-serialised NDJSON body is sent as is by the client.
+    response = await options.client.bulk({ index: options.index, operations: body as never }, { signal: options.signal });
+  } catch (err) {
+    throw new IndexingError("BULK_FAILED", `bulk request to index '${options.index}' failed: ${describe(err)}`, {
+      cause: err,
+      unavailable: isUnreachable(err),
+    });
+  }
+  const accepted: Meta[] = [];
+  const throttled: Entry<Meta>[] = [];
+  response.items.forEach((result, i) => {
+    const entry = entries[i] as Entry<Meta>;
+    const outcome = result.index ?? result.create ?? result.update;
+    const status = outcome?.status ?? 500;
+    if (status >= 200 && status < 300) {
+      accepted.push(entry.meta);
+      stats.successful++;
+    } else if (status === 429) {
+      throttled.push(entry);
+    } else {
+      drop(entry, { status, type: outcome?.error?.type ?? "unknown", reason: outcome?.error?.reason ?? "rejected" }, options, stats);
+    }
+  });
+  return { accepted, throttled };
+}
+
+function drop<Meta>(entry: Entry<Meta>, failure: BulkFailure, options: BulkSenderOptions<Meta>, stats: BulkStats): void {
+  stats.failed++;
+  options.onDrop?.({ id: entry.id, meta: entry.meta }, failure);
+}
+
+export function isUnreachable(err: unknown): boolean {
+  return err instanceof errors.ConnectionError || err instanceof errors.TimeoutError || err instanceof errors.NoLivingConnectionsError;
+}
+
+function describe(err: unknown): string {
+  if (err instanceof errors.ResponseError) return `${err.statusCode ?? "?"} ${err.body?.error?.type ?? err.name}`;
+  if (isUnreachable(err)) return "Elasticsearch is unreachable";
+  return messageOf(err);
+}
+
+function delay(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve();
+    }, { once: true });
+  });
+}

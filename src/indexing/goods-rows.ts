@@ -1,0 +1,60 @@
+import type { BulkItem } from "./bulk-sender.js";
+import type { RowQuery } from "./row-reader.js";
+
+// What each mode reads from PR_GOODS_SEARCH_INTF (SPEC.md section 3), and how a row becomes a
+// document. No ORDER BY: one cursor over one snapshot sees every selected row exactly once, and
+// sorting a million rows would only delay the first bulk.
+
+export type IndexingMode = "full" | "incremental" | "cursor";
+
+export interface GoodsRow {
+  GOODS_NO: string;
+  GOODS_NM: string;
+  BRAND_NM: string | null;
+  CATE_CD: string | null;
+  CATE_PATH: string | null;
+  SALE_PRICE: number;
+  PROMO_PRICE: number | null;
+  ICON_INFO: string | null;
+  IMG_URL: string | null;
+  USE_YN: string;
+  INDEX_YN: string;
+  SYS_REG_DTM: Date;
+  SYS_MOD_DTM: Date;
+}
+
+/** The row's version as read: cursor finalize flips it only if it is still this version. */
+export interface GoodsKey {
+  readonly goodsNo: string;
+  readonly modDtm: Date;
+}
+
+const COLUMNS = `"GOODS_NO", "GOODS_NM", "BRAND_NM", "CATE_CD", "CATE_PATH", "SALE_PRICE", "PROMO_PRICE",
+  "ICON_INFO", "IMG_URL", "USE_YN", "INDEX_YN", "SYS_REG_DTM", "SYS_MOD_DTM"`;
+
+export function goodsQuery(mode: IndexingMode, intervalMinutes?: number): RowQuery {
+  const from = `select ${COLUMNS} from "PR_GOODS_SEARCH_INTF" where "USE_YN" = 'Y'`;
+  switch (mode) {
+    case "full":
+      return { sql: from };
+    case "cursor":
+      return { sql: `${from} and "INDEX_YN" = 'N'` };
+    case "incremental":
+      if (intervalMinutes === undefined || !Number.isInteger(intervalMinutes) || intervalMinutes < 1) {
+        throw new RangeError(`incremental mode needs a whole number of minutes, got ${intervalMinutes}`);
+      }
+      return { sql: `${from} and "SYS_MOD_DTM" >= now() - make_interval(mins => $1)`, bindings: [intervalMinutes] };
+  }
+}
+
+export function goodsItem(row: GoodsRow): BulkItem<GoodsKey> {
+  return {
+    id: row.GOODS_NO,
+    document: {
+      ...row,
+      SYS_REG_DTM: row.SYS_REG_DTM.toISOString(),
+      SYS_MOD_DTM: row.SYS_MOD_DTM.toISOString(),
+    },
+    meta: { goodsNo: row.GOODS_NO, modDtm: row.SYS_MOD_DTM },
+  };
+}

@@ -1,0 +1,99 @@
+import type { Logger } from "pino";
+import { emptyBulkStats, sendBulks, type BulkItem, type BulkSenderOptions, type BulkStats } from "./bulk-sender.js";
+import { createChannel } from "./channel.js";
+import { IndexingError } from "./indexing-error.js";
+
+// The one indexing pipeline, generic over rows and documents: a reader (any async iterable of
+// rows) and a bulk sender run concurrently, joined by a bounded channel. Modes and the batch only
+// choose the rows, the mapping to documents, the index and the sizes.
+
+export interface PipelineOptions<Row, Meta> {
+  source: AsyncIterable<Row>;
+  toItem: (row: Row) => BulkItem<Meta>;
+  channelCapacity: number;
+  sender: Omit<BulkSenderOptions<Meta>, "signal" | "stats">;
+  logger: Logger;
+  /** Period of the progress log line. */
+  progressIntervalMs: number;
+  signal?: AbortSignal;
+}
+
+export interface PipelineResult {
+  /** Rows taken from the reader. */
+  readonly fetched: number;
+  readonly stats: BulkStats;
+  /** Most items ever queued in the channel. */
+  readonly maxChannelSize: number;
+  /** Most rows ever between the reader and a settled bulk (channel, bulk being built, bulks in flight). */
+  readonly maxRowsHeld: number;
+}
+
+export async function runPipeline<Row, Meta>(options: PipelineOptions<Row, Meta>): Promise<PipelineResult> {
+  const { source, toItem, channelCapacity, logger, signal } = options;
+  const channel = createChannel<BulkItem<Meta>>(channelCapacity);
+  const stats = emptyBulkStats();
+  const counters = { fetched: 0, maxRowsHeld: 0 };
+  const onAbort = () => channel.cancel(new Error("indexing aborted"));
+  signal?.addEventListener("abort", onAbort, { once: true });
+  const progress = startProgressLog(logger, options.progressIntervalMs, counters, stats);
+
+  const producer = produce(source, toItem, channel, counters, stats);
+  let consumerError: unknown;
+  try {
+    await sendBulks(channel, { ...options.sender, signal, stats });
+  } catch (err) {
+    consumerError = err;
+  } finally {
+    // Whatever stopped the consumer also stops the reader: its pending push rejects, its loop
+    // exits and the reader's finally closes the cursor and returns the connection.
+    channel.cancel(new Error("bulk sender stopped"));
+    clearInterval(progress);
+    signal?.removeEventListener("abort", onAbort);
+  }
+  const producerError = await producer;
+  if (producerError !== undefined) throw producerError;
+  if (consumerError !== undefined) throw consumerError;
+  if (signal?.aborted) throw new Error("indexing aborted before it finished");
+  return { fetched: counters.fetched, stats, maxChannelSize: channel.maxSize, maxRowsHeld: counters.maxRowsHeld };
+}
+
+/** Feeds the channel; resolves to the reader's error (as DB_STREAM_ERROR), or undefined. */
+async function produce<Row, Meta>(
+  source: AsyncIterable<Row>,
+  toItem: (row: Row) => BulkItem<Meta>,
+  channel: ReturnType<typeof createChannel<BulkItem<Meta>>>,
+  counters: { fetched: number; maxRowsHeld: number },
+  stats: BulkStats,
+): Promise<unknown> {
+  let pushing = false;
+  try {
+    for await (const row of source) {
+      counters.fetched++;
+      counters.maxRowsHeld = Math.max(counters.maxRowsHeld, counters.fetched - stats.successful - stats.failed);
+      pushing = true;
+      await channel.push(toItem(row));
+      pushing = false;
+    }
+    channel.close();
+    return undefined;
+  } catch (err) {
+    // A rejected push means the consumer stopped first; its error is the one to report.
+    if (pushing) return undefined;
+    const error = new IndexingError("DB_STREAM_ERROR", "reading goods rows from the database failed", { cause: err });
+    channel.cancel(error);
+    return error;
+  }
+}
+
+function startProgressLog(logger: Logger, intervalMs: number, counters: { fetched: number }, stats: BulkStats): NodeJS.Timeout {
+  const startedAt = Date.now();
+  const timer = setInterval(() => {
+    const seconds = (Date.now() - startedAt) / 1000;
+    logger.info(
+      { rows_read: counters.fetched, docs_indexed: stats.successful, docs_failed: stats.failed, docs_per_s: Math.round(stats.successful / seconds) },
+      "indexing progress",
+    );
+  }, intervalMs);
+  timer.unref();
+  return timer;
+}
