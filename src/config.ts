@@ -10,6 +10,7 @@ export interface Config {
   readonly databaseUrl: string | undefined;
   readonly dataDir: string;
   readonly elasticsearchUrl: string;
+  readonly indexing: IndexingConfig;
   /** Bearer tokens accepted on every route but the health checks; empty disables auth. */
   readonly authTokens: readonly string[];
   readonly logLevel: string;
@@ -23,6 +24,22 @@ export class ConfigError extends Error {}
 
 type Env = Record<string, string | undefined>;
 
+/** Sizes of the indexing pipeline (SPEC.md section 3); defaults are the seed's. */
+export interface IndexingConfig {
+  /** Elasticsearch index of the goods documents (IndexGoods). */
+  readonly goodsIndex: string;
+  /** Rows per round trip of the reader's server-side cursor. */
+  readonly fetchSize: number;
+  /** Documents per bulk request of IndexGoods. */
+  readonly bulkSize: number;
+  /** Upper bound of one bulk request body, in bytes, whatever its document count. */
+  readonly bulkMaxBytes: number;
+  /** Bulk requests in flight at once. */
+  readonly bulksInFlight: number;
+  /** Documents the reader-to-sender channel holds; 0 means 2 x the bulk size. */
+  readonly channelCapacity: number;
+}
+
 const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
 
 export function loadConfig(env: Env = process.env): Config {
@@ -34,6 +51,7 @@ export function loadConfig(env: Env = process.env): Config {
     databaseUrl: url(env, "DATABASE_URL", ["postgres:", "postgresql:"]),
     dataDir: text(env, "DATA_DIR") ?? "./data",
     elasticsearchUrl: url(env, "ELASTICSEARCH_URL", ["http:", "https:"]) ?? "http://127.0.0.1:9200",
+    indexing: indexingConfig(env),
     authTokens,
     logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
     tlsCertFile: text(env, "TLS_CERT_FILE"),
@@ -82,6 +100,26 @@ export function oneOf(env: Env, name: string, allowed: string[], fallback: strin
   if (value === undefined) return fallback;
   if (!allowed.includes(value)) {
     throw new ConfigError(`${name} must be one of ${allowed.join(", ")}, got '${value}'`);
+  }
+  return value;
+}
+
+function indexingConfig(env: Env): IndexingConfig {
+  return Object.freeze({
+    goodsIndex: indexName(env, "GOODS_INDEX", "goods_ko"),
+    fetchSize: integer(env, "INDEX_FETCH_SIZE", 50_000, 1, 1_000_000),
+    bulkSize: integer(env, "INDEX_BULK_SIZE", 3_000, 1, 100_000),
+    bulkMaxBytes: integer(env, "INDEX_BULK_MAX_BYTES", 10 * 1024 * 1024, 1024, 100 * 1024 * 1024),
+    bulksInFlight: integer(env, "INDEX_BULKS_IN_FLIGHT", 2, 1, 16),
+    channelCapacity: integer(env, "INDEX_CHANNEL_CAPACITY", 0, 0, 1_000_000),
+  });
+}
+
+/** An Elasticsearch index name: lower case, no path or wildcard characters. */
+function indexName(env: Env, name: string, fallback: string): string {
+  const value = text(env, name) ?? fallback;
+  if (!/^[a-z0-9][a-z0-9_.-]{0,254}$/.test(value)) {
+    throw new ConfigError(`${name} must be a lower-case Elasticsearch index name, got '${value}'`);
   }
   return value;
 }

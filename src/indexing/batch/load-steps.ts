@@ -1,0 +1,171 @@
+import type { Knex } from "knex";
+
+// Step 1 of the product batch and its follow-ups 1a-1d (docs/batch.md), one plain SQL statement
+// each. Every statement that changes a goods row stamps SYS_MOD_DTM with the run time and sets
+// INDEX_YN='N', and 1a-1d touch only rows whose value actually changes, so the cursor indexing
+// of step 2 sends exactly the documents that differ from what the index holds.
+
+/** Full load, part 1: empty the table (inside the caller's transaction, so a failure undoes it). */
+const TRUNCATE_GOODS = `truncate table "PR_GOODS_SEARCH_INTF"`;
+
+/** Full load, part 2: one row per goods of the master that has a price, flagged for indexing. */
+const INSERT_ALL_GOODS = `
+insert into "PR_GOODS_SEARCH_INTF"
+  ("GOODS_NO", "GOODS_NM", "BRAND_NM", "SALE_PRICE", "IMG_URL", "USE_YN", "INDEX_YN", "SYS_REG_DTM", "SYS_MOD_DTM")
+select m.goods_no, m.goods_nm, m.brand_nm, p.sale_price, m.img_url, m.use_yn, 'N', m.sys_reg_dtm, :at
+  from goods_master m
+  join goods_price p on p.goods_no = m.goods_no`;
+
+/**
+ * Incremental load: insert or update only the goods whose master or price row changed within
+ * the last :minutes minutes before the run time. Promotions, icons and categories are not
+ * looked at here: steps 1a-1d recompute them for the whole table anyway.
+ */
+const UPSERT_CHANGED_GOODS = `
+insert into "PR_GOODS_SEARCH_INTF"
+  ("GOODS_NO", "GOODS_NM", "BRAND_NM", "SALE_PRICE", "IMG_URL", "USE_YN", "INDEX_YN", "SYS_REG_DTM", "SYS_MOD_DTM")
+select m.goods_no, m.goods_nm, m.brand_nm, p.sale_price, m.img_url, m.use_yn, 'N', m.sys_reg_dtm, :at
+  from goods_master m
+  join goods_price p on p.goods_no = m.goods_no
+ where m.sys_mod_dtm >= :since
+    or p.sys_mod_dtm >= :since
+on conflict ("GOODS_NO") do update
+   set "GOODS_NM" = excluded."GOODS_NM",
+       "BRAND_NM" = excluded."BRAND_NM",
+       "SALE_PRICE" = excluded."SALE_PRICE",
+       "IMG_URL" = excluded."IMG_URL",
+       "USE_YN" = excluded."USE_YN",
+       "INDEX_YN" = 'N',
+       "SYS_MOD_DTM" = excluded."SYS_MOD_DTM"`;
+
+/** 1a: PROMO_PRICE is the lowest price among the goods' promotions active at the run time, else null. */
+const UPDATE_PROMOTION_PRICES = `
+with active as (
+  select goods_no, min(promo_price) as promo_price
+    from goods_promotion
+   where use_yn = 'Y' and start_dtm <= :at and end_dtm > :at
+   group by goods_no
+), wanted as (
+  select g."GOODS_NO" as goods_no, active.promo_price
+    from "PR_GOODS_SEARCH_INTF" g
+    left join active on active.goods_no = g."GOODS_NO"
+)
+update "PR_GOODS_SEARCH_INTF" g
+   set "PROMO_PRICE" = wanted.promo_price, "INDEX_YN" = 'N', "SYS_MOD_DTM" = :at
+  from wanted
+ where wanted.goods_no = g."GOODS_NO"
+   and g."PROMO_PRICE" is distinct from wanted.promo_price`;
+
+/** 1b: ICON_INFO is the goods' icon codes in use, comma-separated in display order, else null. */
+const UPDATE_ICONS = `
+with icons as (
+  select goods_no, string_agg(icon_cd, ',' order by sort_seq, icon_cd) as icon_info
+    from goods_icon
+   where use_yn = 'Y'
+   group by goods_no
+), wanted as (
+  select g."GOODS_NO" as goods_no, icons.icon_info
+    from "PR_GOODS_SEARCH_INTF" g
+    left join icons on icons.goods_no = g."GOODS_NO"
+)
+update "PR_GOODS_SEARCH_INTF" g
+   set "ICON_INFO" = wanted.icon_info, "INDEX_YN" = 'N', "SYS_MOD_DTM" = :at
+  from wanted
+ where wanted.goods_no = g."GOODS_NO"
+   and g."ICON_INFO" is distinct from wanted.icon_info`;
+
+/** 1c: CATE_CD and CATE_PATH come from the goods' main category link, when that category is usable. */
+const UPDATE_CATEGORIES = `
+with main as (
+  select l.goods_no, t.cate_cd, t.cate_path
+    from goods_category_link l
+    join goods_category_tree t on t.cate_cd = l.cate_cd
+   where l.main_yn = 'Y' and t.usable
+)
+update "PR_GOODS_SEARCH_INTF" g
+   set "CATE_CD" = main.cate_cd, "CATE_PATH" = main.cate_path, "INDEX_YN" = 'N', "SYS_MOD_DTM" = :at
+  from main
+ where main.goods_no = g."GOODS_NO"
+   and (g."CATE_CD", g."CATE_PATH") is distinct from (main.cate_cd, main.cate_path)`;
+
+/**
+ * 1d: clears the category of rows whose category is gone, out of use (itself or an ancestor),
+ * or no longer the goods' main category, which 1c cannot see because it only joins what exists.
+ */
+const CLEAN_UP_CATEGORIES = `
+update "PR_GOODS_SEARCH_INTF" g
+   set "CATE_CD" = null, "CATE_PATH" = null, "INDEX_YN" = 'N', "SYS_MOD_DTM" = :at
+ where (g."CATE_CD" is not null or g."CATE_PATH" is not null)
+   and not exists (
+     select 1
+       from goods_category_link l
+       join goods_category_tree t on t.cate_cd = l.cate_cd
+      where l.goods_no = g."GOODS_NO" and l.cate_cd = g."CATE_CD" and l.main_yn = 'Y' and t.usable
+   )`;
+
+export type LoadStepName = "1-truncate" | "1-load" | "1a-promotion-prices" | "1b-icons" | "1c-categories" | "1d-category-clean-up";
+
+export interface LoadOptions {
+  /** The run time: promotions active at this instant, and SYS_MOD_DTM of every row written. */
+  at: Date;
+  /** Absent: full load. Present: only goods whose master or price changed in the last N minutes. */
+  intervalMinutes?: number;
+}
+
+export interface LoadResult {
+  isFullLoad: boolean;
+  /** Rows inserted or updated by step 1. */
+  loadedCount: number;
+  /** Rows each of steps 1a-1d changed. */
+  changed: Record<"promotionPrices" | "icons" | "categories" | "categoryCleanUp", number>;
+}
+
+/** A load statement failed; `step` names which one. */
+export class LoadStepError extends Error {
+  constructor(
+    readonly step: LoadStepName,
+    cause: unknown,
+  ) {
+    super(`load step ${step} failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    this.name = "LoadStepError";
+  }
+}
+
+/**
+ * Runs step 1 and steps 1a-1d in one transaction: either the table holds the complete new load
+ * or, on any failure, exactly what it held before.
+ */
+export async function loadGoods(knex: Knex, options: LoadOptions): Promise<LoadResult> {
+  const { at, intervalMinutes } = options;
+  const isFullLoad = intervalMinutes === undefined;
+  return knex.transaction(async (trx) => {
+    const run = (step: LoadStepName, sql: string, bindings: Record<string, unknown> = { at }) => runStep(trx, step, sql, bindings);
+    let loadedCount: number;
+    if (isFullLoad) {
+      await run("1-truncate", TRUNCATE_GOODS, {});
+      loadedCount = await run("1-load", INSERT_ALL_GOODS);
+    } else {
+      const since = new Date(at.getTime() - intervalMinutes * 60_000);
+      loadedCount = await run("1-load", UPSERT_CHANGED_GOODS, { at, since });
+    }
+    return {
+      isFullLoad,
+      loadedCount,
+      changed: {
+        promotionPrices: await run("1a-promotion-prices", UPDATE_PROMOTION_PRICES),
+        icons: await run("1b-icons", UPDATE_ICONS),
+        categories: await run("1c-categories", UPDATE_CATEGORIES),
+        categoryCleanUp: await run("1d-category-clean-up", CLEAN_UP_CATEGORIES),
+      },
+    };
+  });
+}
+
+async function runStep(trx: Knex.Transaction, step: LoadStepName, sql: string, bindings: Record<string, unknown>): Promise<number> {
+  try {
+    const result = await trx.raw<{ rowCount: number | null }>(sql, bindings as Knex.ValueDict);
+    return result.rowCount ?? 0;
+  } catch (err) {
+    throw new LoadStepError(step, err);
+  }
+}
