@@ -2,12 +2,20 @@ import { IndexingService } from "../../gen/search/v1/indexing_service_pb.js";
 import type { AppDeps, ServiceModule } from "../app.js";
 import { registration } from "../server/app.js";
 import { createIndexingService } from "./indexing-service.js";
+import { createJobLock } from "./job-lock.js";
 
-/** IndexingService with its background work (cron runner). */
-export function createIndexingModule(_deps: AppDeps): ServiceModule {
+/** IndexingService with its background work (cron runner) and the job lock they share. */
+export function createIndexingModule(deps: AppDeps): ServiceModule {
+  const { config, knex, elasticsearch, logger } = deps;
+  // Without DATABASE_URL the embedded PostgreSQL serves one connection: the lock is then in-process only.
+  const jobLock = createJobLock({ databaseUrl: config.databaseUrl, logger });
+  const service = createIndexingService({ knex, elasticsearch, logger, indexing: config.indexing, jobLock });
   return {
-    service: registration(IndexingService, createIndexingService()),
+    service: registration(IndexingService, service),
     async start() {},
-    async stop() {},
+    async stop() {
+      // A running job is aborted; its finally blocks restore index settings and release the cursor.
+      await jobLock.abortAndWait();
+    },
   };
 }

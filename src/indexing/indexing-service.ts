@@ -1,7 +1,78 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
-import type { IndexingService } from "../../gen/search/v1/indexing_service_pb.js";
+import type { Client } from "@elastic/elasticsearch";
+import type { Knex } from "knex";
+import type { Logger } from "pino";
+import type { IndexGoodsResponseSchema, IndexingService } from "../../gen/search/v1/indexing_service_pb.js";
+import type { IndexingConfig } from "../config.js";
+import { DomainError, OperationFailedError, UnavailableError } from "../errors.js";
+import { IndexingError } from "./indexing-error.js";
+import { parseInterval } from "./interval.js";
+import type { JobLock } from "./job-lock.js";
+import { runGoodsIndexing, type IndexingResult } from "./modes.js";
 
-/** IndexingService RPCs; those not implemented yet answer `unimplemented`. */
-export function createIndexingService(): Partial<ServiceImpl<typeof IndexingService>> {
-  return {};
+export interface IndexingServiceDeps {
+  knex: Knex;
+  elasticsearch: Client;
+  logger: Logger;
+  indexing: IndexingConfig;
+  /** The one lock of every indexing job and the batch. */
+  jobLock: JobLock;
+}
+
+type IndexingRpcs = Partial<ServiceImpl<typeof IndexingService>>;
+
+/** IndexingService RPCs; the batch RPCs are spread in from src/indexing/batch/. */
+export function createIndexingService(deps: IndexingServiceDeps, batchRpcs: IndexingRpcs = {}): IndexingRpcs {
+  return {
+    async indexGoods(request) {
+      const { mode, intervalMinutes } = parseInterval(request.interval);
+      const result = await deps.jobLock.run(`index_goods_${mode}`, (signal) =>
+        runGoodsIndexing({ ...pipelineSizes(deps.indexing), knex: deps.knex, elasticsearch: deps.elasticsearch, logger: deps.logger, mode, intervalMinutes, signal }).catch(
+          (err: unknown) => {
+            throw toDomainError(err, deps.logger);
+          },
+        ),
+      );
+      return indexGoodsResponse(result, deps.indexing.goodsIndex);
+    },
+    ...batchRpcs,
+  };
+}
+
+/** The pipeline sizes of the configuration, as runGoodsIndexing takes them. */
+export function pipelineSizes(config: IndexingConfig) {
+  return {
+    index: config.goodsIndex,
+    fetchSize: config.fetchSize,
+    bulkSize: config.bulkSize,
+    bulkMaxBytes: config.bulkMaxBytes,
+    bulksInFlight: config.bulksInFlight,
+    channelCapacity: config.channelCapacity > 0 ? config.channelCapacity : undefined,
+  };
+}
+
+function indexGoodsResponse(result: IndexingResult, index: string): MessageInitShape<typeof IndexGoodsResponseSchema> {
+  const success = result.failedCount === 0;
+  const failed = success ? "" : `, ${result.failedCount} rejected (their rows stay to be indexed again)`;
+  return {
+    success,
+    mode: result.mode,
+    message: `${result.mode} indexing into '${index}': fetched ${result.fetchedCount}, indexed ${result.indexedCount}${failed} in ${result.elapsedMs} ms`,
+    fetchedCount: result.fetchedCount,
+    indexedCount: result.indexedCount,
+    failedCount: result.failedCount,
+    elapsedMs: result.elapsedMs,
+  };
+}
+
+/** IndexingError codes travel in the message and as `code` in the REST body. */
+export function toDomainError(err: unknown, logger: Logger): unknown {
+  if (err instanceof DomainError) return err;
+  if (err instanceof IndexingError) {
+    logger.error({ err, code: err.code }, "indexing failed");
+    const ErrorType = err.unavailable ? UnavailableError : OperationFailedError;
+    return new ErrorType(err.message, { cause: err, extra: { code: err.code } });
+  }
+  return err;
 }
