@@ -1,0 +1,64 @@
+import { ConflictError, NotFoundError } from "../../errors.js";
+import { createMarketplaceHttp, type MarketplaceHttpOptions } from "./http-client.js";
+import type { Marketplace } from "./marketplace.js";
+import { errorCode, errorMessage, parseInstanceAnswer, parseInstances, parseOffers, toCreateBody } from "./wire.js";
+
+// The marketplace port over the HTTP contract of docs/marketplace-api.md. Transport concerns
+// (timeouts, retries, auth failures) live in http-client.ts; this file says what each answer means.
+
+export type RemoteMarketplaceOptions = MarketplaceHttpOptions;
+
+export function createRemoteMarketplace(options: RemoteMarketplaceOptions): Marketplace {
+  const http = createMarketplaceHttp(options);
+  const instancePath = (id: string) => `/v1/instances/${encodeURIComponent(id)}`;
+
+  return {
+    async listOffers(signal) {
+      const { body } = await http("GET", "/v1/offers", { signal });
+      return parseOffers(body);
+    },
+
+    async createInstance(request, signal) {
+      // The label is unique per instance GpuService creates, so it is the natural idempotency key:
+      // a retried create gets back the machine its first attempt rented.
+      const { status, body } = await http("POST", "/v1/instances", {
+        body: toCreateBody(request),
+        headers: { "idempotency-key": request.label },
+        accept: [404, 409],
+        signal,
+      });
+      if (status === 404) {
+        throw new NotFoundError(`Offer '${request.offerId}' not found`, { extra: { field: "offer_id" } });
+      }
+      if (status === 409 && errorCode(body) === "idempotency_key_reused") {
+        throw new ConflictError(`The marketplace already used label '${request.label}' for another create`);
+      }
+      if (status === 409) {
+        const why = errorMessage(body);
+        throw new ConflictError(`Offer '${request.offerId}' is not rentable any more${why ? `: ${why}` : ""}`, {
+          extra: { field: "offer_id" },
+        });
+      }
+      return parseInstanceAnswer(body);
+    },
+
+    async getInstance(id, signal) {
+      const { status, body } = await http("GET", instancePath(id), { accept: [404], signal });
+      return status === 404 ? undefined : parseInstanceAnswer(body);
+    },
+
+    async listInstances(labelPrefix, signal) {
+      const { body } = await http("GET", `/v1/instances?label_prefix=${encodeURIComponent(labelPrefix)}`, { signal });
+      return parseInstances(body);
+    },
+
+    async destroyInstance(id, signal) {
+      // 200 is the marketplace's confirmation; 404 means it is already gone, which is success too.
+      await http("DELETE", instancePath(id), { accept: [404], signal });
+    },
+
+    async close() {
+      // Nothing held: fetch's connection pool closes idle sockets by itself.
+    },
+  };
+}
