@@ -18,6 +18,30 @@ export interface Config {
   readonly tlsKeyFile: string | undefined;
   /** Largest accepted REST request body, in bytes. */
   readonly maxBodyBytes: number;
+  readonly marketplace: MarketplaceConfig;
+  /** Interval of the GPU status sync and reconciliation loop, ms. */
+  readonly gpuStatusSyncMs: number;
+  /** Timeout of each model-server health probe, ms. */
+  readonly gpuProbeTimeoutMs: number;
+  /** Age after which a creating record with no marketplace instance is marked failed, ms. */
+  readonly gpuCreationGraceMs: number;
+}
+
+/** Which marketplace GpuService rents from, and how it is reached or simulated. */
+export interface MarketplaceConfig {
+  readonly kind: "simulated" | "remote";
+  /** Remote only: base URL of the marketplace API (docs/marketplace-api.md). */
+  readonly url: string | undefined;
+  /** Remote only: sent as a bearer token; never logged. */
+  readonly apiKey: string | undefined;
+  /** Remote only: per-attempt timeout, ms. */
+  readonly timeoutMs: number;
+  /** Remote only: retries after the first attempt. */
+  readonly retries: number;
+  /** Simulated only: how long an instance stays creating, then loading, then until its model server answers, ms. */
+  readonly simCreatingMs: number;
+  readonly simLoadingMs: number;
+  readonly simModelServerStartMs: number;
 }
 
 export class ConfigError extends Error {}
@@ -57,9 +81,32 @@ export function loadConfig(env: Env = process.env): Config {
     tlsCertFile: text(env, "TLS_CERT_FILE"),
     tlsKeyFile: text(env, "TLS_KEY_FILE"),
     maxBodyBytes: integer(env, "MAX_BODY_BYTES", 1024 * 1024, 1, 64 * 1024 * 1024),
+    marketplace: marketplaceConfig(env),
+    gpuStatusSyncMs: integer(env, "GPU_STATUS_SYNC_MS", 15_000, 10, 86_400_000),
+    gpuProbeTimeoutMs: integer(env, "GPU_PROBE_TIMEOUT_MS", 2_000, 1, 60_000),
+    gpuCreationGraceMs: integer(env, "GPU_CREATION_GRACE_MS", 300_000, 0, 86_400_000),
   };
   if ((config.tlsCertFile === undefined) !== (config.tlsKeyFile === undefined)) {
     throw new ConfigError("TLS_CERT_FILE and TLS_KEY_FILE must be set together");
+  }
+  return Object.freeze(config);
+}
+
+function marketplaceConfig(env: Env): MarketplaceConfig {
+  const kind = oneOf(env, "MARKETPLACE", ["simulated", "remote"], "simulated") as MarketplaceConfig["kind"];
+  const config: MarketplaceConfig = {
+    kind,
+    url: url(env, "MARKETPLACE_URL", ["http:", "https:"]),
+    apiKey: text(env, "MARKETPLACE_API_KEY"),
+    timeoutMs: integer(env, "MARKETPLACE_TIMEOUT_MS", 10_000, 1, 300_000),
+    retries: integer(env, "MARKETPLACE_RETRIES", 3, 0, 10),
+    simCreatingMs: integer(env, "SIM_CREATING_MS", 5_000, 0, 3_600_000),
+    simLoadingMs: integer(env, "SIM_LOADING_MS", 10_000, 0, 3_600_000),
+    simModelServerStartMs: integer(env, "SIM_MODEL_SERVER_START_MS", 5_000, 0, 3_600_000),
+  };
+  if (kind === "remote" && config.url === undefined) throw new ConfigError("MARKETPLACE_URL is required when MARKETPLACE=remote");
+  if (kind === "remote" && config.apiKey === undefined) {
+    throw new ConfigError("MARKETPLACE_API_KEY is required when MARKETPLACE=remote");
   }
   return Object.freeze(config);
 }

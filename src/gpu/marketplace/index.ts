@@ -1,0 +1,32 @@
+import type { Logger } from "pino";
+import type { Config } from "../../config.js";
+import { redactUrl } from "../../logger.js";
+import type { Marketplace } from "./marketplace.js";
+import { createRemoteMarketplace } from "./remote.js";
+import { createSimulatedMarketplace } from "./simulated.js";
+
+export type { Marketplace } from "./marketplace.js";
+export type { SimulatedMarketplace } from "./simulated.js";
+
+/** The adapter the configuration names: the simulated marketplace unless MARKETPLACE=remote. */
+export function createMarketplace(config: Config, logger: Logger): Marketplace {
+  const settings = config.marketplace;
+  if (settings.kind === "remote") {
+    // loadConfig guarantees both when remote; checked again so a hand-built Config fails clearly.
+    if (!settings.url || !settings.apiKey) throw new Error("MARKETPLACE_URL and MARKETPLACE_API_KEY are required when MARKETPLACE=remote");
+    logger.info({ marketplace: "remote", url: redactUrl(settings.url) }, "marketplace");
+    return createRemoteMarketplace({
+      baseUrl: settings.url,
+      apiKey: settings.apiKey,
+      timeoutMs: settings.timeoutMs,
+      retries: settings.retries,
+      logger: logger.child({ component: "marketplace" }),
+    });
+  }
+  logger.info({ marketplace: "simulated" }, "marketplace");
+  return createSimulatedMarketplace({
+    creatingMs: settings.simCreatingMs,
+    loadingMs: settings.simLoadingMs,
+    modelServerStartMs: settings.simModelServerStartMs,
+  });
+}

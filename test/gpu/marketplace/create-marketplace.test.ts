@@ -1,0 +1,80 @@
+import { Writable } from "node:stream";
+import { setTimeout as sleep } from "node:timers/promises";
+import pino from "pino";
+import { describe, expect, it } from "vitest";
+import { ConfigError, loadConfig } from "../../../src/config.js";
+import { createMarketplace } from "../../../src/gpu/marketplace/index.js";
+import { startContractServer } from "./contract-server.js";
+
+/** A logger that keeps every line it writes, to check what reaches the logs. */
+function capturingLogger() {
+  const lines: string[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      lines.push(chunk.toString());
+      done();
+    },
+  });
+  return { logger: pino({ level: "trace" }, stream), lines };
+}
+
+describe("marketplace configuration", () => {
+  it("defaults to the simulated marketplace with a clock of seconds", () => {
+    expect(loadConfig({}).marketplace).toEqual({
+      kind: "simulated",
+      url: undefined,
+      apiKey: undefined,
+      timeoutMs: 10_000,
+      retries: 3,
+      simCreatingMs: 5_000,
+      simLoadingMs: 10_000,
+      simModelServerStartMs: 5_000,
+    });
+  });
+
+  it.each([
+    [{ MARKETPLACE: "remote", MARKETPLACE_URL: "http://m.example" }, /MARKETPLACE_API_KEY is required/],
+    [{ MARKETPLACE: "remote", MARKETPLACE_API_KEY: "k" }, /MARKETPLACE_URL is required/],
+    [{ MARKETPLACE: "cloud" }, /MARKETPLACE must be one of simulated, remote/],
+    [{ MARKETPLACE_URL: "ftp://m.example" }, /MARKETPLACE_URL must start with http/],
+    [{ MARKETPLACE_TIMEOUT_MS: "0" }, /MARKETPLACE_TIMEOUT_MS must be an integer/],
+    [{ MARKETPLACE_RETRIES: "many" }, /MARKETPLACE_RETRIES must be an integer/],
+    [{ SIM_LOADING_MS: "-1" }, /SIM_LOADING_MS must be an integer/],
+  ])("refuses %o at start naming the variable", (env, message) => {
+    expect(() => loadConfig(env)).toThrow(ConfigError);
+    expect(() => loadConfig(env)).toThrow(message);
+  });
+});
+
+describe("createMarketplace", () => {
+  it("builds the simulated marketplace on the configured clock", async () => {
+    const config = loadConfig({ SIM_CREATING_MS: "30", SIM_LOADING_MS: "30", SIM_MODEL_SERVER_START_MS: "30" });
+    const market = createMarketplace(config, capturingLogger().logger);
+    try {
+      const offer = (await market.listOffers()).find((o) => o.rentable)!;
+      const created = await market.createInstance({ offerId: offer.id, label: "gpu-1", image: "i", startCommand: "c", env: {} });
+      expect(created.status).toBe("creating");
+      await sleep(120);
+      expect((await market.getInstance(created.id))!.status).toBe("running");
+    } finally {
+      await market.close();
+    }
+  });
+
+  it("builds the remote marketplace, which reaches the configured URL with the key and never logs it", async () => {
+    const apiKey = "remote-secret-key-42";
+    const contract = await startContractServer({ apiKey });
+    const { logger, lines } = capturingLogger();
+    const config = loadConfig({ MARKETPLACE: "remote", MARKETPLACE_URL: contract.url, MARKETPLACE_API_KEY: apiKey });
+    const market = createMarketplace(config, logger);
+    try {
+      contract.throttle(1, "0");
+      expect(await market.listOffers()).toEqual(await contract.backend.listOffers());
+      expect(lines.some((line) => line.includes("marketplace call retried"))).toBe(true);
+      expect(lines.join("")).not.toContain(apiKey);
+    } finally {
+      await market.close();
+      await contract.close();
+    }
+  });
+});
