@@ -35,8 +35,8 @@ select 'G' || lpad(n::text, 10, '0'),
        'https://img.example.com/goods/' || (n % 1000) || '/G' || lpad(n::text, 10, '0') || '.jpg',
        case when ?::int > 0 and n % ?::int = 0 then 'N' else 'Y' end,
        'N',
-       now() - make_interval(days => 30 + n % 365),
-       now() - make_interval(mins => 60 * 24 + n % (60 * 24 * 29))
+       now() - make_interval(days => (30 + n % 365)::int),
+       now() - make_interval(mins => (60 * 24 + n % (60 * 24 * 29))::int)
   from generate_series(?::bigint, ?::bigint) as n
        cross join lateral (select 1000 + ((n * 2654435761) % 4990) * 100 as price) p,
        brands b, items it, adjectives a, tops t`;

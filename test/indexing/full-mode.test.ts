@@ -1,0 +1,100 @@
+import { Client } from "@elastic/elasticsearch";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { generateGoods } from "../../src/indexing/goods-generator.js";
+import { IndexingError } from "../../src/indexing/indexing-error.js";
+import { runGoodsIndexing } from "../../src/indexing/modes.js";
+import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
+import { documentCount, indexSettings, startSeveringProxy, testRunOptions } from "./helpers.js";
+
+let db: TestDatabase;
+const es = createTestElasticsearch();
+const indices: string[] = [];
+
+function newIndex(): string {
+  const name = uniqueIndexName("goods_full");
+  indices.push(name);
+  return name;
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await generateGoods(db.knex, { rows: 1000, unusedEvery: 10 });
+});
+
+afterAll(async () => {
+  if (indices.length > 0) await es.indices.delete({ index: indices, ignore_unavailable: true });
+  await db?.drop();
+  await es.close();
+});
+
+describe("full mode", () => {
+  it("indexes exactly the USE_YN='Y' rows, field by field, and leaves refresh 1s / replicas 1", async () => {
+    const index = newIndex();
+    const result = await runGoodsIndexing({ ...testRunOptions(db.knex, es, index), mode: "full" });
+
+    expect(result).toMatchObject({ mode: "full", fetchedCount: 900, indexedCount: 900, failedCount: 0 });
+    expect(await documentCount(es, index)).toBe(900);
+    expect(await indexSettings(es, index)).toEqual({ refresh: "1s", replicas: "1" });
+
+    const unused = await db.knex("PR_GOODS_SEARCH_INTF").where({ USE_YN: "N" }).select("GOODS_NO");
+    const { docs: unusedDocs } = await es.mget({ index, ids: unused.map((r) => r.GOODS_NO as string) });
+    expect(unusedDocs.every((d) => !("found" in d) || !d.found)).toBe(true);
+
+    const sample = await db.knex("PR_GOODS_SEARCH_INTF").where({ USE_YN: "Y" }).orderByRaw(`md5("GOODS_NO")`).limit(25);
+    const { docs } = await es.mget<Record<string, unknown>>({ index, ids: sample.map((r) => r.GOODS_NO as string) });
+    sample.forEach((row, i) => {
+      const expected = { ...row, SYS_REG_DTM: row.SYS_REG_DTM.toISOString(), SYS_MOD_DTM: row.SYS_MOD_DTM.toISOString() };
+      expect((docs[i] as { _source?: unknown })._source).toEqual(expected);
+    });
+  });
+
+  it("creates the index with the explicit mapping: codes and flags keyword, names text, prices numeric, dates", async () => {
+    const index = newIndex();
+    await runGoodsIndexing({ ...testRunOptions(db.knex, es, index), mode: "full" });
+    const mapping = (await es.indices.getMapping({ index }))[index]?.mappings.properties ?? {};
+    expect(mapping.USE_YN?.type).toBe("keyword");
+    expect(mapping.GOODS_NO?.type).toBe("keyword");
+    expect(mapping.CATE_CD?.type).toBe("keyword");
+    expect(mapping.GOODS_NM?.type).toBe("text");
+    expect(mapping.SALE_PRICE?.type).toBe("long");
+    expect(mapping.SYS_MOD_DTM?.type).toBe("date");
+  });
+
+  it("restores refresh 1s / replicas 1 when Elasticsearch breaks midway, and reports BULK_FAILED", async () => {
+    const index = newIndex();
+    const proxy = await startSeveringProxy(elasticsearchUrl());
+    const client = new Client({ node: proxy.url, maxRetries: 0, requestTimeout: 10_000 });
+    try {
+      const run = runGoodsIndexing({
+        ...testRunOptions(db.knex, client, index),
+        mode: "full",
+        onBulkSettled: (stats) => {
+          if (stats.bulks === 3) proxy.severNext();
+        },
+      });
+      const error = await run.catch((err: unknown) => err);
+      expect(error).toBeInstanceOf(IndexingError);
+      expect((error as IndexingError).code).toBe("BULK_FAILED");
+      expect(proxy.severed).toBe(1);
+      expect(await documentCount(es, index)).toBeLessThan(900);
+      expect(await indexSettings(es, index)).toEqual({ refresh: "1s", replicas: "1" });
+    } finally {
+      await client.close();
+      await proxy.close();
+    }
+  });
+
+  it("stops with OPTIMIZE_FAILED before reading when the settings cannot be changed", async () => {
+    const index = newIndex();
+    await es.indices.create({ index, settings: { "index.blocks.read_only": true } });
+    try {
+      const error = await runGoodsIndexing({ ...testRunOptions(db.knex, es, index), mode: "full" }).catch((err: unknown) => err);
+      expect(error).toBeInstanceOf(IndexingError);
+      expect((error as IndexingError).code).toBe("OPTIMIZE_FAILED");
+      expect(await documentCount(es, index)).toBe(0);
+    } finally {
+      await es.indices.putSettings({ index, settings: { "index.blocks.read_only": false } });
+    }
+  });
+});

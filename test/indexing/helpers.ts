@@ -1,0 +1,99 @@
+import { createServer, connect, type Server, type Socket } from "node:net";
+import type { Client } from "@elastic/elasticsearch";
+import type { Knex } from "knex";
+import pino from "pino";
+import type { GoodsIndexingOptions } from "../../src/indexing/modes.js";
+
+export const silentLogger = pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
+
+/** Small sizes so that a few hundred rows cross many fetches and bulks. */
+export function testRunOptions(knex: Knex, elasticsearch: Client, index: string): Omit<GoodsIndexingOptions, "mode"> {
+  return { knex, elasticsearch, logger: silentLogger, index, fetchSize: 100, bulkSize: 50, bulkMaxBytes: 1024 * 1024, bulksInFlight: 2 };
+}
+
+export async function indexSettings(client: Client, index: string): Promise<{ refresh: string | undefined; replicas: string | undefined }> {
+  const response = await client.indices.getSettings({ index });
+  const settings = response[index]?.settings?.index;
+  return { refresh: settings?.refresh_interval as string | undefined, replicas: settings?.number_of_replicas as string | undefined };
+}
+
+export async function documentCount(client: Client, index: string): Promise<number> {
+  await client.indices.refresh({ index });
+  return (await client.count({ index })).count;
+}
+
+export async function flagCounts(knex: Knex): Promise<Record<string, number>> {
+  const { rows } = await knex.raw<{ rows: Array<{ flag: string; n: number }> }>(
+    `select "INDEX_YN" as flag, count(*)::int as n from "PR_GOODS_SEARCH_INTF" where "USE_YN" = 'Y' group by 1`,
+  );
+  return Object.fromEntries(rows.map((r) => [r.flag, r.n]));
+}
+
+export async function flagOf(knex: Knex, goodsNo: string): Promise<string> {
+  const row = await knex("PR_GOODS_SEARCH_INTF").where({ GOODS_NO: goodsNo }).first("INDEX_YN");
+  return row.INDEX_YN as string;
+}
+
+/** Sessions of the database other than the asking one, as pg_stat_activity sees them. */
+export async function otherSessions(knex: Knex): Promise<Array<{ state: string; query: string }>> {
+  const { rows } = await knex.raw<{ rows: Array<{ state: string; query: string }> }>(
+    `select state, query from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()`,
+  );
+  return rows;
+}
+
+/**
+ * A TCP proxy on loopback in front of Elasticsearch. `severNext()` makes it cut the connection that
+ * carries the next request, as a network failure would; later connections pass again.
+ */
+export interface SeveringProxy {
+  readonly url: string;
+  severNext(): void;
+  readonly severed: number;
+  close(): Promise<void>;
+}
+
+export async function startSeveringProxy(target: string): Promise<SeveringProxy> {
+  const { hostname, port } = new URL(target);
+  const sockets = new Set<Socket>();
+  let armed = false;
+  let severed = 0;
+  const server: Server = createServer((client) => {
+    const upstream = connect(Number(port), hostname);
+    sockets.add(client).add(upstream);
+    client.on("data", (chunk) => {
+      if (armed) {
+        armed = false;
+        severed++;
+        client.destroy();
+        upstream.destroy();
+        return;
+      }
+      upstream.write(chunk);
+    });
+    upstream.on("data", (chunk) => client.write(chunk));
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    client.on("close", end).on("error", end);
+    upstream.on("close", end).on("error", end);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${address.port}`,
+    severNext() {
+      armed = true;
+    },
+    get severed() {
+      return severed;
+    },
+    async close() {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
