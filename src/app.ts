@@ -2,7 +2,9 @@ import type { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { Config } from "./config.js";
+import type { CreationHooks } from "./gpu/creation.js";
 import { createGpuModule } from "./gpu/gpu-module.js";
+import type { Marketplace } from "./gpu/marketplace/marketplace.js";
 import { createIndexingModule } from "./indexing/indexing-module.js";
 import { createAppHandler, type NodeHandler, type ServiceRegistration } from "./server/app.js";
 import { createMetrics, type Metrics } from "./server/metrics.js";
@@ -12,6 +14,9 @@ export interface AppDeps {
   logger: Logger;
   knex: Knex;
   elasticsearch: Client;
+  marketplace: Marketplace;
+  /** Test seam for fault injection in GPU instance creation. */
+  gpuCreationHooks?: CreationHooks;
 }
 
 /** What each service module is built from: the app's dependencies and the metrics registry. */

@@ -3,6 +3,7 @@ import { createApp } from "./app.js";
 import { ConfigError, hostNarrowedToLoopback, loadConfig } from "./config.js";
 import { startEmbeddedPostgres } from "./db/embedded-postgres.js";
 import { createKnex, migrateToLatest } from "./db/knex.js";
+import { createMarketplace } from "./gpu/marketplace/index.js";
 import { createLogger, redactUrl } from "./logger.js";
 import { listen } from "./server/listen.js";
 
@@ -34,7 +35,8 @@ async function main(): Promise<void> {
   await migrateToLatest(knex);
 
   const elasticsearch = new Client({ node: config.elasticsearchUrl, requestTimeout: 60_000, maxRetries: 2 });
-  const app = createApp({ config, logger, knex, elasticsearch });
+  const marketplace = createMarketplace(config, logger);
+  const app = createApp({ config, logger, knex, elasticsearch, marketplace });
   const server = await listen({
     handler: app.handler,
     host: config.host,
@@ -52,6 +54,7 @@ async function main(): Promise<void> {
     try {
       await app.stop();
       await server.close();
+      await marketplace.close();
       await knex.destroy();
       await elasticsearch.close();
       await embedded?.stop();

@@ -1,13 +1,40 @@
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
-import type { AppDeps, ServiceModule } from "../app.js";
+import type { ModuleDeps, ServiceModule } from "../app.js";
 import { registration } from "../server/app.js";
+import { ExecutionLogStore } from "./execution-log-store.js";
+import type { GpuContext } from "./gpu-context.js";
 import { createGpuService } from "./gpu-service.js";
+import { InstanceStore } from "./instance-store.js";
+import { createModelServerProbe } from "./probe.js";
+import { StatisticsStore } from "./statistics-store.js";
+import { createSyncLoop, type SyncLoop } from "./sync-loop.js";
 
-/** GpuService with its background work (status sync, reconciler). */
-export function createGpuModule(_deps: AppDeps): ServiceModule {
+export interface GpuModule extends ServiceModule {
+  /** The status sync and reconciliation loop; tests run rounds on demand. */
+  syncLoop: SyncLoop;
+}
+
+/** GpuService with its background work: the status sync loop, which also reconciles. */
+export function createGpuModule(deps: ModuleDeps): GpuModule {
+  const { config, knex, logger, marketplace } = deps;
+  const ctx: GpuContext = {
+    knex,
+    logger: logger.child({ service: "gpu" }),
+    instances: InstanceStore.create({ knex }),
+    logs: ExecutionLogStore.create({ knex }),
+    marketplace,
+    probe: createModelServerProbe(config.gpuProbeTimeoutMs),
+    inFlight: new Set(),
+  };
+  const syncLoop = createSyncLoop(ctx, {
+    intervalMs: config.gpuStatusSyncMs,
+    creationGraceMs: config.gpuCreationGraceMs,
+  });
+  const service = createGpuService({ ctx, statistics: StatisticsStore.create({ knex }), creationHooks: deps.gpuCreationHooks });
   return {
-    service: registration(GpuService, createGpuService()),
-    async start() {},
-    async stop() {},
+    service: registration(GpuService, service),
+    syncLoop,
+    start: () => syncLoop.start(),
+    stop: () => syncLoop.stop(),
   };
 }

@@ -3,33 +3,58 @@ import type { Knex } from "knex";
 import pino from "pino";
 import { createApp, type App } from "../../src/app.js";
 import { loadConfig, type Config } from "../../src/config.js";
+import type { CreationHooks } from "../../src/gpu/creation.js";
+import type { Marketplace } from "../../src/gpu/marketplace/marketplace.js";
+import { createSimulatedMarketplace } from "../../src/gpu/marketplace/simulated.js";
 import { listen, type RunningServer } from "../../src/server/listen.js";
 
 export interface TestServer {
   readonly url: string;
   readonly port: number;
   readonly app: App;
+  readonly marketplace: Marketplace;
   close(): Promise<void>;
 }
 
-/** The real server, with the real app on the given database and search engine, on a free loopback port. */
+/** A simulated marketplace on a fast clock: instances run within a few hundred milliseconds. */
+export function createFastSimulatedMarketplace() {
+  return createSimulatedMarketplace({ creatingMs: 150, loadingMs: 150, modelServerStartMs: 100 });
+}
+
+/**
+ * The real server, with the real app on the given database and search engine, on a free loopback
+ * port. The marketplace defaults to a simulated one on a fast clock, closed with the server; a
+ * marketplace passed in is left to its owner.
+ */
 export async function startTestServer(options: {
   knex: Knex;
   elasticsearch: Client;
   env?: Record<string, string>;
+  marketplace?: Marketplace;
+  gpuCreationHooks?: CreationHooks;
 }): Promise<TestServer> {
   const config: Config = loadConfig({ PORT: "0", ...options.env });
   const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
-  const app = createApp({ config, logger, knex: options.knex, elasticsearch: options.elasticsearch });
+  const marketplace = options.marketplace ?? createFastSimulatedMarketplace();
+  const app = createApp({
+    config,
+    logger,
+    knex: options.knex,
+    elasticsearch: options.elasticsearch,
+    marketplace,
+    gpuCreationHooks: options.gpuCreationHooks,
+  });
   const server: RunningServer = await listen({ handler: app.handler, host: "127.0.0.1", port: 0 });
   await app.start();
   return {
     url: server.url,
     port: server.port,
     app,
+    marketplace,
     async close() {
       await app.stop();
       await server.close(1000);
+      if (!options.marketplace) await marketplace.close();
     },
   };
 }

@@ -1,0 +1,71 @@
+import { ConflictError, UnavailableError } from "../errors.js";
+import { elapsedSince, type GpuContext } from "./gpu-context.js";
+import { gpuInfoJson, type InstanceRecord } from "./instance-store.js";
+
+// Verified destroy: the record becomes destroyed only once the marketplace confirmed it. Until
+// then the record carries destroy_requested_at and the sync loop retries.
+
+export type DestroyOperation = "destroy_instance" | "auto_destroy";
+
+/**
+ * Destroys the instance of a record and writes one log record. Idempotent: an already destroyed
+ * record is returned as it is, with no log record (nothing happened).
+ */
+export async function destroyRecord(
+  ctx: GpuContext,
+  record: InstanceRecord,
+  operation: DestroyOperation,
+): Promise<InstanceRecord> {
+  if (record.status === "destroyed") return record;
+  if (record.marketInstanceId === null && record.status === "creating") {
+    throw new ConflictError(`Instance '${record.instanceId}' is still being created; destroy it once creation has answered`);
+  }
+  const started = Date.now();
+  const command = record.marketInstanceId ? `destroy ${record.marketInstanceId}` : "none (no marketplace instance)";
+  const metadata = {
+    template_name: record.templateName,
+    gpu_info: gpuInfoJson(record.gpuInfo),
+    cost_per_hour: record.costPerHour,
+    previous_status: record.status,
+  };
+  if (record.marketInstanceId !== null) {
+    await ctx.instances.requestDestroy(record.instanceId);
+    try {
+      await ctx.marketplace.destroyInstance(record.marketInstanceId);
+    } catch (err) {
+      ctx.logger.warn({ err, instanceId: record.instanceId }, "marketplace did not confirm a destroy");
+      await ctx.logs.append({
+        instanceId: record.instanceId,
+        operation,
+        command,
+        result: `marketplace did not confirm the destroy: ${(err as Error).message}`,
+        executionTime: elapsedSince(started),
+        success: false,
+        metadata,
+      });
+      throw new UnavailableError(
+        `The marketplace did not confirm the destroy of '${record.instanceId}'; it is retried in the background`,
+        { cause: err },
+      );
+    }
+  }
+  const destroyed = await ctx.knex.transaction(async (trx) => {
+    const updated = await ctx.instances.markDestroyed(record.instanceId, trx);
+    if (!updated) return null;
+    await ctx.logs.append(
+      {
+        instanceId: record.instanceId,
+        operation,
+        command,
+        result: "destroyed, confirmed by the marketplace",
+        executionTime: elapsedSince(started),
+        success: true,
+        metadata,
+      },
+      trx,
+    );
+    return updated;
+  });
+  // Null: a concurrent destroy got there first and wrote the log record.
+  return destroyed ?? (await ctx.instances.get(record.instanceId)) ?? record;
+}

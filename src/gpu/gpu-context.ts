@@ -1,0 +1,33 @@
+import type { Knex } from "knex";
+import type { Logger } from "pino";
+import type { ExecutionLogStore } from "./execution-log-store.js";
+import type { InstanceStore, MarketFacts } from "./instance-store.js";
+import type { Marketplace, MarketInstance } from "./marketplace/marketplace.js";
+import type { ModelServerProbe } from "./probe.js";
+
+/** What the GPU service's parts share; built once by gpu-module.ts. */
+export interface GpuContext {
+  knex: Knex;
+  logger: Logger;
+  instances: InstanceStore;
+  logs: ExecutionLogStore;
+  marketplace: Marketplace;
+  probe: ModelServerProbe;
+  /** instance_ids whose creation is running in this process: the reconciler leaves them alone. */
+  inFlight: Set<string>;
+}
+
+export function marketFactsOf(market: MarketInstance): MarketFacts {
+  return {
+    marketInstanceId: market.id,
+    gpuInfo: { gpuName: market.gpuName, numGpus: market.numGpus, gpuRam: market.gpuRam },
+    costPerHour: market.dphTotal,
+    publicIp: market.publicIp || null,
+    sshPort: market.sshPort || null,
+    portMappings: market.portMappings,
+  };
+}
+
+export function elapsedSince(started: number): number {
+  return Date.now() - started;
+}

@@ -1,0 +1,271 @@
+import type { Knex } from "knex";
+import { SORT_SQL } from "./instance-list-sql.js";
+import type { InstanceSortKey } from "./page-token.js";
+import type { StoredStatus } from "./status.js";
+
+// The stored instance records (table gpu_instances). Rows map to InstanceRecord here and nowhere
+// else. Write methods take an optional transaction: the caller owns the boundary.
+
+const TABLE = "gpu_instances";
+export const INSTANCE_ID_PREFIX = "gpu-";
+
+export interface GpuInfo {
+  gpuName: string;
+  numGpus: number;
+  gpuRam: number;
+}
+
+export interface InstanceRecord {
+  instanceId: string;
+  /** The marketplace's id; null until the marketplace answered the creation. */
+  marketInstanceId: string | null;
+  offerId: string;
+  imageName: string;
+  status: StoredStatus;
+  gpuInfo: GpuInfo;
+  costPerHour: number;
+  publicIp: string | null;
+  sshPort: number | null;
+  portMappings: Record<string, number>;
+  templateName: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+  destroyedAt: Date | null;
+  destroyRequestedAt: Date | null;
+  startCommand: string;
+  autoDestroy: boolean;
+}
+
+export type NewInstance = Pick<
+  InstanceRecord,
+  "instanceId" | "offerId" | "imageName" | "gpuInfo" | "costPerHour" | "templateName" | "startCommand" | "autoDestroy"
+>;
+
+/** What the marketplace says about a running machine, copied into the record. */
+export interface MarketFacts {
+  marketInstanceId: string;
+  gpuInfo: GpuInfo;
+  costPerHour: number;
+  publicIp: string | null;
+  sshPort: number | null;
+  portMappings: Record<string, number>;
+}
+
+export type NetworkFacts = Pick<MarketFacts, "publicIp" | "sshPort" | "portMappings">;
+
+interface Row {
+  instance_id: string;
+  market_instance_id: string | null;
+  offer_id: string;
+  image_name: string;
+  status: StoredStatus;
+  gpu_info: Partial<{ gpu_name: string; num_gpus: number; gpu_ram: number }>;
+  cost_per_hour: number;
+  public_ip: string | null;
+  ssh_port: number | null;
+  port_mappings: Record<string, number>;
+  template_name: string | null;
+  created_at: Date;
+  updated_at: Date;
+  destroyed_at: Date | null;
+  destroy_requested_at: Date | null;
+  start_command: string;
+  auto_destroy: boolean;
+}
+
+export function gpuInfoJson(info: GpuInfo) {
+  return { gpu_name: info.gpuName, num_gpus: info.numGpus, gpu_ram: info.gpuRam };
+}
+
+export function toRecord(row: Row): InstanceRecord {
+  return {
+    instanceId: row.instance_id,
+    marketInstanceId: row.market_instance_id,
+    offerId: row.offer_id,
+    imageName: row.image_name,
+    status: row.status,
+    gpuInfo: {
+      gpuName: row.gpu_info.gpu_name ?? "",
+      numGpus: row.gpu_info.num_gpus ?? 0,
+      gpuRam: row.gpu_info.gpu_ram ?? 0,
+    },
+    costPerHour: row.cost_per_hour,
+    publicIp: row.public_ip,
+    sshPort: row.ssh_port,
+    portMappings: row.port_mappings ?? {},
+    templateName: row.template_name,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+    destroyedAt: row.destroyed_at,
+    destroyRequestedAt: row.destroy_requested_at,
+    startCommand: row.start_command,
+    autoDestroy: row.auto_destroy,
+  };
+}
+
+function networkColumns(facts: NetworkFacts) {
+  return {
+    public_ip: facts.publicIp,
+    ssh_port: facts.sshPort,
+    port_mappings: JSON.stringify(facts.portMappings),
+  };
+}
+
+/** Same text as the partial index gpu_instances_live_idx, so the planner uses it. */
+const LIVE_PREDICATE =
+  "status not in ('destroyed', 'failed') or (destroy_requested_at is not null and status <> 'destroyed')";
+
+export interface ListPageQuery {
+  statusFilter?: StoredStatus;
+  sortBy: InstanceSortKey;
+  limit: number;
+  /** ISO instant uptimes are measured at. */
+  asOf: string;
+  /** Sort value and instance_id of the last item of the previous page. */
+  after?: readonly [string, string];
+}
+
+export interface ListPage {
+  records: InstanceRecord[];
+  /** Sort value and id of the last record, when more records follow. */
+  nextAfter: [string, string] | undefined;
+}
+
+export class InstanceStore {
+  private constructor(private readonly knex: Knex) {}
+
+  static create({ knex }: { knex: Knex }): InstanceStore {
+    return new InstanceStore(knex);
+  }
+
+  /** A fresh id such as gpu-1042; ids are never reused. */
+  async nextInstanceId(): Promise<string> {
+    const { rows } = await this.knex.raw<{ rows: Array<{ n: string }> }>("select nextval('gpu_instance_id_seq') as n");
+    return `${INSTANCE_ID_PREFIX}${rows[0]!.n}`;
+  }
+
+  /** Writes a record in status creating, before the marketplace is asked for the machine. */
+  async insertCreating(record: NewInstance, trx?: Knex.Transaction): Promise<InstanceRecord> {
+    const [row] = await (trx ?? this.knex)(TABLE)
+      .insert({
+        instance_id: record.instanceId,
+        offer_id: record.offerId,
+        image_name: record.imageName,
+        status: "creating",
+        gpu_info: JSON.stringify(gpuInfoJson(record.gpuInfo)),
+        cost_per_hour: record.costPerHour,
+        template_name: record.templateName,
+        start_command: record.startCommand,
+        auto_destroy: record.autoDestroy,
+      })
+      .returning("*");
+    return toRecord(row as Row);
+  }
+
+  async get(instanceId: string): Promise<InstanceRecord | null> {
+    const row = await this.knex(TABLE).where({ instance_id: instanceId }).first();
+    return row ? toRecord(row as Row) : null;
+  }
+
+  /**
+   * Fills in what the marketplace answered, only while the record is still the creating one
+   * without a marketplace id: a reconciler and a late creation cannot both complete it.
+   */
+  async completeCreation(instanceId: string, facts: MarketFacts, trx?: Knex.Transaction): Promise<InstanceRecord | null> {
+    const [row] = await (trx ?? this.knex)(TABLE)
+      .where({ instance_id: instanceId, status: "creating" })
+      .whereNull("market_instance_id")
+      .update({
+        market_instance_id: facts.marketInstanceId,
+        gpu_info: JSON.stringify(gpuInfoJson(facts.gpuInfo)),
+        cost_per_hour: facts.costPerHour,
+        ...networkColumns(facts),
+        updated_at: this.knex.fn.now(),
+      })
+      .returning("*");
+    return row ? toRecord(row as Row) : null;
+  }
+
+  /**
+   * Moves a record from `from` to `to` (compare-and-set: a concurrent sync that already moved it
+   * updates nothing and so writes no second log record). Returns the updated record or null.
+   */
+  async changeStatus(
+    instanceId: string,
+    from: StoredStatus,
+    to: StoredStatus,
+    network?: NetworkFacts,
+    trx?: Knex.Transaction,
+  ): Promise<InstanceRecord | null> {
+    const [row] = await (trx ?? this.knex)(TABLE)
+      .where({ instance_id: instanceId, status: from })
+      .update({
+        status: to,
+        updated_at: this.knex.fn.now(),
+        ...(network ? networkColumns(network) : {}),
+      })
+      .returning("*");
+    return row ? toRecord(row as Row) : null;
+  }
+
+  /**
+   * Marks a record destroyed once the marketplace confirmed it; null when it already was, so that
+   * two concurrent destroys write one log record.
+   */
+  async markDestroyed(instanceId: string, trx?: Knex.Transaction): Promise<InstanceRecord | null> {
+    const [row] = await (trx ?? this.knex)(TABLE)
+      .where({ instance_id: instanceId })
+      .whereNot({ status: "destroyed" })
+      .update({ status: "destroyed", destroyed_at: this.knex.fn.now(), updated_at: this.knex.fn.now() })
+      .returning("*");
+    return row ? toRecord(row as Row) : null;
+  }
+
+  /** Notes that a destroy was asked for, so that the sync loop retries it until confirmed. */
+  async requestDestroy(instanceId: string): Promise<void> {
+    await this.knex(TABLE)
+      .where({ instance_id: instanceId })
+      .whereNull("destroy_requested_at")
+      .update({ destroy_requested_at: this.knex.fn.now() });
+  }
+
+  /** Records the sync loop and the reconciler look at: not finished, or with a pending destroy. */
+  async listLive(): Promise<InstanceRecord[]> {
+    const rows = await this.knex(TABLE).whereRaw(LIVE_PREDICATE).orderBy("instance_id");
+    return (rows as Row[]).map(toRecord);
+  }
+
+  /** Records by id, for matching marketplace labels. */
+  async getMany(instanceIds: readonly string[]): Promise<InstanceRecord[]> {
+    if (instanceIds.length === 0) return [];
+    const rows = await this.knex(TABLE).whereIn("instance_id", instanceIds);
+    return (rows as Row[]).map(toRecord);
+  }
+
+  /** One page in (sort value, instance_id) descending order, continuing after `after`. */
+  async listPage(query: ListPageQuery): Promise<ListPage> {
+    const sort = SORT_SQL[query.sortBy];
+    const asOf = sort.usesAsOf ? [query.asOf] : [];
+    const q = this.knex(TABLE).select("*", this.knex.raw(`${sort.key} as sort_key`, asOf));
+    if (query.statusFilter) q.where("status", query.statusFilter);
+    if (query.after) {
+      q.whereRaw(`(${sort.order}, instance_id) < (?::${sort.cast}, ?)`, [...asOf, ...query.after]);
+    }
+    const rows = (await q
+      .orderByRaw(`${sort.order} desc, instance_id desc`, asOf)
+      .limit(query.limit + 1)) as Array<Row & { sort_key: string }>;
+    const page = rows.slice(0, query.limit);
+    const last = page.at(-1);
+    return {
+      records: page.map(toRecord),
+      nextAfter: rows.length > query.limit && last ? [last.sort_key, last.instance_id] : undefined,
+    };
+  }
+
+  async count(statusFilter?: StoredStatus): Promise<number> {
+    const q = this.knex(TABLE).count<Array<{ n: string }>>({ n: "*" });
+    if (statusFilter) q.where("status", statusFilter);
+    const [row] = await q;
+    return Number(row?.n ?? 0);
+  }
+}

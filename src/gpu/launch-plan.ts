@@ -1,0 +1,44 @@
+import type { Template } from "../../gen/gpu/v1/gpu_service_pb.js";
+import type { CustomConfig } from "./custom-config.js";
+import { LLM_PORT } from "./templates.js";
+
+// What an instance runs: the image, the start command and environment of its model server
+// (templates), or a bare CUDA image with no command (no template).
+
+/** Image of an instance created without a template: a bare CUDA runtime, no model server. */
+export const BARE_IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04";
+
+export interface LaunchPlan {
+  image: string;
+  startCommand: string;
+  env: Record<string, string>;
+  llmPort?: number;
+  llmModelName?: string;
+  autoDestroy: boolean;
+}
+
+export function launchPlanOf(template: Template | undefined, custom: CustomConfig): LaunchPlan {
+  const autoDestroy = custom.autoDestroy ?? false;
+  if (!template?.config) return { image: BARE_IMAGE, startCommand: "", env: {}, autoDestroy };
+  const config = template.config;
+  const port = config.llmPort || LLM_PORT;
+  const maxModelLen = custom.llmMaxModelLen ?? config.llmMaxModelLen;
+  const memory = custom.llmGpuMemoryUtilization ?? config.llmGpuMemoryUtilization;
+  return {
+    image: config.imageName,
+    startCommand: [
+      `vllm serve ${config.llmModelName}`,
+      `--host 0.0.0.0 --port ${port}`,
+      `--max-model-len ${maxModelLen}`,
+      `--gpu-memory-utilization ${memory}`,
+    ].join(" "),
+    env: {
+      LLM_MODEL_NAME: config.llmModelName,
+      LLM_MAX_MODEL_LEN: String(maxModelLen),
+      LLM_GPU_MEMORY_UTILIZATION: String(memory),
+    },
+    llmPort: port,
+    llmModelName: config.llmModelName,
+    autoDestroy,
+  };
+}

@@ -1,0 +1,89 @@
+import { UnavailableError } from "../errors.js";
+import { destroyRecord } from "./destroy.js";
+import { marketFactsOf, type GpuContext } from "./gpu-context.js";
+import type { InstanceRecord } from "./instance-store.js";
+import type { MarketInstance } from "./marketplace/marketplace.js";
+import { modelServerUrl } from "./probe.js";
+import { isTerminal, storedStatusOf, type StoredStatus } from "./status.js";
+
+// Keeps the stored status equal to the marketplace's (the marketplace is the truth). Called by
+// the background loop and by every status read. Each change bumps updated_at and writes one
+// status_change log record; the compare-and-set in the store makes concurrent syncs of the same
+// instance write it once.
+
+export interface SyncOutcome {
+  record: InstanceRecord;
+  /** The marketplace's view, undefined when it has no instance (not created yet, or gone). */
+  market: MarketInstance | undefined;
+  /** Whether the model server answered its probe just now. */
+  llmAnswered: boolean;
+}
+
+export async function syncRecord(ctx: GpuContext, record: InstanceRecord): Promise<SyncOutcome> {
+  const idle = { record, market: undefined, llmAnswered: false };
+  if (record.destroyRequestedAt !== null && record.status !== "destroyed") {
+    return { ...idle, record: await destroyRecord(ctx, record, "destroy_instance") };
+  }
+  if (isTerminal(record.status) || record.marketInstanceId === null) return idle;
+  let market: MarketInstance | undefined;
+  try {
+    market = await ctx.marketplace.getInstance(record.marketInstanceId);
+  } catch (err) {
+    throw new UnavailableError("The marketplace did not report the instance status", { cause: err });
+  }
+  if (!market) return { ...idle, record: await markVanished(ctx, record) };
+  const url = modelServerUrl(market);
+  const llmAnswered = market.status === "running" && record.templateName !== null && url !== undefined && (await ctx.probe(url));
+  let current = await applyStatus(ctx, record, storedStatusOf(market.status, llmAnswered), market);
+  if (current.status === "exited" && current.autoDestroy) {
+    current = await destroyRecord(ctx, current, "auto_destroy");
+  }
+  return { record: current, market, llmAnswered };
+}
+
+async function applyStatus(ctx: GpuContext, record: InstanceRecord, next: StoredStatus, market: MarketInstance): Promise<InstanceRecord> {
+  if (next === record.status) return record;
+  const { publicIp, sshPort, portMappings } = marketFactsOf(market);
+  const changed = await ctx.knex.transaction(async (trx) => {
+    const updated = await ctx.instances.changeStatus(record.instanceId, record.status, next, { publicIp, sshPort, portMappings }, trx);
+    if (updated) {
+      await ctx.logs.append(
+        {
+          instanceId: record.instanceId,
+          operation: "status_change",
+          command: `sync ${market.id}`,
+          result: `${record.status} -> ${next}`,
+          executionTime: 0,
+          success: true,
+          metadata: { from: record.status, to: next, market_status: market.status, template_name: record.templateName },
+        },
+        trx,
+      );
+    }
+    return updated;
+  });
+  return changed ?? (await ctx.instances.get(record.instanceId)) ?? record;
+}
+
+/** The marketplace no longer knows the instance: it is not running and not billed any more. */
+async function markVanished(ctx: GpuContext, record: InstanceRecord): Promise<InstanceRecord> {
+  const changed = await ctx.knex.transaction(async (trx) => {
+    const updated = await ctx.instances.markDestroyed(record.instanceId, trx);
+    if (updated) {
+      await ctx.logs.append(
+        {
+          instanceId: record.instanceId,
+          operation: "status_change",
+          command: `sync ${record.marketInstanceId}`,
+          result: `${record.status} -> destroyed: the marketplace no longer has the instance`,
+          executionTime: 0,
+          success: true,
+          metadata: { from: record.status, to: "destroyed", market_status: null, template_name: record.templateName },
+        },
+        trx,
+      );
+    }
+    return updated;
+  });
+  return changed ?? (await ctx.instances.get(record.instanceId)) ?? record;
+}

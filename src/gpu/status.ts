@@ -1,0 +1,40 @@
+import type { MarketStatus } from "./marketplace/marketplace.js";
+
+// Stored status values (db_info.status, status_filter, status_distribution) and how they follow
+// the marketplace's. Pure, so that the mapping is tested on its own.
+
+export const STORED_STATUSES = ["creating", "loading", "running", "running_llm", "exited", "failed", "destroyed"] as const;
+export type StoredStatus = (typeof STORED_STATUSES)[number];
+
+/** Instances that are, or are about to be, billed and serving. */
+export const ACTIVE_STATUSES: readonly StoredStatus[] = ["creating", "loading", "running", "running_llm"];
+
+/** Statuses no marketplace observation changes any more. */
+export const TERMINAL_STATUSES: readonly StoredStatus[] = ["failed", "destroyed"];
+
+export function isStoredStatus(value: string): value is StoredStatus {
+  return (STORED_STATUSES as readonly string[]).includes(value);
+}
+
+export function isTerminal(status: StoredStatus): boolean {
+  return TERMINAL_STATUSES.includes(status);
+}
+
+/**
+ * The stored status for what the marketplace reports. `running` becomes `running_llm` only when
+ * the model server answered its probe. `offline` (the host is unreachable) is stored as
+ * `exited`: the instance is not serving, and the stored statuses have no other word for it.
+ */
+export function storedStatusOf(market: MarketStatus, llmAnswered: boolean): StoredStatus {
+  switch (market) {
+    case "creating":
+      return "creating";
+    case "loading":
+      return "loading";
+    case "running":
+      return llmAnswered ? "running_llm" : "running";
+    case "exited":
+    case "offline":
+      return "exited";
+  }
+}

@@ -1,0 +1,40 @@
+import { createClient, type Client } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
+
+// Small helpers for the GPU end-to-end tests: REST calls that return status and JSON, the
+// generated Connect client, and polling until a condition holds.
+
+export interface RestAnswer<T = Record<string, unknown>> {
+  status: number;
+  body: T;
+}
+
+export async function rest<T = Record<string, unknown>>(
+  baseUrl: string,
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<RestAnswer<T>> {
+  const res = await fetch(`${baseUrl}${path}`, {
+    method,
+    headers: body === undefined ? {} : { "content-type": "application/json" },
+    body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
+  });
+  return { status: res.status, body: (await res.json()) as T };
+}
+
+export function gpuClient(baseUrl: string): Client<typeof GpuService> {
+  return createClient(GpuService, createConnectTransport({ baseUrl, httpVersion: "1.1" }));
+}
+
+/** Polls `probe` until it returns a value that is not undefined, or fails after timeoutMs. */
+export async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
