@@ -27,8 +27,12 @@ export function indexingFailureOf(err: unknown): IndexingFailure | undefined {
   const code = codeOf(err);
   if (code !== undefined && INDEXING_CODES.has(code)) return { code, message };
   if (err instanceof UnavailableError) return { code: "BULK_FAILED", message };
-  if (err instanceof errors.ConnectionError || err instanceof errors.TimeoutError || err instanceof errors.ResponseError) {
-    return { code: "BULK_FAILED", message };
+  // The client's own messages name hosts and request details; the batch reports plain words.
+  if (err instanceof errors.ConnectionError || err instanceof errors.TimeoutError) {
+    return { code: "BULK_FAILED", message: "the search engine is unreachable" };
+  }
+  if (err instanceof errors.ResponseError) {
+    return { code: "BULK_FAILED", message: `the search engine refused a request (status ${err.statusCode ?? "unknown"})` };
   }
   return undefined;
 }
