@@ -1,4 +1,4 @@
-import { ConflictError, NotFoundError } from "../../errors.js";
+import { ConflictError, NotFoundError, OperationFailedError } from "../../errors.js";
 import { createMarketplaceHttp, type MarketplaceHttpOptions } from "./http-client.js";
 import type { Marketplace } from "./marketplace.js";
 import { errorCode, errorMessage, parseInstanceAnswer, parseInstances, parseOffers, toCreateBody } from "./wire.js";
@@ -28,6 +28,7 @@ export function createRemoteMarketplace(options: RemoteMarketplaceOptions): Mark
         signal,
       });
       if (status === 404) {
+        expectCode(body, "offer_not_found");
         throw new NotFoundError(`Offer '${request.offerId}' not found`, { extra: { field: "offer_id" } });
       }
       if (status === 409 && errorCode(body) === "idempotency_key_reused") {
@@ -44,7 +45,8 @@ export function createRemoteMarketplace(options: RemoteMarketplaceOptions): Mark
 
     async getInstance(id, signal) {
       const { status, body } = await http("GET", instancePath(id), { accept: [404], signal });
-      return status === 404 ? undefined : parseInstanceAnswer(body);
+      if (status === 404) return expectCode(body, "instance_not_found");
+      return parseInstanceAnswer(body);
     },
 
     async listInstances(labelPrefix, signal) {
@@ -53,12 +55,23 @@ export function createRemoteMarketplace(options: RemoteMarketplaceOptions): Mark
     },
 
     async destroyInstance(id, signal) {
-      // 200 is the marketplace's confirmation; 404 means it is already gone, which is success too.
-      await http("DELETE", instancePath(id), { accept: [404], signal });
+      // 200 is the marketplace's confirmation; 404 instance_not_found means it is already gone,
+      // which is success too.
+      const { status, body } = await http("DELETE", instancePath(id), { accept: [404], signal });
+      if (status === 404) expectCode(body, "instance_not_found");
     },
 
     async close() {
       // Nothing held: fetch's connection pool closes idle sockets by itself.
     },
   };
+}
+
+/**
+ * A 404 means "gone" only when the marketplace says so. Any other 404 (a wrong MARKETPLACE_URL, a
+ * proxy's page) must not be read as "already destroyed": that would stop billing nowhere but here.
+ */
+function expectCode(body: unknown, code: string): undefined {
+  if (errorCode(body) === code) return undefined;
+  throw new OperationFailedError(`The marketplace answered 404 without '${code}'; is MARKETPLACE_URL right?`);
 }

@@ -143,7 +143,8 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
 
   return {
     async listOffers() {
-      return offers.map((o) => ({ ...o, rentable: o.rentable && !isRented(o.id) }));
+      const rented = new Set([...instances.values()].map((i) => i.offer.id));
+      return offers.map((o) => ({ ...o, rentable: o.rentable && !rented.has(o.id) }));
     },
 
     async createInstance(request) {

@@ -78,6 +78,20 @@ describe("remote marketplace against the contract server", () => {
     await remote.createInstance(request(offerId, "gpu-2"));
     await expect(remote.createInstance(request(offerId, "gpu-3"))).rejects.toThrow(ConflictError);
   });
+
+  it("refuses a label already used for another offer instead of renting a second machine", async () => {
+    await remote.createInstance(request(await rentableOfferId(0), "gpu-6"));
+    await expect(remote.createInstance(request(await rentableOfferId(1), "gpu-6"))).rejects.toThrow(/already used label 'gpu-6'/);
+    expect(await contract.backend.listInstances("gpu-6")).toHaveLength(1);
+  });
+
+  it("does not take a 404 from a wrong base URL for a destroyed instance", async () => {
+    const created = await remote.createInstance(request(await rentableOfferId(), "gpu-5"));
+    const misdirected = connect({ baseUrl: `${contract.url}/not-the-api/` });
+    await expect(misdirected.destroyInstance(created.id)).rejects.toThrow(/MARKETPLACE_URL/);
+    await expect(misdirected.getInstance(created.id)).rejects.toBeInstanceOf(OperationFailedError);
+    expect(await contract.backend.getInstance(created.id)).toBeDefined();
+  });
 });
 
 describe("remote marketplace retries", () => {
