@@ -1,0 +1,114 @@
+import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
+import { generateGoods } from "../../src/indexing/goods-generator.js";
+import { GOODS_MAPPING } from "../../src/indexing/goods-index.js";
+import { IndexingError } from "../../src/indexing/indexing-error.js";
+import { runGoodsIndexing } from "../../src/indexing/modes.js";
+import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
+import { documentCount, flagCounts, flagOf, testRunOptions } from "./helpers.js";
+
+const es = createTestElasticsearch();
+let db: TestDatabase;
+let index: string;
+
+beforeEach(async () => {
+  db = await createTestDatabase();
+  index = uniqueIndexName("goods_cursor");
+  await generateGoods(db.knex, { rows: 500, unusedEvery: 10 });
+});
+
+afterEach(async () => {
+  await es.indices.delete({ index, ignore_unavailable: true });
+  await db.drop();
+});
+
+afterAll(async () => {
+  await es.close();
+});
+
+const cursorRun = (extra: Partial<Parameters<typeof runGoodsIndexing>[0]> = {}) =>
+  runGoodsIndexing({ ...testRunOptions(db.knex, es, index), mode: "cursor", ...extra });
+
+describe("cursor mode", () => {
+  it("indexes the INDEX_YN='N' rows and flips them to 'Y'", async () => {
+    await db.knex("PR_GOODS_SEARCH_INTF").whereIn("GOODS_NO", ["G0000000001", "G0000000002"]).update({ INDEX_YN: "Y" });
+
+    const result = await cursorRun();
+
+    expect(result).toMatchObject({ mode: "cursor", fetchedCount: 448, indexedCount: 448, failedCount: 0, finalizedCount: 448 });
+    expect(await documentCount(es, index)).toBe(448);
+    expect(await flagCounts(db.knex)).toEqual({ Y: 450 });
+    expect((await db.knex("goods_index_accepted").count({ n: "*" }))[0]).toEqual({ n: "0" });
+  });
+
+  it("keeps a row inserted and a row modified while the run is in progress at 'N' and indexes them on the next run", async () => {
+    let touched = false;
+    const first = await cursorRun({
+      onBulkSettled: async () => {
+        if (touched) return;
+        touched = true;
+        // G0000000001 was read in the first bulk, G0000000499 is read later; both change now.
+        await db.knex.raw(`update "PR_GOODS_SEARCH_INTF" set "GOODS_NM" = 'changed ' || "GOODS_NO", "SYS_MOD_DTM" = now() + interval '1 second'
+                            where "GOODS_NO" in ('G0000000001', 'G0000000499')`);
+        await generateGoods(db.knex, { rows: 1, firstNo: 9001, unusedEvery: 0 });
+      },
+    });
+
+    expect(first).toMatchObject({ fetchedCount: 450, indexedCount: 450, finalizedCount: 448 });
+    expect(await flagOf(db.knex, "G0000000001")).toBe("N");
+    expect(await flagOf(db.knex, "G0000000499")).toBe("N");
+    expect(await flagOf(db.knex, "G0000009001")).toBe("N");
+
+    const second = await cursorRun();
+    expect(second).toMatchObject({ fetchedCount: 3, indexedCount: 3, finalizedCount: 3 });
+    expect(await flagCounts(db.knex)).toEqual({ Y: 451 });
+    const doc = await es.get<{ GOODS_NM: string }>({ index, id: "G0000000499" });
+    expect(doc._source?.GOODS_NM).toBe("changed G0000000499");
+    expect(await documentCount(es, index)).toBe(451);
+  });
+
+  it("leaves the row of a document Elasticsearch rejected at 'N'", async () => {
+    // An index whose SALE_PRICE is a byte rejects exactly the one row priced above 127.
+    await es.indices.create({ index, mappings: { ...GOODS_MAPPING, properties: { ...GOODS_MAPPING.properties, SALE_PRICE: { type: "byte" } } } });
+    await db.knex("PR_GOODS_SEARCH_INTF").update({ SALE_PRICE: 100 });
+    await db.knex("PR_GOODS_SEARCH_INTF").where({ GOODS_NO: "G0000000007" }).update({ SALE_PRICE: 50_000 });
+
+    const result = await cursorRun();
+
+    expect(result).toMatchObject({ fetchedCount: 450, indexedCount: 449, failedCount: 1, finalizedCount: 449 });
+    expect(await flagOf(db.knex, "G0000000007")).toBe("N");
+    expect(await flagCounts(db.knex)).toEqual({ Y: 449, N: 1 });
+  });
+
+  it("leaves every row at 'N' when finalize fails, and the next run re-indexes them without duplicates", async () => {
+    await db.knex.raw(`create function refuse_flag() returns trigger language plpgsql as $$
+                       begin raise exception 'flag updates refused for the test'; end $$`);
+    await db.knex.raw(`create trigger refuse_flag before update of "INDEX_YN" on "PR_GOODS_SEARCH_INTF" for each statement execute function refuse_flag()`);
+
+    const error = await cursorRun().catch((err: unknown) => err);
+    expect(error).toBeInstanceOf(IndexingError);
+    expect((error as IndexingError).code).toBe("FINALIZE_FAILED");
+    expect(await flagCounts(db.knex)).toEqual({ N: 450 });
+    expect(await documentCount(es, index)).toBe(450);
+
+    await db.knex.raw(`drop trigger refuse_flag on "PR_GOODS_SEARCH_INTF"`);
+    const retry = await cursorRun();
+    expect(retry).toMatchObject({ fetchedCount: 450, indexedCount: 450, finalizedCount: 450 });
+    expect(await flagCounts(db.knex)).toEqual({ Y: 450 });
+    expect(await documentCount(es, index)).toBe(450);
+  });
+});
+
+describe("cursor mode on a single-connection pool (embedded PostgreSQL)", () => {
+  it("flips the accepted rows although the reader holds the only connection", async () => {
+    const single = await createTestDatabase({ poolMax: 1 });
+    try {
+      await generateGoods(single.knex, { rows: 300, unusedEvery: 0 });
+      const result = await runGoodsIndexing({ ...testRunOptions(single.knex, es, index), mode: "cursor" });
+      expect(result).toMatchObject({ fetchedCount: 300, indexedCount: 300, finalizedCount: 300 });
+      expect(await flagCounts(single.knex)).toEqual({ Y: 300 });
+    } finally {
+      await single.drop();
+    }
+  });
+});
