@@ -97,3 +97,42 @@ export async function startSeveringProxy(target: string): Promise<SeveringProxy>
     },
   };
 }
+
+/**
+ * An HTTP proxy in front of Elasticsearch that answers the first `throttledBulks` bulk requests
+ * itself, as an overloaded cluster would: every item 429. Everything else is forwarded.
+ */
+export async function startThrottlingProxy(target: string, throttledBulks: number): Promise<{ url: string; throttled: number; close(): Promise<void> }> {
+  const { createServer: createHttpServer } = await import("node:http");
+  const state = { throttled: 0 };
+  const server = createHttpServer(async (req, res) => {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const body = Buffer.concat(chunks);
+    if (req.url?.includes("/_bulk") && state.throttled < throttledBulks) {
+      state.throttled++;
+      const actions = body.toString("utf8").split("\n").filter((line, i) => i % 2 === 0 && line !== "");
+      const items = actions.map((line) => ({
+        index: { _id: (JSON.parse(line) as { index: { _id: string } }).index._id, status: 429, error: { type: "es_rejected_execution_exception", reason: "queue full" } },
+      }));
+      res.writeHead(200, { "content-type": "application/json", "x-elastic-product": "Elasticsearch" });
+      res.end(JSON.stringify({ took: 1, errors: true, items }));
+      return;
+    }
+    const headers = Object.fromEntries(Object.entries(req.headers).filter(([name]) => !["host", "content-length", "connection"].includes(name))) as Record<string, string>;
+    const upstream = await fetch(`${target}${req.url}`, { method: req.method, headers, body: ["GET", "HEAD"].includes(req.method ?? "") ? undefined : body });
+    // fetch has already decoded the body, so its encoding and length headers no longer apply.
+    const responseHeaders = Object.fromEntries([...upstream.headers].filter(([name]) => !["content-encoding", "content-length"].includes(name)));
+    res.writeHead(upstream.status, responseHeaders);
+    res.end(Buffer.from(await upstream.arrayBuffer()));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${port}`,
+    get throttled() {
+      return state.throttled;
+    },
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
