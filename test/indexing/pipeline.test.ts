@@ -1,0 +1,123 @@
+import { Client } from "@elastic/elasticsearch";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { generateGoods } from "../../src/indexing/goods-generator.js";
+import { IndexingError } from "../../src/indexing/indexing-error.js";
+import { runGoodsIndexing } from "../../src/indexing/modes.js";
+import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
+import { otherSessions, startSeveringProxy, testRunOptions } from "./helpers.js";
+
+const ROWS = 3000;
+const es = createTestElasticsearch();
+const indices: string[] = [];
+let db: TestDatabase;
+
+function newIndex(): string {
+  const name = uniqueIndexName("goods_pipeline");
+  indices.push(name);
+  return name;
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await generateGoods(db.knex, { rows: ROWS, unusedEvery: 0 });
+});
+
+afterAll(async () => {
+  if (indices.length > 0) await es.indices.delete({ index: indices, ignore_unavailable: true });
+  await db?.drop();
+  await es.close();
+});
+
+/** No session of the test database is left reading the goods table or idle inside a transaction. */
+async function expectCursorReleased(): Promise<void> {
+  const sessions = await otherSessions(db.knex);
+  expect(sessions.filter((s) => s.state !== "idle")).toEqual([]);
+  expect(sessions.filter((s) => s.state === "idle in transaction" || s.state === "idle in transaction (aborted)")).toEqual([]);
+}
+
+describe("pipeline", () => {
+  it("holds no more rows than channel capacity plus the bulks in flight and the one being built when the sender is slow", async () => {
+    const sizes = { fetchSize: 200, bulkSize: 50, bulksInFlight: 2, channelCapacity: 100 };
+    let slowBulks = 0;
+    const result = await runGoodsIndexing({
+      ...testRunOptions(db.knex, es, newIndex()),
+      ...sizes,
+      mode: "full",
+      onBulkSettled: async () => {
+        if (slowBulks++ < 20) await new Promise((resolve) => setTimeout(resolve, 25));
+      },
+    });
+
+    expect(result).toMatchObject({ fetchedCount: ROWS, indexedCount: ROWS, failedCount: 0 });
+    // The reader really waited: the channel filled up, and never beyond its capacity.
+    expect(result.maxChannelSize).toBe(sizes.channelCapacity);
+    // Rows taken from the cursor but not yet settled in a bulk response. The cursor's own buffer
+    // (at most one fetch) comes on top of this, bounded by the stream's highWaterMark.
+    const bound = sizes.channelCapacity + (sizes.bulksInFlight + 1) * sizes.bulkSize + 1;
+    expect(result.maxRowsHeld).toBeLessThanOrEqual(bound);
+    expect(result.maxRowsHeld).toBeLessThan(ROWS / 2);
+  });
+
+  it("closes the cursor and returns its connection when stopped early by an abort", async () => {
+    const controller = new AbortController();
+    let fetchedAtStop = 0;
+    const error = await runGoodsIndexing({
+      ...testRunOptions(db.knex, es, newIndex()),
+      mode: "full",
+      signal: controller.signal,
+      onBulkSettled: (stats) => {
+        fetchedAtStop = stats.total;
+        if (stats.bulks === 2) controller.abort();
+      },
+    }).catch((err: unknown) => err);
+
+    expect(error).toBeInstanceOf(Error);
+    expect(fetchedAtStop).toBeLessThan(ROWS);
+    await expectCursorReleased();
+    // The pool is usable: the next run reads everything.
+    const next = await runGoodsIndexing({ ...testRunOptions(db.knex, es, newIndex()), mode: "full" });
+    expect(next.fetchedCount).toBe(ROWS);
+  });
+
+  it("closes the cursor when the bulk sender fails midway", async () => {
+    const proxy = await startSeveringProxy(elasticsearchUrl());
+    const client = new Client({ node: proxy.url, maxRetries: 0 });
+    try {
+      const error = await runGoodsIndexing({
+        ...testRunOptions(db.knex, client, newIndex()),
+        mode: "cursor",
+        onBulkSettled: (stats) => {
+          if (stats.bulks === 2) proxy.severNext();
+        },
+      }).catch((err: unknown) => err);
+      expect((error as IndexingError).code).toBe("BULK_FAILED");
+      await expectCursorReleased();
+      const flipped = await db.knex("PR_GOODS_SEARCH_INTF").where({ INDEX_YN: "Y" }).count({ n: "*" });
+      expect(flipped[0]).toEqual({ n: "0" });
+    } finally {
+      await client.close();
+      await proxy.close();
+    }
+  });
+
+  it("reports DB_STREAM_ERROR when reading fails, after releasing the connection", async () => {
+    // The table is swapped for a view whose 2,500th row raises an error, so the stream fails midway.
+    await db.knex.raw(`create or replace function failing_price(n int) returns int language plpgsql as $$
+                       begin if n = 2500 then raise exception 'unreadable row'; end if; return n; end $$`);
+    await db.knex.raw(`alter table "PR_GOODS_SEARCH_INTF" rename to goods_real`);
+    await db.knex.raw(`create view "PR_GOODS_SEARCH_INTF" as
+                       select "GOODS_NO", "GOODS_NM", "BRAND_NM", "CATE_CD", "CATE_PATH",
+                              failing_price(substr("GOODS_NO", 2)::int) as "SALE_PRICE", "PROMO_PRICE", "ICON_INFO", "IMG_URL",
+                              "USE_YN", "INDEX_YN", "SYS_REG_DTM", "SYS_MOD_DTM" from goods_real`);
+    try {
+      const error = await runGoodsIndexing({ ...testRunOptions(db.knex, es, newIndex()), mode: "full" }).catch((err: unknown) => err);
+      expect(error).toBeInstanceOf(IndexingError);
+      expect((error as IndexingError).code).toBe("DB_STREAM_ERROR");
+      await expectCursorReleased();
+    } finally {
+      await db.knex.raw(`drop view "PR_GOODS_SEARCH_INTF"`);
+      await db.knex.raw(`alter table goods_real rename to "PR_GOODS_SEARCH_INTF"`);
+    }
+  });
+});
