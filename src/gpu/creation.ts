@@ -1,6 +1,6 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { Template } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { DomainError, InvalidInputError, UnavailableError } from "../errors.js";
+import { DomainError, InvalidInputError, OperationFailedError, UnavailableError } from "../errors.js";
 import { parseCustomConfig } from "./custom-config.js";
 import { destroyRecord } from "./destroy.js";
 import { elapsedSince, marketFactsOf, type GpuContext } from "./gpu-context.js";
@@ -108,7 +108,14 @@ async function complete(
     if (updated) await ctx.logs.append(creationLog(updated, market, "creating", elapsedSince(started)), trx);
     return updated;
   });
-  if (!completed || !template) return;
+  if (!completed) {
+    // Someone else settled the record meanwhile (another replica's reconciler). Adopted with this
+    // very machine is a success; anything else means the machine is not ours to report.
+    const current = await ctx.instances.get(record.instanceId);
+    if (current?.marketInstanceId === market.id) return;
+    throw new OperationFailedError(`The creation of '${record.instanceId}' was settled elsewhere as ${current?.status ?? "missing"}`);
+  }
+  if (!template) return;
   // The cap holds for the price actually rented, not only the price the offer showed.
   try {
     checkTemplateLimits({ id: market.offerId, gpuRam: market.gpuRam }, template, market.dphTotal);

@@ -1,0 +1,126 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { SimulatedMarketplace } from "../../src/gpu/marketplace/simulated.js";
+import { createTestElasticsearch } from "../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
+import { createFastSimulatedMarketplace, startTestServer, type TestServer } from "../support/server.js";
+import { rest, waitFor } from "./helpers.js";
+import { HOUR } from "./seed.js";
+
+// Nothing rented is forgotten: a creation interrupted between the marketplace call and the
+// database update, a labelled marketplace instance with no record, and a creating record whose
+// marketplace instance never appeared are all repaired by the reconciler, at start-up and in the loop.
+
+let db: TestDatabase;
+let marketplace: SimulatedMarketplace;
+const servers: TestServer[] = [];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  marketplace = createFastSimulatedMarketplace();
+});
+
+afterAll(async () => {
+  for (const server of servers) await server.close();
+  await marketplace?.close();
+  await db?.drop();
+});
+
+async function start(env: Record<string, string>, crashAfterMarketplaceCreate = false): Promise<TestServer> {
+  const server = await startTestServer({
+    knex: db.knex,
+    elasticsearch: createTestElasticsearch(),
+    marketplace,
+    env,
+    gpuCreationHooks: crashAfterMarketplaceCreate
+      ? {
+          afterMarketplaceCreate() {
+            throw new Error("process died between the marketplace call and the database update");
+          },
+        }
+      : undefined,
+  });
+  servers.push(server);
+  return server;
+}
+
+const record = async (id: string) => db.knex("gpu_instances").where({ instance_id: id }).first();
+const logsOf = (id: string) => db.knex("GpuExecutionLog").where({ instance_id: id }).orderBy("id");
+
+async function rentable(): Promise<string> {
+  return (await marketplace.listOffers()).find((o) => o.rentable && o.dphTotal < 0.3)!.id;
+}
+
+describe("the reconciler", () => {
+  it("repairs an interrupted creation, destroys an unowned labelled instance and fails a creation that never reached the marketplace", async () => {
+    const crashed = await start({ GPU_STATUS_SYNC_MS: "86400000" }, true);
+    const res = await rest(crashed.url, "POST", "/api/gpu/instances/from-template?template_name=budget");
+    expect(res.status).toBe(500);
+    const [interrupted] = await db.knex("gpu_instances").where({ status: "creating" });
+    expect(interrupted.market_instance_id).toBeNull();
+    const [leaked] = (await marketplace.listInstances("gpu-")).filter((m) => m.label === interrupted.instance_id);
+    expect(leaked).toBeDefined();
+    await crashed.close();
+    servers.pop();
+
+    // A labelled instance no record owns, and a record whose creation never reached the marketplace.
+    const orphan = await marketplace.createInstance({ offerId: await rentable(), label: "gpu-990001", image: "x", startCommand: "", env: {} });
+    await db.knex("gpu_instances").insert({
+      instance_id: "gpu-990002",
+      offer_id: "o",
+      status: "creating",
+      created_at: new Date(Date.now() - HOUR),
+      updated_at: new Date(Date.now() - HOUR),
+    });
+
+    const restarted = await start({ GPU_STATUS_SYNC_MS: "86400000", GPU_CREATION_GRACE_MS: "60000" });
+    expect(restarted).toBeDefined();
+
+    const adopted = await record(interrupted.instance_id);
+    expect(adopted.market_instance_id).toBe(leaked!.id);
+    expect(adopted.cost_per_hour).toBe(leaked!.dphTotal);
+    const creations = (await logsOf(interrupted.instance_id)).filter((l) => l.operation === "create_instance");
+    expect(creations).toEqual([expect.objectContaining({ success: true })]);
+
+    expect(await marketplace.getInstance(orphan.id)).toBeUndefined();
+    expect(await logsOf("gpu-990001")).toEqual([expect.objectContaining({ operation: "reconcile_destroy", success: true })]);
+
+    expect((await record("gpu-990002")).status).toBe("failed");
+    expect(await logsOf("gpu-990002")).toEqual([expect.objectContaining({ operation: "create_instance", success: false })]);
+
+    // No marketplace instance without a record that owns it, and no record left creating.
+    const records = await db.knex("gpu_instances").select("instance_id", "market_instance_id", "status");
+    for (const market of await marketplace.listInstances("gpu-")) {
+      expect(records).toContainEqual(expect.objectContaining({ instance_id: market.label, market_instance_id: market.id }));
+    }
+    await waitFor("no record creating", async () =>
+      (await db.knex("gpu_instances").where({ status: "creating" })).length === 0 ? true : undefined,
+    );
+  });
+
+  it("leaves a creation in flight alone, and reconciles in the loop, not only at start", async () => {
+    // A marketplace that takes 300 ms to answer a creation: meanwhile the record is creating with
+    // no marketplace instance, which the loop (every 50 ms, no grace) would fail if it did not
+    // know the creation is in flight.
+    const slow = {
+      ...marketplace,
+      createInstance: async (...args: Parameters<SimulatedMarketplace["createInstance"]>) => {
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        return marketplace.createInstance(...args);
+      },
+    };
+    const server = await startTestServer({
+      knex: db.knex,
+      elasticsearch: createTestElasticsearch(),
+      marketplace: slow,
+      env: { GPU_STATUS_SYNC_MS: "50", GPU_CREATION_GRACE_MS: "0" },
+    });
+    servers.push(server);
+    const created = await rest<{ instance_id: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget");
+    expect(created.status).toBe(200);
+    expect((await record(created.body.instance_id)).status).not.toBe("failed");
+    expect(await logsOf(created.body.instance_id)).toEqual([expect.objectContaining({ operation: "create_instance", success: true })]);
+
+    const orphan = await marketplace.createInstance({ offerId: await rentable(), label: "gpu-990003", image: "x", startCommand: "", env: {} });
+    await waitFor("orphan destroyed", async () => ((await marketplace.getInstance(orphan.id)) ? undefined : true));
+  });
+});
