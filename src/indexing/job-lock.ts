@@ -35,27 +35,26 @@ export interface JobLockOptions {
 }
 
 export function createJobLock({ databaseUrl, logger }: JobLockOptions): JobLock {
-  let running: (RunningJob & { controller: AbortController; done: Promise<unknown> }) | undefined;
+  let running: (RunningJob & { controller: AbortController; ended: Promise<void> }) | undefined;
 
   return {
     async run(jobName, work) {
       if (running) throw conflict(running.jobName, running.startedAt);
       const controller = new AbortController();
       const startedAt = new Date();
+      let ended!: () => void;
       // Claimed synchronously, before any await, so two calls in one tick cannot both pass.
-      const job = { jobName, startedAt, controller, done: Promise.resolve() as Promise<unknown> };
-      running = job;
+      running = { jobName, startedAt, controller, ended: new Promise<void>((resolve) => (ended = resolve)) };
       try {
         const release = databaseUrl ? await acquireAdvisory(databaseUrl, jobName, startedAt) : async () => {};
         try {
-          const result = work(controller.signal);
-          job.done = result.catch(() => {});
-          return await result;
+          return await work(controller.signal);
         } finally {
           await release().catch((err: unknown) => logger.warn({ err, jobName }, "releasing the advisory lock failed"));
         }
       } finally {
         running = undefined;
+        ended();
       }
     },
     current() {
@@ -65,7 +64,7 @@ export function createJobLock({ databaseUrl, logger }: JobLockOptions): JobLock 
       const job = running;
       if (!job) return;
       job.controller.abort(new Error("shutting down"));
-      await job.done;
+      await job.ended;
     },
   };
 }
