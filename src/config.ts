@@ -1,3 +1,5 @@
+import { validate as validateCron } from "node-cron";
+
 // Configuration is read from the environment once, validated, and frozen. A bad variable fails
 // start-up with a message naming it.
 
@@ -11,6 +13,7 @@ export interface Config {
   readonly dataDir: string;
   readonly elasticsearchUrl: string;
   readonly indexing: IndexingConfig;
+  readonly batch: BatchConfig;
   /** Bearer tokens accepted on every route but the health checks; empty disables auth. */
   readonly authTokens: readonly string[];
   readonly logLevel: string;
@@ -64,6 +67,20 @@ export interface IndexingConfig {
   readonly channelCapacity: number;
 }
 
+/** The product batch's log index and the cron runner (SPEC.md section 3). */
+export interface BatchConfig {
+  /** Elasticsearch index of the batch log documents. */
+  readonly logIndex: string;
+  /** False switches the whole cron runner off. */
+  readonly cronEnabled: boolean;
+  /** node-cron expression (Asia/Seoul) of the full product batch, or "off". */
+  readonly cronBatch: string;
+  /** node-cron expression (Asia/Seoul) of the incremental indexing run, or "off". */
+  readonly cronIncremental: string;
+  /** The interval, in minutes, that the scheduled incremental run indexes. */
+  readonly cronIncrementalMinutes: number;
+}
+
 const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
 
 export function loadConfig(env: Env = process.env): Config {
@@ -76,6 +93,7 @@ export function loadConfig(env: Env = process.env): Config {
     dataDir: text(env, "DATA_DIR") ?? "./data",
     elasticsearchUrl: url(env, "ELASTICSEARCH_URL", ["http:", "https:"]) ?? "http://127.0.0.1:9200",
     indexing: indexingConfig(env),
+    batch: batchConfig(env),
     authTokens,
     logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
     tlsCertFile: text(env, "TLS_CERT_FILE"),
@@ -160,6 +178,25 @@ function indexingConfig(env: Env): IndexingConfig {
     bulksInFlight: integer(env, "INDEX_BULKS_IN_FLIGHT", 2, 1, 16),
     channelCapacity: integer(env, "INDEX_CHANNEL_CAPACITY", 0, 0, 1_000_000),
   });
+}
+
+function batchConfig(env: Env): BatchConfig {
+  return Object.freeze({
+    logIndex: indexName(env, "BATCH_LOG_INDEX", "batch_log"),
+    cronEnabled: oneOf(env, "CRON_ENABLED", ["true", "false"], "true") === "true",
+    cronBatch: cronExpression(env, "CRON_BATCH", "0 1 * * *"),
+    cronIncremental: cronExpression(env, "CRON_INCREMENTAL", "*/30 * * * *"),
+    cronIncrementalMinutes: integer(env, "CRON_INCREMENTAL_MINUTES", 30, 2, 10_080),
+  });
+}
+
+/** A node-cron expression (five or six fields), or "off". */
+function cronExpression(env: Env, name: string, fallback: string): string {
+  const value = text(env, name) ?? fallback;
+  if (value !== "off" && !validateCron(value)) {
+    throw new ConfigError(`${name} must be a cron expression such as '${fallback}' or 'off', got '${value}'`);
+  }
+  return value;
 }
 
 /** An Elasticsearch index name: lower case, no path or wildcard characters. */

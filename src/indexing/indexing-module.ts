@@ -1,6 +1,7 @@
 import { IndexingService } from "../../gen/search/v1/indexing_service_pb.js";
 import type { AppDeps, ServiceModule } from "../app.js";
 import { registration } from "../server/app.js";
+import { createBatchWiring } from "./batch/batch-wiring.js";
 import { createIndexingService } from "./indexing-service.js";
 import { createJobLock } from "./job-lock.js";
 
@@ -9,13 +10,19 @@ export function createIndexingModule(deps: AppDeps): ServiceModule {
   const { config, knex, elasticsearch, logger } = deps;
   // Without DATABASE_URL the embedded PostgreSQL serves one connection: the lock is then in-process only.
   const jobLock = createJobLock({ databaseUrl: config.databaseUrl, logger });
-  const service = createIndexingService({ knex, elasticsearch, logger, indexing: config.indexing, jobLock });
+  const batch = createBatchWiring({ knex, elasticsearch, logger, indexing: config.indexing, batch: config.batch, jobLock });
+  const service = createIndexingService({ knex, elasticsearch, logger, indexing: config.indexing, jobLock }, batch.rpcs);
   return {
     service: registration(IndexingService, service),
-    async start() {},
+    async start() {
+      batch.cron.start();
+    },
     async stop() {
-      // A running job is aborted; its finally blocks restore index settings and release the cursor.
+      // No new ticks; a running job is aborted, its finally blocks restore index settings and
+      // release the cursor, and the cron tick that started it then ends.
+      const cronStopped = batch.cron.stop();
       await jobLock.abortAndWait();
+      await cronStopped;
     },
   };
 }

@@ -1,0 +1,54 @@
+import type { Client } from "@elastic/elasticsearch";
+import type { Knex } from "knex";
+import type { Logger } from "pino";
+import type { BatchConfig, IndexingConfig } from "../../config.js";
+import type { JobLock } from "../job-lock.js";
+import { runGoodsIndexing } from "../modes.js";
+import { createCronRunner, type CronJob, type CronRunner } from "../schedule.js";
+import { BatchLogStore } from "./batch-log.js";
+import { createBatchRpcs } from "./batch-rpc.js";
+import { PRODUCT_BATCH_JOB } from "./batch-record.js";
+import { createBatchService, type CursorIndexer } from "./batch-service.js";
+
+// Builds the batch RPCs and the cron runner over the indexing module's dependencies and its job
+// lock, so that the module only has to spread the RPCs in and start and stop the runner.
+
+export interface BatchWiringDeps {
+  knex: Knex;
+  elasticsearch: Client;
+  logger: Logger;
+  indexing: IndexingConfig;
+  batch: BatchConfig;
+  jobLock: JobLock;
+}
+
+export function createBatchWiring(deps: BatchWiringDeps): { rpcs: ReturnType<typeof createBatchRpcs>; cron: CronRunner } {
+  const { knex, elasticsearch, logger, indexing, jobLock } = deps;
+  const pipeline = {
+    knex,
+    elasticsearch,
+    logger,
+    index: indexing.goodsIndex,
+    fetchSize: indexing.fetchSize,
+    bulkMaxBytes: indexing.bulkMaxBytes,
+    bulksInFlight: indexing.bulksInFlight,
+    channelCapacity: indexing.channelCapacity > 0 ? indexing.channelCapacity : undefined,
+  };
+  const indexCursor: CursorIndexer = ({ bulkSize, signal }) => runGoodsIndexing({ ...pipeline, mode: "cursor", bulkSize, signal });
+  const logs = BatchLogStore.create({ elasticsearch, index: deps.batch.logIndex });
+  const batch = createBatchService({ knex, lock: jobLock, indexCursor, logs, goodsIndex: indexing.goodsIndex, logger });
+
+  const jobs: CronJob[] = [
+    { name: PRODUCT_BATCH_JOB, expression: deps.batch.cronBatch, run: () => batch.run({}) },
+    {
+      name: "index_goods_incremental",
+      expression: deps.batch.cronIncremental,
+      run: () =>
+        jobLock.run("index_goods_incremental", (signal) =>
+          runGoodsIndexing({ ...pipeline, mode: "incremental", intervalMinutes: deps.batch.cronIncrementalMinutes, bulkSize: indexing.bulkSize, signal }),
+        ),
+    },
+  ];
+  const cron = createCronRunner({ jobs: deps.batch.cronEnabled ? jobs : [], logger: logger.child({ component: "cron" }) });
+  return { rpcs: createBatchRpcs({ batch, logs }), cron };
+}
