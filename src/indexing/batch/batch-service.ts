@@ -139,7 +139,9 @@ async function indexStep(options: BatchServiceOptions, run: Execution, logger: L
   try {
     return { stats: await options.indexCursor({ bulkSize: run.chunkSize, signal: run.signal }), error: undefined };
   } catch (err) {
-    const failure = indexingFailureOf(err);
+    // An abort (shutdown) leaves the loaded rows at N like any indexing failure: not a bug.
+    const aborted = run.signal.aborted ? { code: "BULK_FAILED", message: "indexing was aborted: the service is shutting down" } : undefined;
+    const failure = indexingFailureOf(err) ?? aborted;
     if (!failure) throw err;
     logger.warn({ err, code: failure.code }, "product batch indexing failed; rows stay INDEX_YN='N'");
     const error: BatchErrorInfo = { code: failure.code, step: "index", message: failure.message };

@@ -83,3 +83,19 @@ describe("a cron tick during a batch", () => {
     expect((await h.batch.run({})).status).toBe("COMPLETED");
   });
 });
+
+describe("shutdown during a batch", () => {
+  it("aborts step 2 cleanly: the batch completes with a warning, the lock is free and the rows stay N", async () => {
+    const step2 = gated();
+    const h = createBatchHarness({ knex: db.knex, databaseUrl: db.url, elasticsearch: es, indexCursor: step2.wrap });
+    const running = h.batch.run({});
+    await step2.inStep2;
+    const stopped = h.lock.abortAndWait();
+    step2.open();
+    await stopped;
+    const result = await running;
+    expect(result).toMatchObject({ status: "COMPLETED", indexedCount: 0, warnings: [expect.stringMatching(/aborted/)] });
+    expect(await db.knex("PR_GOODS_SEARCH_INTF").where({ USE_YN: "Y", INDEX_YN: "Y" }).count({ n: "*" }).first()).toEqual({ n: "0" });
+    expect(h.lock.current()).toBeUndefined();
+  });
+});
