@@ -1,0 +1,173 @@
+import { execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { parseArgs } from "node:util";
+import { Client } from "@elastic/elasticsearch";
+import pino from "pino";
+import pg from "pg";
+import { createKnex, migrateToLatest } from "../src/db/knex.js";
+import { sendBulks, type BulkItem } from "../src/indexing/bulk-sender.js";
+import { generateGoods } from "../src/indexing/goods-generator.js";
+import { GOODS_MAPPING } from "../src/indexing/goods-index.js";
+import { goodsItem, goodsQuery, type GoodsKey, type GoodsRow } from "../src/indexing/goods-rows.js";
+import { runGoodsIndexing } from "../src/indexing/modes.js";
+import { readRows } from "../src/indexing/row-reader.js";
+
+// npm run bench:index [-- --rows N]
+//
+// Full-mode indexing of N generated goods rows (default 1,000,000), next to two ceilings measured
+// in the same run on the same data: PostgreSQL alone (stream every row through the same cursor,
+// send nowhere) and Elasticsearch alone (bulk documents built in memory beforehand, same bulk
+// size and bulks in flight). Each measurement runs in a child process of its own so that its peak
+// RSS is its own; full mode also runs at 100,000 rows to show that memory does not grow with rows.
+// Uses DATABASE_URL's server (a scratch database is created and dropped) and ELASTICSEARCH_URL.
+
+const SIZES = { fetchSize: 50_000, bulkSize: 3_000, bulkMaxBytes: 10 * 1024 * 1024, bulksInFlight: 2 };
+const SMALL_ROWS = 100_000;
+
+interface Measurement {
+  kind: string;
+  rows: number;
+  docsPerS: number;
+  peakRssMb: number;
+}
+
+const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
+const elasticsearchUrl = process.env.ELASTICSEARCH_URL ?? "http://127.0.0.1:9200";
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({ options: { rows: { type: "string", default: "1000000" }, child: { type: "string" }, db: { type: "string" } } });
+  const rows = Number(values.rows);
+  if (!Number.isInteger(rows) || rows < 1) throw new Error("--rows must be a whole number >= 1");
+  if (values.child) {
+    const measurement = await measure(values.child, values.db as string, rows);
+    process.stdout.write(`${JSON.stringify(measurement)}\n`);
+    return;
+  }
+  await orchestrate(rows);
+}
+
+async function orchestrate(rows: number): Promise<void> {
+  const dbName = `bench_${randomBytes(4).toString("hex")}`;
+  await admin(`create database ${dbName}`);
+  const dbUrl = databaseUrl(dbName);
+  const knex = createKnex(dbUrl, { poolMax: 2 });
+  try {
+    await migrateToLatest(knex);
+    const small = Math.min(SMALL_ROWS, rows);
+    log(`generating ${small} rows`);
+    await generateGoods(knex, { rows: small, unusedEvery: 0 });
+    const fullSmall = child("full", dbUrl, small);
+    if (rows > small) {
+      log(`generating ${rows - small} more rows`);
+      await generateGoods(knex, { rows: rows - small, firstNo: small + 1, unusedEvery: 0 });
+    }
+    await knex.raw(`vacuum analyze "PR_GOODS_SEARCH_INTF"`);
+    const postgres = child("postgres", dbUrl, rows);
+    const elasticsearch = child("elasticsearch", dbUrl, rows);
+    const full = child("full", dbUrl, rows);
+    report(rows, { fullSmall, postgres, elasticsearch, full });
+  } finally {
+    await knex.destroy();
+    await admin(`drop database if exists ${dbName} with (force)`);
+  }
+}
+
+function report(rows: number, m: Record<"fullSmall" | "postgres" | "elasticsearch" | "full", Measurement>): void {
+  const ceiling = Math.min(m.postgres.docsPerS, m.elasticsearch.docsPerS);
+  const lines = [
+    `rows: ${rows}`,
+    `full mode:          ${m.full.docsPerS} docs/s, peak RSS ${m.full.peakRssMb} MB`,
+    `PostgreSQL alone:   ${m.postgres.docsPerS} rows/s (full mode at ${pct(m.full.docsPerS / m.postgres.docsPerS)})`,
+    `Elasticsearch alone: ${m.elasticsearch.docsPerS} docs/s (full mode at ${pct(m.full.docsPerS / m.elasticsearch.docsPerS)})`,
+    `full mode / lower ceiling: ${pct(m.full.docsPerS / ceiling)} (target >= 80%)`,
+    `peak RSS: ${m.fullSmall.peakRssMb} MB at ${m.fullSmall.rows} rows, ${m.full.peakRssMb} MB at ${m.full.rows} rows ` +
+      `(${pct(m.full.peakRssMb / m.fullSmall.peakRssMb - 1, true)}; target within 25% and under 300 MB)`,
+  ];
+  process.stdout.write(`${lines.join("\n")}\n`);
+}
+
+function child(kind: string, dbUrl: string, rows: number): Measurement {
+  log(`measuring ${kind} at ${rows} rows`);
+  // The Elasticsearch ceiling keeps every document in memory by design; give it room.
+  const node = kind === "elasticsearch" ? ["--max-old-space-size=8192"] : [];
+  const out = execFileSync(process.execPath, [...node, "--import", "tsx", import.meta.filename, "--child", kind, "--db", dbUrl, "--rows", String(rows)], {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+    maxBuffer: 1024 * 1024,
+  });
+  const measurement = JSON.parse(out.trim().split("\n").pop() as string) as Measurement;
+  log(`${kind}: ${measurement.docsPerS}/s, peak RSS ${measurement.peakRssMb} MB`);
+  return measurement;
+}
+
+async function measure(kind: string, dbUrl: string, rows: number): Promise<Measurement> {
+  const knex = createKnex(dbUrl, { poolMax: 4 });
+  const client = new Client({ node: elasticsearchUrl, requestTimeout: 120_000 });
+  const index = `bench_${kind}_${randomBytes(4).toString("hex")}`;
+  try {
+    const { count, ms } = await (kind === "postgres" ? streamOnly(knex) : kind === "elasticsearch" ? bulkOnly(knex, client, index) : fullMode(knex, client, index));
+    if (count !== rows) throw new Error(`${kind}: expected ${rows} rows, got ${count}`);
+    return { kind, rows, docsPerS: Math.round((count / ms) * 1000), peakRssMb: Math.round(process.resourceUsage().maxRSS / 1024) };
+  } finally {
+    await client.indices.delete({ index, ignore_unavailable: true }).catch(() => {});
+    await client.close();
+    await knex.destroy();
+  }
+}
+
+async function streamOnly(knex: ReturnType<typeof createKnex>) {
+  const started = performance.now();
+  let count = 0;
+  for await (const row of readRows<GoodsRow>({ knex, query: goodsQuery("full"), fetchSize: SIZES.fetchSize })) {
+    if (row.GOODS_NO) count++;
+  }
+  return { count, ms: performance.now() - started };
+}
+
+async function bulkOnly(knex: ReturnType<typeof createKnex>, client: Client, index: string) {
+  const items: BulkItem<GoodsKey>[] = [];
+  for await (const row of readRows<GoodsRow>({ knex, query: goodsQuery("full"), fetchSize: SIZES.fetchSize })) items.push(goodsItem(row));
+  await client.indices.create({ index, mappings: GOODS_MAPPING, settings: { refresh_interval: "-1", number_of_replicas: 0 } });
+  async function* fromMemory() {
+    yield* items;
+  }
+  const started = performance.now();
+  const stats = await sendBulks(fromMemory(), { client, index, bulkSize: SIZES.bulkSize, maxBytes: SIZES.bulkMaxBytes, concurrency: SIZES.bulksInFlight });
+  return { count: stats.successful, ms: performance.now() - started };
+}
+
+async function fullMode(knex: ReturnType<typeof createKnex>, client: Client, index: string) {
+  const logger = pino({ level: process.env.LOG_LEVEL ?? "info" }, pino.destination(2));
+  const result = await runGoodsIndexing({ knex, elasticsearch: client, logger, mode: "full", index, ...SIZES });
+  return { count: result.indexedCount, ms: result.elapsedMs };
+}
+
+async function admin(sql: string): Promise<void> {
+  const client = new pg.Client({ connectionString: adminUrl });
+  await client.connect();
+  try {
+    await client.query(sql);
+  } finally {
+    await client.end();
+  }
+}
+
+function databaseUrl(name: string): string {
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
+function pct(ratio: number, signed = false): string {
+  const value = `${(ratio * 100).toFixed(1)}%`;
+  return signed && ratio >= 0 ? `+${value}` : value;
+}
+
+function log(message: string): void {
+  process.stderr.write(`[bench] ${message}\n`);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`bench:index failed: ${err instanceof Error ? err.stack : String(err)}\n`);
+  process.exit(1);
+});
