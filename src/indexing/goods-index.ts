@@ -54,6 +54,18 @@ export async function optimizeForBulk(client: Client, index: string): Promise<vo
   }
 }
 
+/**
+ * Puts back refresh 1s and replicas 1 when a full run left the index tuned for bulk loading
+ * (killed, or its restore could not reach Elasticsearch). Called under the job lock, so no full
+ * run is writing: refresh_interval -1 can only be such a leftover.
+ */
+export async function restoreIfLeftOptimized(client: Client, index: string): Promise<boolean> {
+  const response = await client.indices.getSettings({ index, name: "index.refresh_interval" });
+  if (response[index]?.settings?.index?.refresh_interval !== "-1") return false;
+  await client.indices.putSettings({ index, settings: { index: RESTORED } });
+  return true;
+}
+
 /** Puts back refresh 1s and replicas 1, then refreshes so that the run's documents are searchable. */
 export async function restoreAfterBulk(client: Client, index: string): Promise<void> {
   await client.indices.putSettings({ index, settings: { index: RESTORED } });

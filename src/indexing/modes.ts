@@ -3,8 +3,8 @@ import type { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
 import { AcceptedKeysStore } from "./accepted-keys-store.js";
-import type { BulkStats } from "./bulk-sender.js";
-import { ensureGoodsIndex, optimizeForBulk, restoreAfterBulk } from "./goods-index.js";
+import { isUnreachable, type BulkStats } from "./bulk-sender.js";
+import { ensureGoodsIndex, optimizeForBulk, restoreAfterBulk, restoreIfLeftOptimized } from "./goods-index.js";
 import { goodsItem, goodsQuery, type GoodsKey, type GoodsRow, type IndexingMode } from "./goods-rows.js";
 import { IndexingError, messageOf } from "./indexing-error.js";
 import { runPipeline, type PipelineResult } from "./pipeline.js";
@@ -54,6 +54,7 @@ export async function runGoodsIndexing(options: GoodsIndexingOptions): Promise<I
   const startedAt = performance.now();
   await ensureGoodsIndex(elasticsearch, index);
   if (mode === "full") await optimizeForBulk(elasticsearch, index);
+  else await healLeftoverSettings(options);
   let outcome: { pipeline: PipelineResult; finalizedCount?: number } | undefined;
   try {
     outcome = mode === "cursor" ? await runCursor(options) : { pipeline: await runSelection(options, undefined) };
@@ -150,6 +151,18 @@ async function settleIndex(options: GoodsIndexingOptions, succeeded: boolean): P
     if (succeeded && mode === "full") {
       throw new IndexingError("OPTIMIZE_FAILED", `restoring refresh_interval 1s and replicas 1 on '${index}' failed`, { cause: err });
     }
+  }
+}
+
+/** A full run that died or failed to restore must not leave the index unrefreshed for good. */
+async function healLeftoverSettings({ elasticsearch, index, logger }: GoodsIndexingOptions): Promise<void> {
+  try {
+    if (await restoreIfLeftOptimized(elasticsearch, index)) logger.warn({ index }, "restored refresh 1s / replicas 1 left behind by an earlier full run");
+  } catch (err) {
+    throw new IndexingError("OPTIMIZE_FAILED", `restoring refresh_interval 1s and replicas 1 on '${index}' failed`, {
+      cause: err,
+      unavailable: isUnreachable(err),
+    });
   }
 }
 
