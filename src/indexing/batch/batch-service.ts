@@ -163,7 +163,8 @@ function summary(load: LoadResult, stats: IndexingStats | undefined, warnings: s
   const kind = load.isFullLoad ? "full load" : "incremental load";
   const { fetchedCount, indexedCount, failedCount } = countsOf(stats);
   const indexing = stats ? `indexed ${indexedCount} of ${fetchedCount} rows, ${failedCount} failed` : "indexing failed";
-  return `${kind} of ${load.loadedCount} rows; ${indexing}${warnings.length > 0 ? ` (${warnings.length} warnings)` : ""}`;
+  const noted = warnings.length === 0 ? "" : ` (${warnings.length} warning${warnings.length === 1 ? "" : "s"})`;
+  return `${kind} of ${load.loadedCount} rows; ${indexing}${noted}`;
 }
 
 function messageOf(err: unknown): string {
