@@ -262,8 +262,9 @@ export class InstanceStore {
     };
   }
 
+  /** Records with that status, or all; read from the trigger-maintained summary, not by counting rows. */
   async count(statusFilter?: StoredStatus): Promise<number> {
-    const q = this.knex(TABLE).count<Array<{ n: string }>>({ n: "*" });
+    const q = this.knex("gpu_instance_stats").sum<Array<{ n: string | null }>>({ n: "n" });
     if (statusFilter) q.where("status", statusFilter);
     const [row] = await q;
     return Number(row?.n ?? 0);

@@ -1,7 +1,7 @@
 import type { Knex } from "knex";
 import { ACTIVE_STATUSES } from "./status.js";
 
-// Fleet statistics, aggregated by the database: one scan, whatever the number of records.
+// Fleet statistics, aggregated by the database from the per-(status, GPU) summary.
 
 export interface FleetStatistics {
   totalInstances: number;
@@ -21,8 +21,8 @@ export class StatisticsStore {
   }
 
   /**
-   * Fleet statistics in one scan: grouping sets give the per-status rows, the per-GPU rows and
-   * the grand total together. Cost runs to destroyed_at, or to now for live instances.
+   * Fleet statistics: grouping sets give the per-status rows, the per-GPU rows and the grand
+   * total together. Cost runs to destroyed_at, or to now for live instances.
    */
   async statistics(): Promise<FleetStatistics> {
     const { rows } = await this.knex.raw<{ rows: StatisticsRow[] }>(STATISTICS_SQL);
@@ -63,10 +63,13 @@ interface StatisticsRow {
   average_cost_per_hour: string | null;
 }
 
+// Reads the trigger-maintained summary (see the gpu_instances migration): a few dozen rows,
+// whatever the number of records.
 const STATISTICS_SQL = `
-  select grouping(status) as by_status, grouping(gpu_name) as by_gpu, status, gpu_name,
-         count(*) as n,
-         sum(cost_per_hour * greatest(extract(epoch from (coalesce(destroyed_at, now()) - created_at)), 0) / 3600) as total_cost,
-         avg(cost_per_hour) as average_cost_per_hour
-  from gpu_instances
+  select grouping(status) as by_status, grouping(gpu_name) as by_gpu, status, nullif(gpu_name, '') as gpu_name,
+         sum(n) as n,
+         (sum(cost_destroyed) + extract(epoch from now()) * sum(live_cost) - sum(cost_created)) / 3600 as total_cost,
+         coalesce(sum(sum_cost) / nullif(sum(n), 0), 0) as average_cost_per_hour
+  from gpu_instance_stats
+  where n <> 0
   group by grouping sets ((status), (gpu_name), ())`;

@@ -41,6 +41,7 @@ export async function up(knex: Knex): Promise<void> {
   await knex.raw(
     "create index gpu_instances_live_idx on gpu_instances (instance_id) where status not in ('destroyed', 'failed') or (destroy_requested_at is not null and status <> 'destroyed')",
   );
+  await createStatsSummary(knex);
   await knex.schema.createTable("GpuExecutionLog", (t) => {
     t.bigIncrements("id").primary();
     t.text("instance_id");
@@ -58,5 +59,68 @@ export async function up(knex: Knex): Promise<void> {
 export async function down(knex: Knex): Promise<void> {
   await knex.schema.dropTable("GpuExecutionLog");
   await knex.schema.dropTable("gpu_instances");
+  await knex.raw("drop function gpu_instance_stats_apply()");
+  await knex.schema.dropTable("gpu_instance_stats");
   await knex.raw("drop sequence gpu_instance_id_seq");
+}
+
+// Statistics and list counts read a summary per (status, gpu_name) that triggers keep equal to
+// the records, instead of scanning every record per request. Cost stays exact however long
+// instances live, because it is linear in time:
+//   total_cost = (sum c*destroyed_at + now * sum c [live] - sum c*created_at) / 3600 (epoch seconds).
+// Statement-level triggers apply one aggregated delta per statement (a bulk insert is one
+// upsert per group), and rows are upserted in key order so that concurrent writers lock the
+// summary rows in the same order and cannot deadlock.
+async function createStatsSummary(knex: Knex): Promise<void> {
+  await knex.raw(`
+    create table gpu_instance_stats (
+      status text not null,
+      gpu_name text not null,
+      n bigint not null default 0,
+      sum_cost numeric not null default 0,
+      live_cost numeric not null default 0,
+      cost_created numeric not null default 0,
+      cost_destroyed numeric not null default 0,
+      primary key (status, gpu_name)
+    )`);
+  const delta = (sign: string, table: string) => `
+    select status, coalesce(gpu_name, '') as gpu_name, ${sign} as n,
+           ${sign} * cost_per_hour::numeric as sum_cost,
+           case when destroyed_at is null then ${sign} * cost_per_hour::numeric else 0 end as live_cost,
+           ${sign} * cost_per_hour::numeric * extract(epoch from created_at) as cost_created,
+           coalesce(${sign} * cost_per_hour::numeric * extract(epoch from destroyed_at), 0) as cost_destroyed
+    from ${table}`;
+  const upsert = (rows: string) => `
+    insert into gpu_instance_stats as s (status, gpu_name, n, sum_cost, live_cost, cost_created, cost_destroyed)
+    select status, gpu_name, sum(n), sum(sum_cost), sum(live_cost), sum(cost_created), sum(cost_destroyed)
+    from (${rows}) d
+    group by status, gpu_name
+    order by status, gpu_name
+    on conflict (status, gpu_name) do update set
+      n = s.n + excluded.n,
+      sum_cost = s.sum_cost + excluded.sum_cost,
+      live_cost = s.live_cost + excluded.live_cost,
+      cost_created = s.cost_created + excluded.cost_created,
+      cost_destroyed = s.cost_destroyed + excluded.cost_destroyed;`;
+  await knex.raw(`
+    create function gpu_instance_stats_apply() returns trigger language plpgsql as $$
+    begin
+      if tg_op = 'INSERT' then
+        ${upsert(delta("1", "new_rows"))}
+      elsif tg_op = 'DELETE' then
+        ${upsert(delta("-1", "old_rows"))}
+      else
+        ${upsert(`${delta("1", "new_rows")} union all ${delta("-1", "old_rows")}`)}
+      end if;
+      return null;
+    end $$`);
+  for (const [event, tables] of [
+    ["insert", "new table as new_rows"],
+    ["update", "new table as new_rows old table as old_rows"],
+    ["delete", "old table as old_rows"],
+  ] as const) {
+    await knex.raw(`
+      create trigger gpu_instance_stats_${event} after ${event} on gpu_instances
+      referencing ${tables} for each statement execute function gpu_instance_stats_apply()`);
+  }
 }
