@@ -67,7 +67,8 @@ export function createCronRunner(options: CronRunnerOptions): CronRunner {
     },
     async stop() {
       stopped = true;
-      await Promise.all(tasks.map(({ task }) => task.stop()));
+      // destroy, not just stop: node-cron keeps every task in a process-wide registry until then.
+      await Promise.all(tasks.map(({ task }) => task.destroy()));
       await Promise.allSettled([...inFlight]);
     },
     tasks() {

@@ -1,3 +1,4 @@
+import { getTasks } from "node-cron";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import pino from "pino";
 import { ConflictError } from "../../src/errors.js";
@@ -90,5 +91,6 @@ describe("cron ticks", () => {
     await stopping;
     expect([finished, await tick]).toEqual([true, "completed"]);
     expect(await runner.fire("product_batch")).toBe("skipped");
+    expect([...getTasks().values()].filter((t) => t.name === "product_batch")).toEqual([]);
   });
 });

@@ -165,6 +165,16 @@ describe("failures", () => {
   });
 });
 
+describe("step 3", () => {
+  it("a log index that refuses the document does not undo the batch: COMPLETED with a warning", async () => {
+    // a log index someone created by hand with a clashing mapping
+    await es.indices.create({ index: h.logIndex, mappings: { properties: { status: { type: "long" } } } });
+    const result = await h.batch.run({});
+    expect(result).toMatchObject({ status: "COMPLETED", indexedCount: 3, warnings: ["the batch log could not be saved"] });
+    expect((await goodsRows(db.knex)).filter((r) => r.INDEX_YN === "Y")).toHaveLength(3);
+  });
+});
+
 describe("batch logs", () => {
   it("lists the newest first, limited, and nothing when the log index does not exist", async () => {
     expect(await h.logs.list(20)).toEqual([]);
