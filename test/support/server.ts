@@ -33,7 +33,8 @@ export async function startTestServer(options: {
   marketplace?: Marketplace;
   gpuCreationHooks?: CreationHooks;
 }): Promise<TestServer> {
-  const config: Config = loadConfig({ PORT: "0", ...options.env });
+  // The cron runner stays off unless a test turns it on: a tick must never touch another test's data.
+  const config: Config = loadConfig({ PORT: "0", CRON_ENABLED: "false", ...options.env });
   const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
   const marketplace = options.marketplace ?? createFastSimulatedMarketplace();
   const app = createApp({
