@@ -21,7 +21,7 @@ interface Started {
 }
 
 async function startMain(): Promise<Started> {
-  const env: NodeJS.ProcessEnv = { ...process.env, PORT: "0", DATA_DIR: dataDir, ELASTICSEARCH_URL: "http://127.0.0.1:9", LOG_LEVEL: "info" };
+  const env: NodeJS.ProcessEnv = { ...process.env, PORT: "0", DATA_DIR: dataDir, ELASTICSEARCH_URL: "http://127.0.0.1:9", LOG_LEVEL: "info", CRON_ENABLED: "false" };
   delete env.DATABASE_URL;
   delete env.AUTH_TOKENS;
   const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] });
