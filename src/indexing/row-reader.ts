@@ -22,13 +22,51 @@ export interface ReadRowsOptions {
 export async function* readRows<Row>({ knex, query, fetchSize }: ReadRowsOptions): AsyncGenerator<Row> {
   const connection = (await knex.client.acquireConnection()) as pg.PoolClient;
   const stream = new QueryStream(query.sql, [...(query.bindings ?? [])], { batchSize: fetchSize, highWaterMark: fetchSize });
+  const lost = watchConnection(connection);
   try {
     connection.query(stream);
-    for await (const row of stream) yield row as Row;
+    const rows = stream[Symbol.asyncIterator]();
+    for (;;) {
+      const next = rows.next();
+      // Settled later or never: a late rejection must not become an unhandled one.
+      next.catch(() => {});
+      const result = await Promise.race([next, lost.promise]);
+      if (result.done) break;
+      yield result.value as Row;
+    }
   } finally {
-    await closeStream(stream);
+    lost.dispose();
+    if (!lost.happened) await closeStream(stream);
     await knex.client.releaseConnection(connection).catch(() => {});
   }
+}
+
+/**
+ * Rejects when the connection dies (backend terminated, network cut). The stream alone may never
+ * say so: on a read error it closes its cursor, and that close waits for a ReadyForQuery that a
+ * dead connection never sends, so neither 'error' nor 'close' is emitted and the reader would
+ * hang for ever.
+ */
+function watchConnection(connection: pg.PoolClient) {
+  const state = { happened: false };
+  let onLost!: (err?: unknown) => void;
+  const promise = new Promise<never>((_, reject) => {
+    onLost = (err?: unknown) => {
+      state.happened = true;
+      reject(err instanceof Error ? err : new Error("the database connection ended"));
+    };
+  });
+  promise.catch(() => {});
+  connection.once("error", onLost).once("end", onLost);
+  return {
+    promise,
+    get happened() {
+      return state.happened;
+    },
+    dispose() {
+      connection.off("error", onLost).off("end", onLost);
+    },
+  };
 }
 
 /** Destroys the stream and waits until its portal is closed (bounded, for a dead connection). */
