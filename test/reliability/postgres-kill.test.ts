@@ -1,0 +1,83 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { generateGoods } from "../../src/indexing/goods-generator.js";
+import { documentCount, flagCounts } from "../indexing/helpers.js";
+import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
+import { startTestServer, type TestServer } from "../support/server.js";
+import { waitFor } from "../support/wait.js";
+
+// The PostgreSQL backend that streams a cursor run's rows is terminated (pg_terminate_backend)
+// while the run is in progress: small fetches and a small channel keep the reader mid-table.
+
+const ROWS = 30_000;
+const ELIGIBLE = ROWS - ROWS / 10;
+
+const es = createTestElasticsearch();
+const index = uniqueIndexName("goods_pgkill");
+let db: TestDatabase;
+let server: TestServer;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await generateGoods(db.knex, { rows: ROWS, unusedEvery: 10 });
+  server = await startTestServer({
+    knex: db.knex,
+    elasticsearch: es,
+    env: { DATABASE_URL: db.url, GOODS_INDEX: index, INDEX_BULK_SIZE: "500", INDEX_FETCH_SIZE: "1000", CRON_ENABLED: "false" },
+  });
+});
+
+afterAll(async () => {
+  await server?.close();
+  await es.indices.delete({ index, ignore_unavailable: true });
+  await db?.drop();
+  await es.close();
+});
+
+async function indexGoods(query: string): Promise<{ status: number; body: Record<string, unknown> }> {
+  const res = await fetch(`${server.url}/api/search/v1/index/db/goods${query}`);
+  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+}
+
+/** Rows of the running cursor run that Elasticsearch has accepted so far. */
+async function acceptedSoFar(): Promise<number> {
+  const { rows } = await db.knex.raw<{ rows: Array<{ n: number }> }>("select count(*)::int as n from goods_index_accepted");
+  return rows[0]!.n;
+}
+
+/** The backend running the cursor query over PR_GOODS_SEARCH_INTF, killed; its pid. */
+async function terminateStreamingBackend(): Promise<number> {
+  const { rows } = await db.knex.raw<{ rows: Array<{ pid: number; terminated: boolean }> }>(
+    `select pid, pg_terminate_backend(pid) as terminated
+       from pg_stat_activity
+      where datname = current_database() and pid <> pg_backend_pid()
+        and query like '%from "PR_GOODS_SEARCH_INTF" where "USE_YN" = ''Y'' and "INDEX_YN" = ''N''%'`,
+  );
+  expect(rows).toHaveLength(1);
+  expect(rows[0]!.terminated).toBe(true);
+  return rows[0]!.pid;
+}
+
+describe("PostgreSQL connection killed mid-stream", () => {
+  it("answers DB_STREAM_ERROR, marks no row Y that is not indexed, and the next cursor run completes", async () => {
+    const run = indexGoods("?interval=1");
+    await waitFor(async () => (await acceptedSoFar()) > 0, "a first bulk accepted");
+    await terminateStreamingBackend();
+    const killed = await run;
+
+    expect(killed.status).toBe(500);
+    expect(killed.body).toMatchObject({ code: "DB_STREAM_ERROR" });
+    expect(killed.body.detail).toBe("DB_STREAM_ERROR: reading goods rows from the database failed");
+    const partial = await documentCount(es, index);
+    expect(partial).toBeGreaterThan(0);
+    expect(partial).toBeLessThan(ELIGIBLE);
+    // Finalize never ran: no row is marked indexed, although some documents made it.
+    expect(await flagCounts(db.knex)).toEqual({ N: ELIGIBLE });
+
+    const next = await indexGoods("?interval=1");
+    expect(next.status).toBe(200);
+    expect(next.body).toMatchObject({ success: true, mode: "cursor", fetched_count: ELIGIBLE, indexed_count: ELIGIBLE });
+    expect(await flagCounts(db.knex)).toEqual({ Y: ELIGIBLE });
+    expect(await documentCount(es, index)).toBe(ELIGIBLE);
+  });
+});
