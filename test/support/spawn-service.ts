@@ -1,0 +1,69 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+
+// The real service as a child process (`node --import tsx src/main.ts`), for tests and benches
+// that need what only a process has: signals, a kill, a restart, its own event loop.
+
+const root = join(import.meta.dirname, "../..");
+
+export interface ServiceExit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+export interface ServiceProcess {
+  readonly child: ChildProcess;
+  readonly url: string;
+  /** Every JSON log line the process has written so far. */
+  readonly logs: ReadonlyArray<Record<string, unknown>>;
+  readonly exited: Promise<ServiceExit>;
+  /** Sends the signal and resolves with how the process ended. */
+  stop(signal: NodeJS.Signals): Promise<ServiceExit>;
+}
+
+/**
+ * Starts the service on a free loopback port with `env` over the parent's environment (the cron
+ * runner off, auth off unless given) and resolves once it logs "listening".
+ */
+export async function spawnService(env: Record<string, string>, timeoutMs = 60_000): Promise<ServiceProcess> {
+  const childEnv: Record<string, string | undefined> = { ...process.env, PORT: "0", LOG_LEVEL: "info", CRON_ENABLED: "false", AUTH_TOKENS: "", ...env };
+  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], { cwd: root, env: childEnv, stdio: ["ignore", "pipe", "pipe"] });
+  const exited = new Promise<ServiceExit>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  const logs: Array<Record<string, unknown>> = [];
+  let stderr = "";
+  child.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no 'listening' log line in ${timeoutMs} ms; stderr: ${stderr}`)), timeoutMs);
+    createInterface({ input: child.stdout! }).on("line", (line) => {
+      const entry = parseLine(line);
+      logs.push(entry);
+      if (entry.msg === "listening" && typeof entry.url === "string") {
+        clearTimeout(timer);
+        resolve(entry.url);
+      }
+    });
+    void exited.then(({ code, signal }) => {
+      clearTimeout(timer);
+      reject(new Error(`exited (${code ?? signal}) before listening; stderr: ${stderr}`));
+    });
+  });
+  return {
+    child,
+    url,
+    logs,
+    exited,
+    stop(signal) {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return exited;
+    },
+  };
+}
+
+function parseLine(line: string): Record<string, unknown> {
+  try {
+    return JSON.parse(line) as Record<string, unknown>;
+  } catch {
+    return { msg: line };
+  }
+}
