@@ -6,7 +6,7 @@ import type { Logger } from "pino";
 import type { IndexGoodsResponseSchema, IndexingService } from "../../gen/search/v1/indexing_service_pb.js";
 import type { IndexingConfig } from "../config.js";
 import { DomainError, OperationFailedError, UnavailableError } from "../errors.js";
-import { IndexingError } from "./indexing-error.js";
+import { IndexingError, messageOf } from "./indexing-error.js";
 import { parseInterval } from "./interval.js";
 import type { JobLock } from "./job-lock.js";
 import { runGoodsIndexing, type IndexingResult } from "./modes.js";
@@ -30,7 +30,7 @@ export function createIndexingService(deps: IndexingServiceDeps, batchRpcs: Inde
       const result = await deps.jobLock.run(`index_goods_${mode}`, (signal) =>
         runGoodsIndexing({ ...pipelineSizes(deps.indexing), knex: deps.knex, elasticsearch: deps.elasticsearch, logger: deps.logger, mode, intervalMinutes, signal }).catch(
           (err: unknown) => {
-            throw toDomainError(err, deps.logger);
+            throw signal.aborted ? stoppedError(mode, signal, err) : toDomainError(err, deps.logger);
           },
         ),
       );
@@ -64,6 +64,14 @@ function indexGoodsResponse(result: IndexingResult, index: string): MessageInitS
     failedCount: result.failedCount,
     elapsedMs: result.elapsedMs,
   };
+}
+
+/**
+ * A run stopped by its signal (shutdown) failed because the service is going away, whatever
+ * error the interrupted step raised: 503, so that a client knows to run it again.
+ */
+function stoppedError(mode: string, signal: AbortSignal, cause: unknown): UnavailableError {
+  return new UnavailableError(`${mode} indexing stopped before it finished: ${messageOf(signal.reason)}; run it again`, { cause });
 }
 
 /** IndexingError codes travel in the message and as `code` in the REST body. */
