@@ -1,0 +1,66 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { generateGoods } from "../../src/indexing/goods-generator.js";
+import { indexSettings } from "../indexing/helpers.js";
+import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
+import { spawnService, type ServiceProcess } from "../support/spawn-service.js";
+import { waitFor } from "../support/wait.js";
+
+// SIGTERM while a full index runs: the job stops at a safe point, the index gets refresh 1s /
+// replicas 1 back, the pools close and the process exits 0.
+
+const ROWS = 100_000;
+
+const es = createTestElasticsearch();
+const index = uniqueIndexName("goods_sigterm");
+let db: TestDatabase;
+let service: ServiceProcess | undefined;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await generateGoods(db.knex, { rows: ROWS, unusedEvery: 10 });
+});
+
+afterAll(async () => {
+  await service?.stop("SIGKILL");
+  await es.indices.delete({ index, ignore_unavailable: true });
+  await db?.drop();
+  await es.close();
+});
+
+/** Documents Elasticsearch has written to the index so far, refreshed or not. */
+async function documentsWritten(): Promise<number> {
+  if (!(await es.indices.exists({ index }))) return 0;
+  const stats = await es.indices.stats({ index, metric: "indexing" });
+  return stats._all.primaries?.indexing?.index_total ?? 0;
+}
+
+describe("SIGTERM during a full index", () => {
+  it("exits 0, answers the interrupted request 503 and leaves the index at refresh 1s / replicas 1", async () => {
+    service = await spawnService({
+      DATABASE_URL: db.url,
+      ELASTICSEARCH_URL: elasticsearchUrl(),
+      GOODS_INDEX: index,
+      INDEX_BULK_SIZE: "1000",
+      INDEX_FETCH_SIZE: "5000",
+    });
+    const run = fetch(`${service.url}/api/search/v1/index/db/goods`).then(async (res) => ({
+      status: res.status,
+      body: (await res.json()) as Record<string, unknown>,
+    }));
+    await waitFor(async () => (await documentsWritten()) > 0, "the first documents to be written");
+    expect(await indexSettings(es, index)).toEqual({ refresh: "-1", replicas: "0" });
+
+    expect(await service.stop("SIGTERM")).toEqual({ code: 0, signal: null });
+
+    expect(await indexSettings(es, index)).toEqual({ refresh: "1s", replicas: "1" });
+    expect(await documentsWritten()).toBeLessThan(ROWS - ROWS / 10);
+    const messages = service.logs.map((entry) => entry.msg);
+    expect(messages).toContain("shutting down");
+    expect(messages.at(-1)).toBe("stopped");
+    // In-flight requests are answered before the server closes: this one says it did not complete.
+    const answer = await run;
+    expect(answer.status).toBe(503);
+    expect(answer.body.detail).toBe("full indexing stopped before it finished: shutting down; run it again");
+  }, 90_000);
+});
