@@ -1,0 +1,87 @@
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+
+/**
+ * An HTTP proxy in front of Elasticsearch that plays an overloaded cluster on the next `n` bulk
+ * requests (`throttleNext`): it forwards every other document and answers the others itself with
+ * item status 429 (es_rejected_execution_exception), in the request's order, as a node whose
+ * write queue is full does. Everything else passes through unchanged.
+ */
+export interface ThrottlingProxy {
+  readonly url: string;
+  /** Documents answered 429 so far. */
+  readonly throttledItems: number;
+  throttleNext(bulkRequests: number): void;
+  close(): Promise<void>;
+}
+
+interface BulkItemResult {
+  [op: string]: { _id?: string; status: number; error?: unknown };
+}
+
+export async function startThrottlingProxy(target: string): Promise<ThrottlingProxy> {
+  const state = { toThrottle: 0, throttledItems: 0 };
+  const server = createServer((req, res) => {
+    void handle(req, res).catch((err: unknown) => {
+      res.writeHead(502, { "content-type": "text/plain" });
+      res.end(String(err));
+    });
+  });
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const body = Buffer.concat(chunks).toString("utf8");
+    if (req.method === "POST" && req.url?.split("?")[0]?.endsWith("/_bulk") && state.toThrottle > 0) {
+      state.toThrottle--;
+      return throttleHalf(req, res, body);
+    }
+    const upstream = await forward(req, body === "" ? undefined : body);
+    res.writeHead(upstream.status, upstream.headers);
+    res.end(upstream.body);
+  }
+
+  async function throttleHalf(req: IncomingMessage, res: ServerResponse, body: string): Promise<void> {
+    // Index operations only: an action line and a document line each.
+    const lines = body.split("\n").filter((line) => line !== "");
+    const pairs = Array.from({ length: lines.length / 2 }, (_, i): [string, string] => [lines[2 * i]!, lines[2 * i + 1]!]);
+    const passed = pairs.filter((_, i) => i % 2 === 1);
+    let upstreamItems: BulkItemResult[] = [];
+    if (passed.length > 0) {
+      const upstream = await forward(req, `${passed.flat().join("\n")}\n`);
+      upstreamItems = (JSON.parse(upstream.body.toString("utf8")) as { items: BulkItemResult[] }).items;
+    }
+    const items = pairs.map((pair, i) => {
+      if (i % 2 === 1) return upstreamItems[(i - 1) / 2]!;
+      state.throttledItems++;
+      const id = (JSON.parse(pair[0]) as { index: { _id: string } }).index._id;
+      return { index: { _id: id, status: 429, error: { type: "es_rejected_execution_exception", reason: "rejected execution: write queue full" } } };
+    });
+    res.writeHead(200, { "content-type": "application/json", "x-elastic-product": "Elasticsearch" });
+    res.end(JSON.stringify({ took: 1, errors: true, items }));
+  }
+
+  async function forward(req: IncomingMessage, body: string | undefined) {
+    const skipped = ["host", "content-length", "connection", "accept-encoding"];
+    const headers = Object.fromEntries(Object.entries(req.headers).filter(([name]) => !skipped.includes(name))) as Record<string, string>;
+    const upstream = await fetch(`${target}${req.url}`, { method: req.method, headers, body });
+    const responseHeaders = Object.fromEntries([...upstream.headers].filter(([name]) => !["content-encoding", "content-length", "transfer-encoding"].includes(name)));
+    return { status: upstream.status, headers: responseHeaders, body: Buffer.from(await upstream.arrayBuffer()) };
+  }
+
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${port}`,
+    get throttledItems() {
+      return state.throttledItems;
+    },
+    throttleNext(bulkRequests) {
+      state.toThrottle = bulkRequests;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
