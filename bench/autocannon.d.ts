@@ -8,17 +8,24 @@ declare module "autocannon" {
     connections?: number;
     duration?: number;
     workers?: number;
+    /** Requests each connection cycles through, against `url`'s origin. */
+    requests?: Array<{ method?: string; path: string; body?: string; headers?: Record<string, string> }>;
   }
   interface Histogram {
     average: number;
     p99: number;
   }
   interface Result {
-    requests: Histogram;
     latency: Histogram;
     errors: number;
+    timeouts: number;
     non2xx: number;
+    /** Requests per second, with the total completed; the run's length in seconds. */
+    requests: Histogram & { total: number };
+    duration: number;
   }
-  function autocannon(options: Options): Promise<Result>;
+  /** A running benchmark: awaitable for its result, `stop()` ends it early. */
+  type Instance = Promise<Result> & { stop(): void };
+  function autocannon(options: Options): Instance;
   export default autocannon;
 }
