@@ -27,10 +27,7 @@ export async function* readRows<Row>({ knex, query, fetchSize }: ReadRowsOptions
     connection.query(stream);
     const rows = stream[Symbol.asyncIterator]();
     for (;;) {
-      const next = rows.next();
-      // Settled later or never: a late rejection must not become an unhandled one.
-      next.catch(() => {});
-      const result = await Promise.race([next, lost.promise]);
+      const result = await lost.guard(rows.next());
       if (result.done) break;
       yield result.value as Row;
     }
@@ -42,26 +39,44 @@ export async function* readRows<Row>({ knex, query, fetchSize }: ReadRowsOptions
 }
 
 /**
- * Rejects when the connection dies (backend terminated, network cut). The stream alone may never
+ * Notices when the connection dies (backend terminated, network cut). The stream alone may never
  * say so: on a read error it closes its cursor, and that close waits for a ReadyForQuery that a
  * dead connection never sends, so neither 'error' nor 'close' is emitted and the reader would
- * hang for ever.
+ * hang for ever. `guard` races one pending read against that. It deliberately does not race a
+ * single long-lived promise: every Promise.race on it would leave a reaction holding the row it
+ * settled with, and a million-row run would keep every row in memory.
  */
 function watchConnection(connection: pg.PoolClient) {
-  const state = { happened: false };
-  let onLost!: (err?: unknown) => void;
-  const promise = new Promise<never>((_, reject) => {
-    onLost = (err?: unknown) => {
-      state.happened = true;
-      reject(err instanceof Error ? err : new Error("the database connection ended"));
-    };
-  });
-  promise.catch(() => {});
+  let failure: Error | undefined;
+  let waiter: ((err: Error) => void) | undefined;
+  const onLost = (err?: unknown) => {
+    failure ??= err instanceof Error ? err : new Error("the database connection ended");
+    waiter?.(failure);
+  };
   connection.once("error", onLost).once("end", onLost);
   return {
-    promise,
     get happened() {
-      return state.happened;
+      return failure !== undefined;
+    },
+    guard<T>(pending: Promise<T>): Promise<T> {
+      if (failure) {
+        // Settled later or never: a late rejection must not become an unhandled one.
+        pending.catch(() => {});
+        return Promise.reject(failure);
+      }
+      return new Promise<T>((resolve, reject) => {
+        waiter = reject;
+        pending.then(
+          (value) => {
+            waiter = undefined;
+            resolve(value);
+          },
+          (err: unknown) => {
+            waiter = undefined;
+            reject(err);
+          },
+        );
+      });
     },
     dispose() {
       connection.off("error", onLost).off("end", onLost);
