@@ -19,18 +19,25 @@ export interface GoodsRow {
   IMG_URL: string | null;
   USE_YN: string;
   INDEX_YN: string;
-  SYS_REG_DTM: Date;
-  SYS_MOD_DTM: Date;
+  /** RFC 3339 UTC with milliseconds, e.g. 2026-11-21T23:00:00.123Z. */
+  SYS_REG_DTM: string;
+  SYS_MOD_DTM: string;
 }
 
 /** The row's version as read: cursor finalize flips it only if it is still this version. */
 export interface GoodsKey {
   readonly goodsNo: string;
-  readonly modDtm: Date;
+  /** SYS_MOD_DTM as read, RFC 3339 text (exact: the column has millisecond precision). */
+  readonly modDtm: string;
 }
 
+// Timestamps leave PostgreSQL as RFC 3339 UTC text with milliseconds: the document needs that
+// text anyway, and parsing a million Date objects only to print them again costs CPU and memory.
+const ISO = `'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'`;
 const COLUMNS = `"GOODS_NO", "GOODS_NM", "BRAND_NM", "CATE_CD", "CATE_PATH", "SALE_PRICE", "PROMO_PRICE",
-  "ICON_INFO", "IMG_URL", "USE_YN", "INDEX_YN", "SYS_REG_DTM", "SYS_MOD_DTM"`;
+  "ICON_INFO", "IMG_URL", "USE_YN", "INDEX_YN",
+  to_char("SYS_REG_DTM" at time zone 'UTC', ${ISO}) as "SYS_REG_DTM",
+  to_char("SYS_MOD_DTM" at time zone 'UTC', ${ISO}) as "SYS_MOD_DTM"`;
 
 export function goodsQuery(mode: IndexingMode, intervalMinutes?: number): RowQuery {
   const from = `select ${COLUMNS} from "PR_GOODS_SEARCH_INTF" where "USE_YN" = 'Y'`;
@@ -50,11 +57,8 @@ export function goodsQuery(mode: IndexingMode, intervalMinutes?: number): RowQue
 export function goodsItem(row: GoodsRow): BulkItem<GoodsKey> {
   return {
     id: row.GOODS_NO,
-    document: {
-      ...row,
-      SYS_REG_DTM: row.SYS_REG_DTM.toISOString(),
-      SYS_MOD_DTM: row.SYS_MOD_DTM.toISOString(),
-    },
+    // The row is already the document: same field names, timestamps as text.
+    document: row as unknown as Record<string, unknown>,
     meta: { goodsNo: row.GOODS_NO, modDtm: row.SYS_MOD_DTM },
   };
 }
