@@ -4,12 +4,12 @@ import type { IndexingMode } from "./goods-rows.js";
 /**
  * The `interval` parameter of IndexGoods (SPEC.md section 3): absent or empty is full, "1" is
  * cursor (not one minute), a whole number N >= 2 is incremental over the last N minutes. Surrounding
- * spaces are tolerated; signs, decimals, leading zeros beyond the number and words are not.
+ * spaces are tolerated; signs, decimals, exponents, leading zeros and words are not.
  */
 export function parseInterval(interval: string | undefined): { mode: IndexingMode; intervalMinutes?: number } {
   const value = interval?.trim() ?? "";
   if (value === "") return { mode: "full" };
-  if (/^\d{1,7}$/.test(value)) {
+  if (/^[1-9]\d{0,6}$/.test(value)) {
     const minutes = Number(value);
     if (minutes === 1) return { mode: "cursor" };
     if (minutes >= 2) return { mode: "incremental", intervalMinutes: minutes };
