@@ -123,6 +123,8 @@ async function sendOnce<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions
     // A pre-serialised NDJSON body is sent as is by the client.
     response = await options.client.bulk({ index: options.index, operations: body as never }, { signal: options.signal });
   } catch (err) {
+    // A whole request answered 429 is throttling like a 429 item: every document is retried.
+    if (err instanceof errors.ResponseError && err.statusCode === 429) return { accepted: [] as Meta[], throttled: entries };
     throw new IndexingError("BULK_FAILED", `bulk request to index '${options.index}' failed: ${describe(err)}`, {
       cause: err,
       unavailable: isUnreachable(err),
