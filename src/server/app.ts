@@ -1,11 +1,12 @@
 import type { DescService } from "@bufbuild/protobuf";
-import { createRouterTransport, type ConnectRouter, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
+import type { ConnectRouter, Interceptor, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { createAuthInterceptor, createTokenCheck, UNAUTHENTICATED_MESSAGE } from "./auth.js";
 import { createErrorInterceptor } from "./error-interceptor.js";
 import { createHealthHandler, type ReadinessChecks } from "./health.js";
 import type { Metrics } from "./metrics.js";
+import { createInProcessCaller } from "./rest/in-process-caller.js";
+import { createRpcHandler } from "./rpc-handler.js";
 import { createRestHandler, sendJson, type NodeRequest, type NodeResponse } from "./rest/rest-handler.js";
 
 export interface ServiceRegistration<T extends DescService = DescService> {
@@ -31,7 +32,7 @@ export type NodeHandler = (req: NodeRequest, res: NodeResponse) => void;
 
 /**
  * One Node request handler for everything the port serves: Connect, gRPC and gRPC-Web through
- * connectNodeAdapter, and, for anything it does not match, health checks and the REST routes
+ * the RPC handler (src/server/rpc-handler.ts), and, for anything it does not match, health checks and the REST routes
  * derived from the google.api.http annotations.
  */
 export function createAppHandler(options: AppOptions): NodeHandler {
@@ -44,7 +45,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
   const handleHealth = createHealthHandler(options.readiness);
   const handleRest = createRestHandler({
     services: services.map((s) => s.desc),
-    transport: createRouterTransport(routes, { router: { interceptors } }),
+    call: createInProcessCaller(services, interceptors),
     logger,
     maxBodyBytes: options.maxBodyBytes,
   });
@@ -82,5 +83,11 @@ export function createAppHandler(options: AppOptions): NodeHandler {
       });
   };
 
-  return connectNodeAdapter({ routes, fallback, interceptors: [metrics.rpcInterceptor, ...interceptors] }) as NodeHandler;
+  return createRpcHandler({
+    routes,
+    fallback,
+    interceptors: [metrics.rpcInterceptor, ...interceptors],
+    readMaxBytes: options.maxBodyBytes,
+    logger,
+  });
 }

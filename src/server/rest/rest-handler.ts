@@ -2,10 +2,11 @@ import type { ServerResponse } from "node:http";
 import type { ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
 import { fromJson, toJson, type DescService, type JsonValue } from "@bufbuild/protobuf";
 import { StructSchema } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError, type Transport } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { InvalidInputError } from "../../errors.js";
 import { matchRoute, restRoutesOf } from "./http-rules.js";
+import type { UnaryCaller } from "./in-process-caller.js";
 import { requestJsonOf } from "./request-json.js";
 
 type NodeHandlerFn = NonNullable<ConnectNodeAdapterOptions["fallback"]>;
@@ -14,8 +15,8 @@ export type NodeResponse = Parameters<NodeHandlerFn>[1];
 
 export interface RestHandlerOptions {
   services: readonly DescService[];
-  /** Calls go through this transport, so REST requests meet the same interceptors as RPCs. */
-  transport: Transport;
+  /** Calls the RPC through the same interceptors as the Connect handler. */
+  call: UnaryCaller;
   logger: Logger;
   maxBodyBytes: number;
 }
@@ -52,7 +53,7 @@ export function httpStatusOf(code: Code): number {
  * request's path, so the caller can answer 404.
  */
 export function createRestHandler(options: RestHandlerOptions) {
-  const { transport, logger, maxBodyBytes } = options;
+  const { call, logger, maxBodyBytes } = options;
   const routes = restRoutesOf(options.services);
 
   return async function handleRest(req: NodeRequest, res: NodeResponse): Promise<string | undefined> {
@@ -69,8 +70,8 @@ export function createRestHandler(options: RestHandlerOptions) {
       const input = parseInput(method.input, requestJsonOf(match, url.searchParams, body));
       const abort = new AbortController();
       res.once("close", () => abort.abort());
-      const response = await transport.unary(method, abort.signal, undefined, forwardedHeaders(req), input);
-      sendJson(res, 200, toJson(method.output, response.message, { useProtoFieldName: true, alwaysEmitImplicit: true }));
+      const output = await call(method, input, forwardedHeaders(req), abort.signal);
+      sendJson(res, 200, toJson(method.output, output, { useProtoFieldName: true, alwaysEmitImplicit: true }));
     } catch (err) {
       sendError(res, err, logger);
     }
