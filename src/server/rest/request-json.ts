@@ -70,6 +70,8 @@ const INT64_TYPES = new Set([
   ScalarType.FIXED64,
 ]);
 
+const DECIMAL = /^-?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+
 function scalarFromText(field: DescField, text: string, where: string): JsonValue {
   const fail = (expected: string) =>
     new InvalidInputError(`${where} '${field.name}' must be ${expected}, got '${truncate(text)}'`, {
@@ -91,8 +93,9 @@ function scalarFromText(field: DescField, text: string, where: string): JsonValu
     return value;
   }
   if (scalar === ScalarType.DOUBLE || scalar === ScalarType.FLOAT) {
+    // Decimal notation only: Number() would also take "0x10", " 5" or "1_0"-like surprises.
     const value = Number(text);
-    if (text.trim() === "" || !Number.isFinite(value)) throw fail("a finite number");
+    if (!DECIMAL.test(text) || !Number.isFinite(value)) throw fail("a finite decimal number");
     return value;
   }
   return text;

@@ -46,6 +46,8 @@ describe("REST routes from google.api.http annotations", () => {
 
 describe("request JSON from path, query and body", () => {
   it("converts query values by field type", () => {
+    expect(build("GET", "/api/gpu/offers?max_price=.5").json).toEqual({ max_price: 0.5 });
+    expect(build("GET", "/api/gpu/offers?max_price=2e-1").json).toEqual({ max_price: 0.2 });
     expect(build("GET", "/api/gpu/offers?gpu_name=RTX%204090&max_price=1.5&rentable=true").json).toEqual({
       gpu_name: "RTX 4090",
       max_price: 1.5,
@@ -68,8 +70,11 @@ describe("request JSON from path, query and body", () => {
   });
 
   it.each([
-    ["/api/gpu/offers?max_price=abc", "max_price", /finite number/],
-    ["/api/gpu/offers?max_price=Infinity", "max_price", /finite number/],
+    ["/api/gpu/offers?max_price=abc", "max_price", /finite decimal number/],
+    ["/api/gpu/offers?max_price=Infinity", "max_price", /finite decimal number/],
+    ["/api/gpu/offers?max_price=0x10", "max_price", /finite decimal number/],
+    ["/api/gpu/offers?max_price=%205", "max_price", /finite decimal number/],
+    ["/api/gpu/offers?max_price=1e999", "max_price", /finite decimal number/],
     ["/api/gpu/offers?rentable=yes", "rentable", /true or false/],
     ["/api/gpu/instances?limit=2.5", "limit", /integer/],
     ["/api/gpu/instances?limit=99999999999", "limit", /from -2147483648 to 2147483647/],
