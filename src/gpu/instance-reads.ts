@@ -9,7 +9,7 @@ import { InvalidInputError, NotFoundError } from "../errors.js";
 import { costFigures, formatUptime, uptimeMs } from "./cost.js";
 import type { GpuContext } from "./gpu-context.js";
 import { SORT_SQL } from "./instance-list-sql.js";
-import type { InstanceRecord } from "./instance-store.js";
+import { INSTANCE_ID_PREFIX, type InstanceRecord } from "./instance-store.js";
 import { instanceMessage } from "./messages.js";
 import { DEFAULT_LIMIT, validateLimit } from "./offers.js";
 import { decodePageToken, encodePageToken, INSTANCE_SORT_KEYS, type InstanceSortKey } from "./page-token.js";
@@ -20,8 +20,11 @@ import { isStoredStatus, STORED_STATUSES } from "./status.js";
 // The instance read RPCs. Status reads sync first (the marketplace is the truth); the list, the
 // cost analysis and the logs read the database only.
 
+const INSTANCE_ID_FORMAT = new RegExp(`^${INSTANCE_ID_PREFIX}\\d{1,18}$`);
+
 export async function requireRecord(ctx: GpuContext, instanceId: string): Promise<InstanceRecord> {
-  const record = await ctx.instances.get(instanceId);
+  // Ids are a prefix and digits: anything else cannot exist, and is not worth a query.
+  const record = INSTANCE_ID_FORMAT.test(instanceId) ? await ctx.instances.get(instanceId) : undefined;
   if (!record) throw new NotFoundError(`Instance '${instanceId}' not found`, { extra: { field: "instance_id" } });
   return record;
 }

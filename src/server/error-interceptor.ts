@@ -52,6 +52,15 @@ export function toConnectError(err: unknown, logger: Logger, rpc: string): Conne
       : [];
     return new ConnectError(err.message, code, undefined, details, err);
   }
+  if (isUnstorableTextError(err)) {
+    return new ConnectError("the request contains text the database cannot store (such as a NUL character)", Code.InvalidArgument);
+  }
   logger.error({ err, rpc }, "unexpected error");
   return new ConnectError("internal server error", Code.Internal);
+}
+
+// PostgreSQL refuses NUL characters and invalid byte sequences in text (SQLSTATE 22021). Any
+// such value came from the request, so it is the caller's error, wherever it reached the database.
+function isUnstorableTextError(err: unknown): boolean {
+  return typeof err === "object" && err !== null && (err as { code?: unknown }).code === "22021";
 }
