@@ -49,11 +49,27 @@ describe.each(transports)("GpuService templates with the generated client, %s", 
     expect((err as ConnectError).code).toBe(Code.NotFound);
     expect((err as ConnectError).rawMessage).toBe("Template 'nope' not found");
   });
+});
 
-  it("answers unimplemented for an RPC without an implementation yet", async () => {
-    const client = createClient(GpuService, transport());
-    const err = await client.getStatistics({}).catch((e: unknown) => e);
-    expect((err as ConnectError).code).toBe(Code.Unimplemented);
+describe("malformed RPC bodies", () => {
+  it("answers a Connect binary body that does not parse with 400 invalid_argument, not 500", async () => {
+    const res = await fetch(`${server.url}/gpu.v1.GpuService/GetTemplate`, {
+      method: "POST",
+      headers: { "content-type": "application/proto" },
+      body: new Uint8Array([0x0a, 0xff, 0xff]),
+    });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toMatchObject({ code: "invalid_argument", message: expect.stringMatching(/^parse binary/) });
+  });
+
+  it("answers malformed Connect JSON with 400 invalid_argument", async () => {
+    const res = await fetch(`${server.url}/gpu.v1.GpuService/GetTemplate`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: "{nope",
+    });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toMatchObject({ code: "invalid_argument" });
   });
 });
 

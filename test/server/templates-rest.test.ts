@@ -102,12 +102,6 @@ describe("REST transcoding errors", () => {
     expect(res.body.detail).toMatch(/exceeds/);
   });
 
-  it("answers an RPC without an implementation yet with 501", async () => {
-    const res = await get("/api/search/v1/batch/logs");
-    expect(res.status).toBe(501);
-    expect(res.body.detail).toMatch(/not implemented/);
-  });
-
   it("answers an unknown path with 404 and a known path with the wrong verb with 405", async () => {
     const missing = await get("/api/search/v1/index/db/goods/cursor");
     expect(missing.status).toBe(404);
