@@ -24,7 +24,11 @@ export interface JobLock {
   run<T>(jobName: string, work: (signal: AbortSignal) => Promise<T>): Promise<T>;
   /** The job this process is running, if any. */
   current(): RunningJob | undefined;
-  /** Asks the running job to stop (shutdown) and resolves when it has released the lock. */
+  /**
+   * Shutdown: asks the running job to stop and resolves when it has released the lock. From then
+   * on no job starts (503), so a request arriving before the server closes cannot begin a run
+   * that the closing pools would cut short.
+   */
   abortAndWait(): Promise<void>;
 }
 
@@ -36,9 +40,11 @@ export interface JobLockOptions {
 
 export function createJobLock({ databaseUrl, logger }: JobLockOptions): JobLock {
   let running: (RunningJob & { controller: AbortController; ended: Promise<void> }) | undefined;
+  let closed = false;
 
   return {
     async run(jobName, work) {
+      if (closed) throw new UnavailableError(`the service is shutting down: indexing job '${jobName}' was not started`);
       if (running) throw conflict(running.jobName, running.startedAt);
       const controller = new AbortController();
       const startedAt = new Date();
@@ -61,6 +67,7 @@ export function createJobLock({ databaseUrl, logger }: JobLockOptions): JobLock 
       return running && { jobName: running.jobName, startedAt: running.startedAt };
     },
     async abortAndWait() {
+      closed = true;
       const job = running;
       if (!job) return;
       job.controller.abort(new Error("shutting down"));
