@@ -5,6 +5,7 @@ import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../s
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { spawnService, type ServiceProcess } from "../support/spawn-service.js";
 import { waitFor } from "../support/wait.js";
+import { documentsWritten } from "./helpers.js";
 
 // SIGTERM while a full index runs: the job stops at a safe point, the index gets refresh 1s /
 // replicas 1 back, the pools close and the process exits 0.
@@ -28,13 +29,6 @@ afterAll(async () => {
   await es.close();
 });
 
-/** Documents Elasticsearch has written to the index so far, refreshed or not. */
-async function documentsWritten(): Promise<number> {
-  if (!(await es.indices.exists({ index }))) return 0;
-  const stats = await es.indices.stats({ index, metric: "indexing" });
-  return stats._all.primaries?.indexing?.index_total ?? 0;
-}
-
 describe("SIGTERM during a full index", () => {
   it("exits 0, answers the interrupted request 503 and leaves the index at refresh 1s / replicas 1", async () => {
     service = await spawnService({
@@ -48,13 +42,13 @@ describe("SIGTERM during a full index", () => {
       status: res.status,
       body: (await res.json()) as Record<string, unknown>,
     }));
-    await waitFor(async () => (await documentsWritten()) > 0, "the first documents to be written");
+    await waitFor(async () => (await documentsWritten(es, index)) > 0, "the first documents to be written");
     expect(await indexSettings(es, index)).toEqual({ refresh: "-1", replicas: "0" });
 
     expect(await service.stop("SIGTERM")).toEqual({ code: 0, signal: null });
 
     expect(await indexSettings(es, index)).toEqual({ refresh: "1s", replicas: "1" });
-    expect(await documentsWritten()).toBeLessThan(ROWS - ROWS / 10);
+    expect(await documentsWritten(es, index)).toBeLessThan(ROWS - ROWS / 10);
     const messages = service.logs.map((entry) => entry.msg);
     expect(messages).toContain("shutting down");
     expect(messages.at(-1)).toBe("stopped");
