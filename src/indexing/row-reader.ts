@@ -21,7 +21,7 @@ export interface ReadRowsOptions {
 
 export async function* readRows<Row>({ knex, query, fetchSize }: ReadRowsOptions): AsyncGenerator<Row> {
   const connection = (await knex.client.acquireConnection()) as pg.PoolClient;
-  const stream = new QueryStream(query.sql, [...(query.bindings ?? [])], { batchSize: fetchSize, highWaterMark: fetchSize });
+  const stream = new OneFetchQueryStream(query.sql, [...(query.bindings ?? [])], fetchSize);
   const lost = watchConnection(connection);
   try {
     connection.query(stream);
@@ -35,6 +35,26 @@ export async function* readRows<Row>({ knex, query, fetchSize }: ReadRowsOptions
     lost.dispose();
     if (!lost.happened) await closeStream(stream);
     await knex.client.releaseConnection(connection).catch(() => {});
+  }
+}
+
+/**
+ * pg-query-stream fetches `highWaterMark` rows per round trip and asks for the next fetch as soon
+ * as its buffer drops below that, so up to two fetches sit in memory. Here the buffer mark is one
+ * row and every round trip asks for `fetchSize` rows: the next fetch starts only once the previous
+ * one has been consumed, and the reader never holds more than one fetch.
+ */
+class OneFetchQueryStream extends QueryStream {
+  constructor(
+    sql: string,
+    values: unknown[],
+    private readonly fetchSize: number,
+  ) {
+    super(sql, values, { highWaterMark: 1 });
+  }
+
+  override _read(): void {
+    super._read(this.fetchSize);
   }
 }
 
