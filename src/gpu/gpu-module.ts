@@ -3,6 +3,7 @@ import type { ModuleDeps, ServiceModule } from "../app.js";
 import { registration } from "../server/app.js";
 import { ExecutionLogStore } from "./execution-log-store.js";
 import type { GpuContext } from "./gpu-context.js";
+import { registerGpuMetrics } from "./gpu-metrics.js";
 import { createGpuService } from "./gpu-service.js";
 import { InstanceStore } from "./instance-store.js";
 import { createModelServerProbe } from "./probe.js";
@@ -30,7 +31,9 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     intervalMs: config.gpuStatusSyncMs,
     creationGraceMs: config.gpuCreationGraceMs,
   });
-  const service = createGpuService({ ctx, statistics: StatisticsStore.create({ knex }), creationHooks: deps.gpuCreationHooks });
+  const statistics = StatisticsStore.create({ knex });
+  registerGpuMetrics(deps.metrics.registry, statistics);
+  const service = createGpuService({ ctx, statistics, creationHooks: deps.gpuCreationHooks });
   return {
     service: registration(GpuService, service),
     syncLoop,

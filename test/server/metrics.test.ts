@@ -45,4 +45,15 @@ describe("GET /metrics", () => {
     expect(text).toMatch(/http_request_duration_seconds_bucket\{le="0.05",route="\/api\/gpu\/templates\/\{template_name\}"/);
     expect(text).toMatch(/process_resident_memory_bytes \d+/);
   });
+
+  it("reports stored GPU instances by status", async () => {
+    await db.knex("gpu_instances").insert([
+      { instance_id: "gpu-1", offer_id: "1", status: "running", cost_per_hour: 0.5 },
+      { instance_id: "gpu-2", offer_id: "2", status: "running", cost_per_hour: 0.7 },
+      { instance_id: "gpu-3", offer_id: "3", status: "exited", cost_per_hour: 0.2 },
+    ]);
+    const text = await (await fetch(`${server.url}/metrics`)).text();
+    expect(sample(text, "gpu_instances", 'status="running"')).toBe(2);
+    expect(sample(text, "gpu_instances", 'status="exited"')).toBe(1);
+  });
 });
