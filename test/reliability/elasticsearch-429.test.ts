@@ -7,9 +7,9 @@ import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 import { startThrottlingProxy, type ThrottlingProxy } from "../support/throttling-proxy.js";
 
-// Elasticsearch answering 429 for half the documents of the first bulk requests of a run: the
-// service reaches it only through a throttling HTTP proxy. Three throttled requests stay within
-// the bulk sender's three retries, so every document must make it.
+// Elasticsearch answering 429 for the first bulk requests of a run, for half their documents or
+// for the whole request: the service reaches it only through a throttling HTTP proxy. Three
+// throttled requests stay within the bulk sender's three retries, so every document must make it.
 
 const ROWS = 5_000;
 const ELIGIBLE = ROWS - ROWS / 10;
@@ -63,6 +63,19 @@ describe("Elasticsearch answering 429", () => {
 
     expect(status).toBe(200);
     expect(proxy.throttledItems - before).toBeGreaterThanOrEqual(250);
+    expect(body).toMatchObject({ success: true, mode: "full", fetched_count: ELIGIBLE, indexed_count: ELIGIBLE });
+    expect(body.failed_count ?? 0).toBe(0);
+    expect(await documentCount(es, index)).toBe(ELIGIBLE);
+  });
+
+  it("retries bulk requests answered 429 as a whole and loses none", async () => {
+    const index = await serveIndex();
+    const before = proxy.throttledItems;
+    proxy.throttleNext(3, "request");
+    const { status, body } = await indexGoods("");
+
+    expect(status).toBe(200);
+    expect(proxy.throttledItems - before).toBeGreaterThanOrEqual(500);
     expect(body).toMatchObject({ success: true, mode: "full", fetched_count: ELIGIBLE, indexed_count: ELIGIBLE });
     expect(body.failed_count ?? 0).toBe(0);
     expect(await documentCount(es, index)).toBe(ELIGIBLE);

@@ -2,24 +2,28 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 
 /**
  * An HTTP proxy in front of Elasticsearch that plays an overloaded cluster on the next `n` bulk
- * requests (`throttleNext`): it forwards every other document and answers the others itself with
- * item status 429 (es_rejected_execution_exception), in the request's order, as a node whose
- * write queue is full does. Everything else passes through unchanged.
+ * requests (`throttleNext`). Mode "items": it forwards every other document and answers the others
+ * itself with item status 429 (es_rejected_execution_exception), in the request's order, as a node
+ * whose write queue is full does. Mode "request": the whole request is answered HTTP 429, as a
+ * node rejecting it outright (circuit breaker, coordinating queue) does. Everything else passes
+ * through unchanged.
  */
 export interface ThrottlingProxy {
   readonly url: string;
   /** Documents answered 429 so far. */
   readonly throttledItems: number;
-  throttleNext(bulkRequests: number): void;
+  throttleNext(bulkRequests: number, mode?: ThrottleMode): void;
   close(): Promise<void>;
 }
+
+export type ThrottleMode = "items" | "request";
 
 interface BulkItemResult {
   [op: string]: { _id?: string; status: number; error?: unknown };
 }
 
 export async function startThrottlingProxy(target: string): Promise<ThrottlingProxy> {
-  const state = { toThrottle: 0, throttledItems: 0 };
+  const state = { toThrottle: 0, throttledItems: 0, mode: "items" as ThrottleMode };
   const server = createServer((req, res) => {
     void handle(req, res).catch((err: unknown) => {
       res.writeHead(502, { "content-type": "text/plain" });
@@ -33,7 +37,7 @@ export async function startThrottlingProxy(target: string): Promise<ThrottlingPr
     const body = Buffer.concat(chunks).toString("utf8");
     if (req.method === "POST" && req.url?.split("?")[0]?.endsWith("/_bulk") && state.toThrottle > 0) {
       state.toThrottle--;
-      return throttleHalf(req, res, body);
+      return state.mode === "items" ? throttleHalf(req, res, body) : rejectWhole(res, body);
     }
     const upstream = await forward(req, body === "" ? undefined : body);
     res.writeHead(upstream.status, upstream.headers);
@@ -60,6 +64,13 @@ export async function startThrottlingProxy(target: string): Promise<ThrottlingPr
     res.end(JSON.stringify({ took: 1, errors: true, items }));
   }
 
+  function rejectWhole(res: ServerResponse, body: string): void {
+    state.throttledItems += body.split("\n").filter((line) => line !== "").length / 2;
+    const reason = "rejected execution of coordinating operation";
+    res.writeHead(429, { "content-type": "application/json", "x-elastic-product": "Elasticsearch" });
+    res.end(JSON.stringify({ error: { type: "es_rejected_execution_exception", reason, root_cause: [{ type: "es_rejected_execution_exception", reason }] }, status: 429 }));
+  }
+
   async function forward(req: IncomingMessage, body: string | undefined) {
     const skipped = ["host", "content-length", "connection", "accept-encoding"];
     const headers = Object.fromEntries(Object.entries(req.headers).filter(([name]) => !skipped.includes(name))) as Record<string, string>;
@@ -75,8 +86,9 @@ export async function startThrottlingProxy(target: string): Promise<ThrottlingPr
     get throttledItems() {
       return state.throttledItems;
     },
-    throttleNext(bulkRequests) {
+    throttleNext(bulkRequests, mode = "items") {
       state.toThrottle = bulkRequests;
+      state.mode = mode;
     },
     close: () =>
       new Promise<void>((resolve) => {
