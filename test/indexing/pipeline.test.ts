@@ -1,4 +1,6 @@
 import { Client } from "@elastic/elasticsearch";
+import { Writable } from "node:stream";
+import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateGoods } from "../../src/indexing/goods-generator.js";
 import { IndexingError } from "../../src/indexing/indexing-error.js";
@@ -119,5 +121,29 @@ describe("pipeline", () => {
       await db.knex.raw(`drop view "PR_GOODS_SEARCH_INTF"`);
       await db.knex.raw(`alter table goods_real rename to "PR_GOODS_SEARCH_INTF"`);
     }
+  });
+
+  it("logs a progress line with rows read, documents indexed and docs/s at every interval", async () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const sink = new Writable({
+      write(chunk, _encoding, done) {
+        lines.push(JSON.parse(String(chunk)) as Record<string, unknown>);
+        done();
+      },
+    });
+    await runGoodsIndexing({
+      ...testRunOptions(db.knex, es, newIndex()),
+      logger: pino({ level: "info" }, sink),
+      mode: "full",
+      progressIntervalMs: 40,
+      onBulkSettled: () => new Promise((resolve) => setTimeout(resolve, 10)),
+    });
+    const progress = lines.filter((line) => line.msg === "indexing progress");
+    expect(progress.length).toBeGreaterThanOrEqual(3);
+    const last = progress.at(-1) as { rows_read: number; docs_indexed: number; docs_per_s: number };
+    expect(last.rows_read).toBeGreaterThan(0);
+    expect(last.docs_indexed).toBeGreaterThan(0);
+    expect(last.docs_per_s).toBeGreaterThan(0);
+    expect(lines.some((line) => line.msg === "indexing finished" && line.indexedCount === ROWS)).toBe(true);
   });
 });
