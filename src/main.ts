@@ -31,7 +31,7 @@ async function main(): Promise<void> {
   const embedded = config.databaseUrl ? undefined : await startEmbeddedPostgres(config.dataDir);
   const databaseUrl = config.databaseUrl ?? embedded!.url;
   logger.info({ database: embedded ? `embedded (${config.dataDir})` : redactUrl(databaseUrl) }, "database");
-  const knex = createKnex(databaseUrl, { poolMax: embedded ? 1 : 10 });
+  const knex = createKnex(databaseUrl, { poolMax: embedded ? 1 : 10, logger });
   await migrateToLatest(knex);
 
   const elasticsearch = new Client({ node: config.elasticsearchUrl, requestTimeout: 60_000, maxRetries: 2 });

@@ -1,9 +1,12 @@
 import knexFactory, { type Knex } from "knex";
+import type { Logger } from "pino";
 import { migrationSource } from "./migrations/index.js";
 
 export interface KnexOptions {
   /** Connections in the pool; the embedded PostgreSQL serves one at a time. */
   poolMax?: number;
+  /** Where knex's own warnings go (e.g. a dropped connection); by default, the console. */
+  logger?: Logger;
 }
 
 export function createKnex(url: string, options: KnexOptions = {}): Knex {
@@ -13,10 +16,20 @@ export function createKnex(url: string, options: KnexOptions = {}): Knex {
     pool: { min: 0, max: options.poolMax ?? 10 },
     acquireConnectionTimeout: 10_000,
     migrations: { migrationSource, tableName: "knex_migrations" },
+    ...(options.logger ? { log: knexLog(options.logger.child({ component: "knex" })) } : {}),
   });
 }
 
 /** Applies every migration that has not run yet. */
 export async function migrateToLatest(knex: Knex): Promise<void> {
   await knex.migrate.latest();
+}
+
+function knexLog(logger: Logger): Knex.Config["log"] {
+  return {
+    warn: (message: unknown) => logger.warn({ detail: String(message) }, "knex warning"),
+    error: (message: unknown) => logger.error({ detail: String(message) }, "knex error"),
+    deprecate: (method: string, alternative: string) => logger.warn({ method, alternative }, "knex deprecation"),
+    debug: (message: unknown) => logger.debug({ detail: String(message) }, "knex debug"),
+  };
 }
