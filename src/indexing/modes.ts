@@ -44,7 +44,8 @@ export interface IndexingResult {
   elapsedMs: number;
   /** Cursor mode: rows flipped to INDEX_YN='Y' (rows changed meanwhile are not). */
   finalizedCount?: number;
-  /** Bound checks: most items in the channel, most rows between reader and settled bulks. */
+  /** Bound checks: most rows held by the reader, most items in the channel, most rows between reader and settled bulks. */
+  maxReaderBuffered: number;
   maxChannelSize: number;
   maxRowsHeld: number;
 }
@@ -55,9 +56,10 @@ export async function runGoodsIndexing(options: GoodsIndexingOptions): Promise<I
   await ensureGoodsIndex(elasticsearch, index);
   if (mode === "full") await optimizeForBulk(elasticsearch, index);
   else await healLeftoverSettings(options);
+  const reader = { maxBuffered: 0 };
   let outcome: { pipeline: PipelineResult; finalizedCount?: number } | undefined;
   try {
-    outcome = mode === "cursor" ? await runCursor(options) : { pipeline: await runSelection(options, undefined) };
+    outcome = mode === "cursor" ? await runCursor(options, reader) : { pipeline: await runSelection(options, reader, undefined) };
   } finally {
     await settleIndex(options, outcome !== undefined);
   }
@@ -69,6 +71,7 @@ export async function runGoodsIndexing(options: GoodsIndexingOptions): Promise<I
     failedCount: pipeline.stats.failed,
     elapsedMs: Math.round(performance.now() - startedAt),
     finalizedCount,
+    maxReaderBuffered: reader.maxBuffered,
     maxChannelSize: pipeline.maxChannelSize,
     maxRowsHeld: pipeline.maxRowsHeld,
   };
@@ -77,11 +80,15 @@ export async function runGoodsIndexing(options: GoodsIndexingOptions): Promise<I
 }
 
 /** Reads the mode's rows and sends them; accepted keys go to `onAccepted`. */
-function runSelection(options: GoodsIndexingOptions, onAccepted: ((keys: GoodsKey[]) => Promise<void>) | undefined) {
+function runSelection(
+  options: GoodsIndexingOptions,
+  readerStats: { maxBuffered: number },
+  onAccepted: ((keys: GoodsKey[]) => Promise<void>) | undefined,
+) {
   const { knex, elasticsearch, logger, mode, index, bulkSize } = options;
   let dropsLogged = 0;
   return runPipeline<GoodsRow, GoodsKey>({
-    source: readRows<GoodsRow>({ knex, query: goodsQuery(mode, options.intervalMinutes), fetchSize: options.fetchSize }),
+    source: readRows<GoodsRow>({ knex, query: goodsQuery(mode, options.intervalMinutes), fetchSize: options.fetchSize, stats: readerStats }),
     toItem: goodsItem,
     channelCapacity: options.channelCapacity ?? 2 * bulkSize,
     logger,
@@ -108,7 +115,10 @@ function runSelection(options: GoodsIndexingOptions, onAccepted: ((keys: GoodsKe
  * exactly those rows. With a single-connection pool (embedded PostgreSQL) the reader holds the
  * only connection, so keys wait in memory until the stream has ended.
  */
-async function runCursor(options: GoodsIndexingOptions): Promise<{ pipeline: PipelineResult; finalizedCount: number }> {
+async function runCursor(
+  options: GoodsIndexingOptions,
+  readerStats: { maxBuffered: number },
+): Promise<{ pipeline: PipelineResult; finalizedCount: number }> {
   const store = AcceptedKeysStore.create({ knex: options.knex });
   const runId = randomUUID();
   const deferred: GoodsKey[] | undefined = poolMax(options.knex) <= 1 ? [] : undefined;
@@ -118,7 +128,7 @@ async function runCursor(options: GoodsIndexingOptions): Promise<{ pipeline: Pip
     else await finalizeStep(() => store.record(runId, keys), "recording accepted rows failed");
   };
   try {
-    const pipeline = await runSelection(options, record);
+    const pipeline = await runSelection(options, readerStats, record);
     if (deferred) await finalizeStep(() => store.record(runId, deferred), "recording accepted rows failed");
     const finalizedCount = await finalizeStep(() => store.finalize(runId), "flipping INDEX_YN to 'Y' failed");
     return { pipeline, finalizedCount };

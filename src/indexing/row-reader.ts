@@ -17,9 +17,11 @@ export interface ReadRowsOptions {
   knex: Knex;
   query: RowQuery;
   fetchSize: number;
+  /** Filled while reading: the most rows the reader ever held (buffered plus the one handed out). */
+  stats?: { maxBuffered: number };
 }
 
-export async function* readRows<Row>({ knex, query, fetchSize }: ReadRowsOptions): AsyncGenerator<Row> {
+export async function* readRows<Row>({ knex, query, fetchSize, stats }: ReadRowsOptions): AsyncGenerator<Row> {
   const connection = (await knex.client.acquireConnection()) as pg.PoolClient;
   const stream = new OneFetchQueryStream(query.sql, [...(query.bindings ?? [])], fetchSize);
   const lost = watchConnection(connection);
@@ -29,6 +31,7 @@ export async function* readRows<Row>({ knex, query, fetchSize }: ReadRowsOptions
     for (;;) {
       const result = await lost.guard(rows.next());
       if (result.done) break;
+      if (stats) stats.maxBuffered = Math.max(stats.maxBuffered, stream.readableLength + 1);
       yield result.value as Row;
     }
   } finally {
