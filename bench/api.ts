@@ -142,6 +142,9 @@ async function run(url: string): Promise<void> {
     { name: `GET /api/gpu/instances/{id}/enhanced`, method: "GET", path: `/api/gpu/instances/${instanceId}/enhanced` },
     { name: "GET /api/gpu/statistics", method: "GET", path: "/api/gpu/statistics" },
   ];
+  // BENCH_ONLY=statistics measures only the endpoints whose name contains that text.
+  const only = process.env.BENCH_ONLY;
+  if (only) targets.splice(0, targets.length, ...targets.filter((t) => t.name.includes(only)));
   for (const target of [noop, ...targets]) await measure(url, target, 1); // warm-up
   // The machine may be shared: each endpoint is measured right after its own no-op run, so that
   // the ratio compares figures taken under the same conditions.

@@ -69,7 +69,10 @@ export function createRestHandler(options: RestHandlerOptions) {
       const body = match.route.body === "" ? undefined : await readJsonBody(req, maxBodyBytes);
       const input = parseInput(method.input, requestJsonOf(match, url.searchParams, body));
       const abort = new AbortController();
-      res.once("close", () => abort.abort());
+      // Only a client that goes away before its answer aborts the call (aborting builds an error).
+      res.once("close", () => {
+        if (!res.writableFinished) abort.abort();
+      });
       const output = await call(method, input, forwardedHeaders(req), abort.signal);
       sendJson(res, 200, toJson(method.output, output, { useProtoFieldName: true, alwaysEmitImplicit: true }));
     } catch (err) {
