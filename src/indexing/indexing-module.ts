@@ -1,17 +1,19 @@
 import { IndexingService } from "../../gen/search/v1/indexing_service_pb.js";
-import type { AppDeps, ServiceModule } from "../app.js";
+import type { ModuleDeps, ServiceModule } from "../app.js";
 import { registration } from "../server/app.js";
 import { createBatchWiring } from "./batch/batch-wiring.js";
+import { createIndexingMetrics } from "./indexing-metrics.js";
 import { createIndexingService } from "./indexing-service.js";
 import { createJobLock } from "./job-lock.js";
 
 /** IndexingService with its background work (cron runner) and the job lock they share. */
-export function createIndexingModule(deps: AppDeps): ServiceModule {
+export function createIndexingModule(deps: ModuleDeps): ServiceModule {
   const { config, knex, elasticsearch, logger } = deps;
   // Without DATABASE_URL the embedded PostgreSQL serves one connection: the lock is then in-process only.
   const jobLock = createJobLock({ databaseUrl: config.databaseUrl, logger });
-  const batch = createBatchWiring({ knex, elasticsearch, logger, indexing: config.indexing, batch: config.batch, jobLock });
-  const service = createIndexingService({ knex, elasticsearch, logger, indexing: config.indexing, jobLock }, batch.rpcs);
+  const metrics = createIndexingMetrics(deps.metrics.registry, jobLock);
+  const batch = createBatchWiring({ knex, elasticsearch, logger, indexing: config.indexing, batch: config.batch, jobLock, metrics });
+  const service = createIndexingService({ knex, elasticsearch, logger, indexing: config.indexing, jobLock, metrics }, batch.rpcs);
   return {
     service: registration(IndexingService, service),
     async start() {

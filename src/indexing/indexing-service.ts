@@ -8,6 +8,7 @@ import type { IndexingConfig } from "../config.js";
 import { DomainError, OperationFailedError, UnavailableError } from "../errors.js";
 import { IndexingError, messageOf } from "./indexing-error.js";
 import { parseInterval } from "./interval.js";
+import type { IndexingMetrics } from "./indexing-metrics.js";
 import type { JobLock } from "./job-lock.js";
 import { runGoodsIndexing, type IndexingResult } from "./modes.js";
 
@@ -18,6 +19,7 @@ export interface IndexingServiceDeps {
   indexing: IndexingConfig;
   /** The one lock of every indexing job and the batch. */
   jobLock: JobLock;
+  metrics?: IndexingMetrics;
 }
 
 type IndexingRpcs = Partial<ServiceImpl<typeof IndexingService>>;
@@ -28,7 +30,16 @@ export function createIndexingService(deps: IndexingServiceDeps, batchRpcs: Inde
     async indexGoods(request) {
       const { mode, intervalMinutes } = parseInterval(request.interval);
       const result = await deps.jobLock.run(`index_goods_${mode}`, (signal) =>
-        runGoodsIndexing({ ...pipelineSizes(deps.indexing), knex: deps.knex, elasticsearch: deps.elasticsearch, logger: deps.logger, mode, intervalMinutes, signal }).catch(
+        runGoodsIndexing({
+          ...pipelineSizes(deps.indexing),
+          knex: deps.knex,
+          elasticsearch: deps.elasticsearch,
+          logger: deps.logger,
+          metrics: deps.metrics,
+          mode,
+          intervalMinutes,
+          signal,
+        }).catch(
           (err: unknown) => {
             throw signal.aborted ? stoppedError(mode, signal, err) : toDomainError(err, deps.logger);
           },

@@ -7,6 +7,7 @@ import { isUnreachable, type BulkStats } from "./bulk-sender.js";
 import { ensureGoodsIndex, optimizeForBulk, restoreAfterBulk, restoreIfLeftOptimized } from "./goods-index.js";
 import { goodsItem, goodsQuery, type GoodsKey, type GoodsRow, type IndexingMode } from "./goods-rows.js";
 import { IndexingError, messageOf } from "./indexing-error.js";
+import type { IndexingMetrics } from "./indexing-metrics.js";
 import { runPipeline, type PipelineResult } from "./pipeline.js";
 import { readRows } from "./row-reader.js";
 
@@ -34,6 +35,7 @@ export interface GoodsIndexingOptions {
   signal?: AbortSignal;
   /** Called after every settled bulk; lets tests act between bulks deterministically. */
   onBulkSettled?: (stats: Readonly<BulkStats>) => Promise<void> | void;
+  metrics?: Pick<IndexingMetrics, "runSucceeded" | "runFailed">;
 }
 
 export interface IndexingResult {
@@ -51,6 +53,17 @@ export interface IndexingResult {
 }
 
 export async function runGoodsIndexing(options: GoodsIndexingOptions): Promise<IndexingResult> {
+  try {
+    const result = await indexOnce(options);
+    options.metrics?.runSucceeded(result);
+    return result;
+  } catch (err) {
+    options.metrics?.runFailed(options.mode, err instanceof IndexingError ? err.code : "error");
+    throw err;
+  }
+}
+
+async function indexOnce(options: GoodsIndexingOptions): Promise<IndexingResult> {
   const { elasticsearch, index, mode, logger } = options;
   const startedAt = performance.now();
   await ensureGoodsIndex(elasticsearch, index);

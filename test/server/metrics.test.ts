@@ -2,21 +2,30 @@ import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { createTestElasticsearch } from "../support/elasticsearch.js";
+import { generateGoods } from "../../src/indexing/goods-generator.js";
+import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
 let db: TestDatabase;
 let server: TestServer;
+const es = createTestElasticsearch();
+const goodsIndex = uniqueIndexName("metrics_goods");
+const logIndex = uniqueIndexName("metrics_batch_log");
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch() });
+  server = await startTestServer({
+    knex: db.knex,
+    elasticsearch: es,
+    env: { DATABASE_URL: db.url, GOODS_INDEX: goodsIndex, BATCH_LOG_INDEX: logIndex },
+  });
 });
 
 afterAll(async () => {
   await server?.close();
   await db?.drop();
+  await es.indices.delete({ index: [goodsIndex, logIndex], ignore_unavailable: true });
 });
 
 function sample(text: string, name: string, labels: string): number {
@@ -55,5 +64,24 @@ describe("GET /metrics", () => {
     const text = await (await fetch(`${server.url}/metrics`)).text();
     expect(sample(text, "gpu_instances", 'status="running"')).toBe(2);
     expect(sample(text, "gpu_instances", 'status="exited"')).toBe(1);
+  });
+});
+
+describe("indexing metrics", () => {
+  it("count runs by mode and outcome, documents by result, and batches by status", async () => {
+    await generateGoods(db.knex, { rows: 120 });
+    const eligible = Number((await db.knex("PR_GOODS_SEARCH_INTF").where({ USE_YN: "Y" }).count({ n: "*" }).first())?.n);
+    expect((await fetch(`${server.url}/api/search/v1/index/db/goods?interval=1`)).status).toBe(200);
+    expect((await fetch(`${server.url}/api/search/v1/batch/product`, { method: "POST" })).status).toBe(200);
+
+    const text = await (await fetch(`${server.url}/metrics`)).text();
+    expect(sample(text, "indexing_documents_total", 'mode="cursor",result="indexed"')).toBe(eligible);
+    expect(sample(text, "indexing_documents_total", 'mode="cursor",result="failed"')).toBe(0);
+    // One cursor run on request, one as step 2 of the batch.
+    expect(sample(text, "indexing_runs_total", 'mode="cursor",outcome="ok"')).toBe(2);
+    expect(sample(text, "indexing_last_run_docs_per_second", 'mode="cursor"')).toBeGreaterThanOrEqual(0);
+    expect(sample(text, "batch_runs_total", 'status="COMPLETED"')).toBe(1);
+    expect(text).toMatch(/# TYPE indexing_job_running gauge/);
+    expect(text).not.toMatch(/^indexing_job_running\{/m);
   });
 });

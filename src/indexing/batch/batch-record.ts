@@ -1,5 +1,6 @@
 import type { Logger } from "pino";
 import type { BatchErrorInfo, BatchLogDocument, BatchLogStore, BatchStatus } from "./batch-log.js";
+import type { IndexingMetrics } from "../indexing-metrics.js";
 import type { IndexingStats } from "./indexing-failure.js";
 
 // Step 3 of the batch: the log document of one execution. Saving it never throws: a batch that
@@ -17,6 +18,7 @@ export interface BatchRecordContext {
   chunkSize: number;
   goodsIndex: string;
   now: () => Date;
+  metrics?: Pick<IndexingMetrics, "batchFinished">;
 }
 
 export interface BatchOutcome {
@@ -56,6 +58,7 @@ export function batchLogDocument(context: BatchRecordContext, outcome: BatchOutc
 
 /** Saves the log document; false (and an error line) when it could not be saved. */
 export async function recordBatch(context: BatchRecordContext, outcome: BatchOutcome): Promise<boolean> {
+  context.metrics?.batchFinished(outcome.status);
   try {
     await context.logs.save(batchLogDocument(context, outcome, context.now()));
     return true;

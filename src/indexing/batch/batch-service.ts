@@ -1,6 +1,7 @@
 import type { Knex } from "knex";
 import type { Logger } from "pino";
 import { InvalidInputError, OperationFailedError } from "../../errors.js";
+import type { IndexingMetrics } from "../indexing-metrics.js";
 import type { JobLock } from "../job-lock.js";
 import { productBatchId } from "./batch-id.js";
 import type { BatchErrorInfo, BatchLogStore, BatchStatus } from "./batch-log.js";
@@ -26,6 +27,7 @@ export interface BatchServiceOptions {
   goodsIndex: string;
   logger: Logger;
   now?: () => Date;
+  metrics?: Pick<IndexingMetrics, "batchFinished">;
 }
 
 export interface BatchRequest {
@@ -91,6 +93,7 @@ async function execute(options: BatchServiceOptions, run: Execution): Promise<Ba
     chunkSize: run.chunkSize,
     goodsIndex: options.goodsIndex,
     now,
+    metrics: options.metrics,
   };
   logger.info({ is_full_load: context.isFullLoad, chunk_size: run.chunkSize }, "product batch started");
   try {

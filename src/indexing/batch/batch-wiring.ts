@@ -2,6 +2,7 @@ import type { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { BatchConfig, IndexingConfig } from "../../config.js";
+import type { IndexingMetrics } from "../indexing-metrics.js";
 import type { JobLock } from "../job-lock.js";
 import { runGoodsIndexing } from "../modes.js";
 import { createCronRunner, type CronJob, type CronRunner } from "../schedule.js";
@@ -20,14 +21,16 @@ export interface BatchWiringDeps {
   indexing: IndexingConfig;
   batch: BatchConfig;
   jobLock: JobLock;
+  metrics?: IndexingMetrics;
 }
 
 export function createBatchWiring(deps: BatchWiringDeps): { rpcs: ReturnType<typeof createBatchRpcs>; cron: CronRunner } {
-  const { knex, elasticsearch, logger, indexing, jobLock } = deps;
+  const { knex, elasticsearch, logger, indexing, jobLock, metrics } = deps;
   const pipeline = {
     knex,
     elasticsearch,
     logger,
+    metrics,
     index: indexing.goodsIndex,
     fetchSize: indexing.fetchSize,
     bulkMaxBytes: indexing.bulkMaxBytes,
@@ -36,7 +39,7 @@ export function createBatchWiring(deps: BatchWiringDeps): { rpcs: ReturnType<typ
   };
   const indexCursor: CursorIndexer = ({ bulkSize, signal }) => runGoodsIndexing({ ...pipeline, mode: "cursor", bulkSize, signal });
   const logs = BatchLogStore.create({ elasticsearch, index: deps.batch.logIndex });
-  const batch = createBatchService({ knex, lock: jobLock, indexCursor, logs, goodsIndex: indexing.goodsIndex, logger });
+  const batch = createBatchService({ knex, lock: jobLock, indexCursor, logs, goodsIndex: indexing.goodsIndex, logger, metrics });
 
   const jobs: CronJob[] = [
     { name: PRODUCT_BATCH_JOB, expression: deps.batch.cronBatch, run: () => batch.run({}) },
