@@ -44,6 +44,7 @@ async function startMain(): Promise<Started> {
 
 describe("the service on its embedded defaults", () => {
   it("serves the GPU API without a database server or Elasticsearch, and stops cleanly on SIGTERM", async () => {
+    let createdId = "";
     const first = await startMain();
     try {
       const templates = await fetch(`${first.url}/api/gpu/templates`);
@@ -53,15 +54,26 @@ describe("the service on its embedded defaults", () => {
       const ready = await fetch(`${first.url}/readyz`);
       expect(ready.status).toBe(503);
       expect(await ready.json()).toMatchObject({ checks: { database: "ok", search_engine: "unreachable" } });
+
+      const indexing = await fetch(`${first.url}/api/search/v1/index/db/goods?interval=1`);
+      expect(indexing.status).toBe(503);
+      expect(((await indexing.json()) as { detail: string }).detail).toMatch(/Elasticsearch/i);
+
+      const created = await fetch(`${first.url}/api/gpu/instances/from-template?template_name=budget`, { method: "POST" });
+      expect(created.status).toBe(200);
+      createdId = ((await created.json()) as { instance_id: string }).instance_id;
     } finally {
       first.child.kill("SIGTERM");
     }
     expect(await first.exited).toBe(0);
 
-    // The embedded database persists under DATA_DIR: a second start finds its schema in place.
+    // The embedded database persists under DATA_DIR: a second start finds the instance.
     const second = await startMain();
     try {
-      expect((await fetch(`${second.url}/api/gpu/templates/budget`)).status).toBe(200);
+      const list = await fetch(`${second.url}/api/gpu/instances`);
+      const { instances } = (await list.json()) as { instances: Array<{ instance_id: string }> };
+      expect(instances.map((i) => i.instance_id)).toContain(createdId);
+      expect((await fetch(`${second.url}/api/gpu/instances/${createdId}`, { method: "DELETE" })).status).toBe(200);
     } finally {
       second.child.kill("SIGTERM");
     }
