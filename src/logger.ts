@@ -1,11 +1,15 @@
-import pino, { type Logger } from "pino";
+import pino, { type DestinationStream, type Logger } from "pino";
 
-/** Structured JSON logs; credentials never reach them (headers are not logged, URLs are redacted). */
-export function createLogger(level: string): Logger {
-  return pino({
+/**
+ * Structured JSON logs on stdout (or the given stream). Credentials never reach them: headers are
+ * not logged, URLs are redacted before logging, and credential-named keys are censored anyway.
+ */
+export function createLogger(level: string, destination?: DestinationStream): Logger {
+  const options = {
     level,
     redact: { paths: ["*.authorization", "*.password", "*.apiKey", "*.api_key", "*.token"], censor: "[redacted]" },
-  });
+  };
+  return destination ? pino(options, destination) : pino(options);
 }
 
 /** A URL safe to log: the password, if any, is replaced. */
