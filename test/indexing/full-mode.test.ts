@@ -5,7 +5,8 @@ import { IndexingError } from "../../src/indexing/indexing-error.js";
 import { runGoodsIndexing } from "../../src/indexing/modes.js";
 import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { documentCount, indexSettings, startSeveringProxy, testRunOptions } from "./helpers.js";
+import { startTcpProxy } from "../support/tcp-proxy.js";
+import { documentCount, indexSettings, testRunOptions } from "./helpers.js";
 
 let db: TestDatabase;
 const es = createTestElasticsearch();
@@ -63,7 +64,7 @@ describe("full mode", () => {
 
   it("restores refresh 1s / replicas 1 when Elasticsearch breaks midway, and reports BULK_FAILED", async () => {
     const index = newIndex();
-    const proxy = await startSeveringProxy(elasticsearchUrl());
+    const proxy = await startTcpProxy(elasticsearchUrl());
     const client = new Client({ node: proxy.url, maxRetries: 0, requestTimeout: 10_000 });
     try {
       const run = runGoodsIndexing({
@@ -76,7 +77,7 @@ describe("full mode", () => {
       const error = await run.catch((err: unknown) => err);
       expect(error).toBeInstanceOf(IndexingError);
       expect((error as IndexingError).code).toBe("BULK_FAILED");
-      expect(proxy.severed).toBe(1);
+      expect(proxy.severedNext).toBe(1);
       expect(await documentCount(es, index)).toBeLessThan(900);
       expect(await indexSettings(es, index)).toEqual({ refresh: "1s", replicas: "1" });
     } finally {

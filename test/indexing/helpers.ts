@@ -1,4 +1,3 @@
-import { createServer, connect, type Server, type Socket } from "node:net";
 import type { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
 import pino from "pino";
@@ -40,62 +39,6 @@ export async function otherSessions(knex: Knex): Promise<Array<{ state: string; 
     `select state, query from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()`,
   );
   return rows;
-}
-
-/**
- * A TCP proxy on loopback in front of Elasticsearch. `severNext()` makes it cut the connection that
- * carries the next request, as a network failure would; later connections pass again.
- */
-export interface SeveringProxy {
-  readonly url: string;
-  severNext(): void;
-  readonly severed: number;
-  close(): Promise<void>;
-}
-
-export async function startSeveringProxy(target: string): Promise<SeveringProxy> {
-  const { hostname, port } = new URL(target);
-  const sockets = new Set<Socket>();
-  let armed = false;
-  let severed = 0;
-  const server: Server = createServer((client) => {
-    const upstream = connect(Number(port), hostname);
-    sockets.add(client).add(upstream);
-    client.on("data", (chunk) => {
-      if (armed) {
-        armed = false;
-        severed++;
-        client.destroy();
-        upstream.destroy();
-        return;
-      }
-      upstream.write(chunk);
-    });
-    upstream.on("data", (chunk) => client.write(chunk));
-    const end = () => {
-      client.destroy();
-      upstream.destroy();
-      sockets.delete(client);
-      sockets.delete(upstream);
-    };
-    client.on("close", end).on("error", end);
-    upstream.on("close", end).on("error", end);
-  });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const address = server.address() as { port: number };
-  return {
-    url: `http://127.0.0.1:${address.port}`,
-    severNext() {
-      armed = true;
-    },
-    get severed() {
-      return severed;
-    },
-    async close() {
-      for (const socket of sockets) socket.destroy();
-      await new Promise((resolve) => server.close(resolve));
-    },
-  };
 }
 
 /**

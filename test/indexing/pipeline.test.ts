@@ -7,7 +7,8 @@ import { IndexingError } from "../../src/indexing/indexing-error.js";
 import { runGoodsIndexing } from "../../src/indexing/modes.js";
 import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { otherSessions, startSeveringProxy, testRunOptions } from "./helpers.js";
+import { startTcpProxy } from "../support/tcp-proxy.js";
+import { otherSessions, testRunOptions } from "./helpers.js";
 
 const ROWS = 3000;
 const es = createTestElasticsearch();
@@ -85,7 +86,7 @@ describe("pipeline", () => {
   });
 
   it("closes the cursor when the bulk sender fails midway", async () => {
-    const proxy = await startSeveringProxy(elasticsearchUrl());
+    const proxy = await startTcpProxy(elasticsearchUrl());
     const client = new Client({ node: proxy.url, maxRetries: 0 });
     try {
       const error = await runGoodsIndexing({
