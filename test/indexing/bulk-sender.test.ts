@@ -2,7 +2,8 @@ import { Client } from "@elastic/elasticsearch";
 import { afterAll, describe, expect, it } from "vitest";
 import { sendBulks, type BulkFailure, type BulkItem } from "../../src/indexing/bulk-sender.js";
 import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../support/elasticsearch.js";
-import { documentCount, startThrottlingProxy } from "./helpers.js";
+import { startThrottlingProxy } from "../support/throttling-proxy.js";
+import { documentCount } from "./helpers.js";
 
 const es = createTestElasticsearch();
 const indices: string[] = [];
@@ -20,7 +21,8 @@ describe("bulk sender", () => {
   it("retries documents answered 429 and indexes them all", async () => {
     const index = uniqueIndexName("bulk_retry");
     indices.push(index);
-    const proxy = await startThrottlingProxy(elasticsearchUrl(), 1);
+    const proxy = await startThrottlingProxy(elasticsearchUrl());
+    proxy.throttleNext(1, "all-items");
     const client = new Client({ node: proxy.url, maxRetries: 0 });
     const accepted: number[] = [];
     try {
@@ -41,7 +43,8 @@ describe("bulk sender", () => {
   it("counts documents still throttled after the retries as failed and hands each to onDrop", async () => {
     const index = uniqueIndexName("bulk_drop");
     indices.push(index);
-    const proxy = await startThrottlingProxy(elasticsearchUrl(), 1_000);
+    const proxy = await startThrottlingProxy(elasticsearchUrl());
+    proxy.throttleNext(1_000, "all-items");
     const client = new Client({ node: proxy.url, maxRetries: 0 });
     const dropped: Array<{ id: string; failure: BulkFailure }> = [];
     try {

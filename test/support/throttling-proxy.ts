@@ -4,26 +4,29 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
  * An HTTP proxy in front of Elasticsearch that plays an overloaded cluster on the next `n` bulk
  * requests (`throttleNext`). Mode "items": it forwards every other document and answers the others
  * itself with item status 429 (es_rejected_execution_exception), in the request's order, as a node
- * whose write queue is full does. Mode "request": the whole request is answered HTTP 429, as a
- * node rejecting it outright (circuit breaker, coordinating queue) does. Everything else passes
+ * whose write queue is full does. Mode "all-items": every document is answered item status 429,
+ * nothing is forwarded. Mode "request": the whole request is answered HTTP 429, as a node
+ * rejecting it outright (circuit breaker, coordinating queue) does. Everything else passes
  * through unchanged.
  */
 export interface ThrottlingProxy {
   readonly url: string;
   /** Documents answered 429 so far. */
   readonly throttledItems: number;
+  /** Bulk requests the proxy answered itself so far, in any mode. */
+  readonly throttled: number;
   throttleNext(bulkRequests: number, mode?: ThrottleMode): void;
   close(): Promise<void>;
 }
 
-export type ThrottleMode = "items" | "request";
+export type ThrottleMode = "items" | "all-items" | "request";
 
 interface BulkItemResult {
   [op: string]: { _id?: string; status: number; error?: unknown };
 }
 
 export async function startThrottlingProxy(target: string): Promise<ThrottlingProxy> {
-  const state = { toThrottle: 0, throttledItems: 0, mode: "items" as ThrottleMode };
+  const state = { toThrottle: 0, throttledItems: 0, throttled: 0, mode: "items" as ThrottleMode };
   const server = createServer((req, res) => {
     void handle(req, res).catch((err: unknown) => {
       res.writeHead(502, { "content-type": "text/plain" });
@@ -37,25 +40,29 @@ export async function startThrottlingProxy(target: string): Promise<ThrottlingPr
     const body = Buffer.concat(chunks).toString("utf8");
     if (req.method === "POST" && req.url?.split("?")[0]?.endsWith("/_bulk") && state.toThrottle > 0) {
       state.toThrottle--;
-      return state.mode === "items" ? throttleHalf(req, res, body) : rejectWhole(res, body);
+      state.throttled++;
+      if (state.mode === "request") return rejectWhole(res, body);
+      return throttleItems(req, res, body, state.mode === "items" ? (i) => i % 2 === 1 : () => false);
     }
     const upstream = await forward(req, body === "" ? undefined : body);
     res.writeHead(upstream.status, upstream.headers);
     res.end(upstream.body);
   }
 
-  async function throttleHalf(req: IncomingMessage, res: ServerResponse, body: string): Promise<void> {
+  /** Forwards the documents `passes` picks, by position, and answers the others 429. */
+  async function throttleItems(req: IncomingMessage, res: ServerResponse, body: string, passes: (i: number) => boolean): Promise<void> {
     // Index operations only: an action line and a document line each.
     const lines = body.split("\n").filter((line) => line !== "");
     const pairs = Array.from({ length: lines.length / 2 }, (_, i): [string, string] => [lines[2 * i]!, lines[2 * i + 1]!]);
-    const passed = pairs.filter((_, i) => i % 2 === 1);
+    const passed = pairs.filter((_, i) => passes(i));
     let upstreamItems: BulkItemResult[] = [];
     if (passed.length > 0) {
       const upstream = await forward(req, `${passed.flat().join("\n")}\n`);
       upstreamItems = (JSON.parse(upstream.body.toString("utf8")) as { items: BulkItemResult[] }).items;
     }
+    let next = 0;
     const items = pairs.map((pair, i) => {
-      if (i % 2 === 1) return upstreamItems[(i - 1) / 2]!;
+      if (passes(i)) return upstreamItems[next++]!;
       state.throttledItems++;
       const id = (JSON.parse(pair[0]) as { index: { _id: string } }).index._id;
       return { index: { _id: id, status: 429, error: { type: "es_rejected_execution_exception", reason: "rejected execution: write queue full" } } };
@@ -85,6 +92,9 @@ export async function startThrottlingProxy(target: string): Promise<ThrottlingPr
     url: `http://127.0.0.1:${port}`,
     get throttledItems() {
       return state.throttledItems;
+    },
+    get throttled() {
+      return state.throttled;
     },
     throttleNext(bulkRequests, mode = "items") {
       state.toThrottle = bulkRequests;
