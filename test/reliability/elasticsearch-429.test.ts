@@ -1,11 +1,11 @@
 import { Client } from "@elastic/elasticsearch";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { generateGoods } from "../../src/indexing/goods-generator.js";
 import { documentCount, flagCounts } from "../indexing/helpers.js";
 import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { startTestServer, type TestServer } from "../support/server.js";
+import type { TestDatabase } from "../support/postgres.js";
+import type { TestServer } from "../support/server.js";
 import { startThrottlingProxy, type ThrottlingProxy } from "../support/throttling-proxy.js";
+import { createGoodsDatabase, indexGoods, removeGoods, startIndexingServer } from "./helpers.js";
 
 // Elasticsearch answering 429 for the first bulk requests of a run, for half their documents or
 // for the whole request: the service reaches it only through a throttling HTTP proxy. Three
@@ -22,8 +22,7 @@ let server: TestServer;
 const indices: string[] = [];
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  await generateGoods(db.knex, { rows: ROWS, unusedEvery: 10 });
+  db = await createGoodsDatabase(ROWS);
   proxy = await startThrottlingProxy(elasticsearchUrl());
   serverClient = new Client({ node: proxy.url, requestTimeout: 60_000, maxRetries: 2 });
 });
@@ -32,26 +31,15 @@ afterAll(async () => {
   await server?.close();
   await serverClient?.close();
   await proxy?.close();
-  if (indices.length > 0) await es.indices.delete({ index: indices, ignore_unavailable: true });
-  await db?.drop();
-  await es.close();
+  await removeGoods(es, indices, db);
 });
 
 async function serveIndex(): Promise<string> {
   await server?.close();
   const index = uniqueIndexName("goods_429");
   indices.push(index);
-  server = await startTestServer({
-    knex: db.knex,
-    elasticsearch: serverClient,
-    env: { DATABASE_URL: db.url, GOODS_INDEX: index, INDEX_BULK_SIZE: "500", INDEX_FETCH_SIZE: "1000", CRON_ENABLED: "false" },
-  });
+  server = await startIndexingServer(db, serverClient, { index, bulkSize: 500, fetchSize: 1000 });
   return index;
-}
-
-async function indexGoods(query: string): Promise<{ status: number; body: Record<string, unknown> }> {
-  const res = await fetch(`${server.url}/api/search/v1/index/db/goods${query}`);
-  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
 }
 
 describe("Elasticsearch answering 429", () => {
@@ -59,7 +47,7 @@ describe("Elasticsearch answering 429", () => {
     const index = await serveIndex();
     const before = proxy.throttledItems;
     proxy.throttleNext(3);
-    const { status, body } = await indexGoods("");
+    const { status, body } = await indexGoods(server);
 
     expect(status).toBe(200);
     expect(proxy.throttledItems - before).toBeGreaterThanOrEqual(250);
@@ -72,7 +60,7 @@ describe("Elasticsearch answering 429", () => {
     const index = await serveIndex();
     const before = proxy.throttledItems;
     proxy.throttleNext(3, "request");
-    const { status, body } = await indexGoods("");
+    const { status, body } = await indexGoods(server);
 
     expect(status).toBe(200);
     expect(proxy.throttledItems - before).toBeGreaterThanOrEqual(500);
@@ -85,7 +73,7 @@ describe("Elasticsearch answering 429", () => {
     const index = await serveIndex();
     const before = proxy.throttledItems;
     proxy.throttleNext(3);
-    const { status, body } = await indexGoods("?interval=1");
+    const { status, body } = await indexGoods(server, "?interval=1");
 
     expect(status).toBe(200);
     expect(proxy.throttledItems - before).toBeGreaterThanOrEqual(250);

@@ -1,11 +1,11 @@
 import { Client } from "@elastic/elasticsearch";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { generateGoods } from "../../src/indexing/goods-generator.js";
 import { documentCount, flagCounts, indexSettings } from "../indexing/helpers.js";
 import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { startTestServer, type TestServer } from "../support/server.js";
+import type { TestDatabase } from "../support/postgres.js";
+import type { TestServer } from "../support/server.js";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
+import { createGoodsDatabase, indexGoods, removeGoods, startIndexingServer } from "./helpers.js";
 
 // Elasticsearch cut off mid full-index: the server reaches it only through a loopback TCP proxy
 // that the test severs after some bulks have gone through, then restores.
@@ -21,35 +21,23 @@ let serverClient: Client;
 let server: TestServer;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  await generateGoods(db.knex, { rows: ROWS, unusedEvery: 10 });
+  db = await createGoodsDatabase(ROWS);
   proxy = await startTcpProxy(elasticsearchUrl());
   // As src/main.ts builds it, with the retries it has: a cut must beat them too.
   serverClient = new Client({ node: proxy.url, requestTimeout: 60_000, maxRetries: 2 });
-  server = await startTestServer({
-    knex: db.knex,
-    elasticsearch: serverClient,
-    env: { DATABASE_URL: db.url, GOODS_INDEX: index, INDEX_BULK_SIZE: "500", INDEX_FETCH_SIZE: "2000", CRON_ENABLED: "false" },
-  });
+  server = await startIndexingServer(db, serverClient, { index, bulkSize: 500, fetchSize: 2000 });
 });
 
 afterAll(async () => {
   await server?.close();
   await serverClient?.close();
   await proxy?.close();
-  await es.indices.delete({ index, ignore_unavailable: true });
-  await db?.drop();
-  await es.close();
+  await removeGoods(es, index, db);
 });
-
-async function indexGoods(query = ""): Promise<{ status: number; body: Record<string, unknown> }> {
-  const res = await fetch(`${server.url}/api/search/v1/index/db/goods${query}`);
-  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
-}
 
 describe("Elasticsearch cut mid full-index", () => {
   it("answers 503 BULK_FAILED, heals the index settings on the next run, and a rerun indexes every eligible row", async () => {
-    const run = indexGoods();
+    const run = indexGoods(server);
     // About four bulks of 500 documents: the run is well under way, far from its end.
     await proxy.whenBytesUp(1_000_000);
     proxy.sever();
@@ -64,13 +52,13 @@ describe("Elasticsearch cut mid full-index", () => {
 
     proxy.restore();
     // A run of another mode finds the settings a failed full run left and puts them back first.
-    const cursor = await indexGoods("?interval=1");
+    const cursor = await indexGoods(server, "?interval=1");
     expect(cursor.status).toBe(200);
     expect(await indexSettings(es, index)).toEqual({ refresh: "1s", replicas: "1" });
     expect(cursor.body).toMatchObject({ success: true, mode: "cursor", fetched_count: ELIGIBLE, indexed_count: ELIGIBLE });
     expect(await flagCounts(db.knex)).toEqual({ Y: ELIGIBLE });
 
-    const rerun = await indexGoods();
+    const rerun = await indexGoods(server);
     expect(rerun.status).toBe(200);
     expect(rerun.body).toMatchObject({ success: true, mode: "full", fetched_count: ELIGIBLE, indexed_count: ELIGIBLE });
     expect(rerun.body.failed_count ?? 0).toBe(0);

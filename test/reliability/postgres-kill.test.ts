@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { generateGoods } from "../../src/indexing/goods-generator.js";
 import { documentCount, flagCounts } from "../indexing/helpers.js";
 import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { startTestServer, type TestServer } from "../support/server.js";
+import type { TestDatabase } from "../support/postgres.js";
+import type { TestServer } from "../support/server.js";
 import { waitFor } from "../support/wait.js";
+import { createGoodsDatabase, indexGoods, removeGoods, startIndexingServer } from "./helpers.js";
 
 // The PostgreSQL backend that streams a cursor run's rows is terminated (pg_terminate_backend)
 // while the run is in progress: small fetches and a small channel keep the reader mid-table.
@@ -18,26 +18,14 @@ let db: TestDatabase;
 let server: TestServer;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  await generateGoods(db.knex, { rows: ROWS, unusedEvery: 10 });
-  server = await startTestServer({
-    knex: db.knex,
-    elasticsearch: es,
-    env: { DATABASE_URL: db.url, GOODS_INDEX: index, INDEX_BULK_SIZE: "500", INDEX_FETCH_SIZE: "1000", CRON_ENABLED: "false" },
-  });
+  db = await createGoodsDatabase(ROWS);
+  server = await startIndexingServer(db, es, { index, bulkSize: 500, fetchSize: 1000 });
 });
 
 afterAll(async () => {
   await server?.close();
-  await es.indices.delete({ index, ignore_unavailable: true });
-  await db?.drop();
-  await es.close();
+  await removeGoods(es, index, db);
 });
-
-async function indexGoods(query: string): Promise<{ status: number; body: Record<string, unknown> }> {
-  const res = await fetch(`${server.url}/api/search/v1/index/db/goods${query}`);
-  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
-}
 
 /** Rows of the running cursor run that Elasticsearch has accepted so far. */
 async function acceptedSoFar(): Promise<number> {
@@ -60,7 +48,7 @@ async function terminateStreamingBackend(): Promise<number> {
 
 describe("PostgreSQL connection killed mid-stream", () => {
   it("answers DB_STREAM_ERROR, marks no row Y that is not indexed, and the next cursor run completes", async () => {
-    const run = indexGoods("?interval=1");
+    const run = indexGoods(server, "?interval=1");
     await waitFor(async () => (await acceptedSoFar()) > 0, "a first bulk accepted");
     await terminateStreamingBackend();
     const killed = await run;
@@ -74,7 +62,7 @@ describe("PostgreSQL connection killed mid-stream", () => {
     // Finalize never ran: no row is marked indexed, although some documents made it.
     expect(await flagCounts(db.knex)).toEqual({ N: ELIGIBLE });
 
-    const next = await indexGoods("?interval=1");
+    const next = await indexGoods(server, "?interval=1");
     expect(next.status).toBe(200);
     expect(next.body).toMatchObject({ success: true, mode: "cursor", fetched_count: ELIGIBLE, indexed_count: ELIGIBLE });
     expect(await flagCounts(db.knex)).toEqual({ Y: ELIGIBLE });

@@ -1,11 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { generateGoods } from "../../src/indexing/goods-generator.js";
 import { indexSettings } from "../indexing/helpers.js";
 import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { startTestServer, type TestServer } from "../support/server.js";
+import type { TestDatabase } from "../support/postgres.js";
+import type { TestServer } from "../support/server.js";
 import { waitFor } from "../support/wait.js";
-import { documentsWritten } from "./helpers.js";
+import { createGoodsDatabase, documentsWritten, indexGoods, removeGoods, startIndexingServer } from "./helpers.js";
 
 // The shutdown sequence of src/main.ts, step by step in process: app.stop() first (cron off, the
 // running job aborted at a safe point), while the server still accepts requests until it closes.
@@ -18,37 +17,25 @@ let db: TestDatabase;
 let server: TestServer;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  await generateGoods(db.knex, { rows: ROWS, unusedEvery: 10 });
-  server = await startTestServer({
-    knex: db.knex,
-    elasticsearch: es,
-    env: { DATABASE_URL: db.url, GOODS_INDEX: index, INDEX_BULK_SIZE: "1000", INDEX_FETCH_SIZE: "5000", CRON_ENABLED: "false" },
-  });
+  db = await createGoodsDatabase(ROWS);
+  server = await startIndexingServer(db, es, { index, bulkSize: 1000, fetchSize: 5000 });
 });
 
 afterAll(async () => {
   await server?.close();
-  await es.indices.delete({ index, ignore_unavailable: true });
-  await db?.drop();
-  await es.close();
+  await removeGoods(es, index, db);
 });
-
-async function indexGoods(query: string): Promise<{ status: number; body: Record<string, unknown> }> {
-  const res = await fetch(`${server.url}/api/search/v1/index/db/goods${query}`);
-  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
-}
 
 describe("shutdown of the indexing module", () => {
   it("stops the running full index with settings restored, and refuses to start any job afterwards", async () => {
-    const running = indexGoods("");
+    const running = indexGoods(server);
     await waitFor(async () => (await documentsWritten(es, index)) > 0, "the first documents to be written");
 
     await server.app.stop();
 
     expect(await indexSettings(es, index)).toEqual({ refresh: "1s", replicas: "1" });
     expect(await running).toEqual({ status: 503, body: { detail: "full indexing stopped before it finished: shutting down; run it again" } });
-    const late = await indexGoods("?interval=1");
+    const late = await indexGoods(server, "?interval=1");
     expect(late).toEqual({ status: 503, body: { detail: "the service is shutting down: indexing job 'index_goods_cursor' was not started" } });
     const batch = await fetch(`${server.url}/api/search/v1/batch/product`, { method: "POST" });
     expect(batch.status).toBe(503);
