@@ -9,7 +9,6 @@ import { randomBytes } from "node:crypto";
 import { create, createFileRegistry, type DescService } from "@bufbuild/protobuf";
 import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
 import autocannon from "autocannon";
-import pg from "pg";
 import pino from "pino";
 import { loadConfig } from "../src/config.js";
 import { createKnex, migrateToLatest } from "../src/db/knex.js";
@@ -18,11 +17,11 @@ import { createSimulatedMarketplace } from "../src/gpu/marketplace/simulated.js"
 import { createAppHandler, registration } from "../src/server/app.js";
 import { listen } from "../src/server/listen.js";
 import { createMetrics } from "../src/server/metrics.js";
+import { admin, databaseUrl, printTable } from "./support.js";
 
 const RECORDS = 100_000;
 const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 4);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 10);
-const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 
 /** A service with one RPC that does nothing, described at run time so it exists only here. */
 function noopService(): DescService {
@@ -34,16 +33,6 @@ function noopService(): DescService {
     service: [{ name: "NoopService", method: [{ name: "Noop", inputType: ".bench.v1.Empty", outputType: ".bench.v1.Empty" }] }],
   });
   return createFileRegistry(file, () => undefined).getService("bench.v1.NoopService")!;
-}
-
-async function admin(sql: string): Promise<void> {
-  const client = new pg.Client({ connectionString: adminUrl });
-  await client.connect();
-  try {
-    await client.query(sql);
-  } finally {
-    await client.end();
-  }
 }
 
 /** 100,000 records in one statement: mostly history (destroyed, failed), some live ones. */
@@ -92,9 +81,7 @@ async function measure(url: string, target: Target, duration = DURATION_S): Prom
 async function main(): Promise<void> {
   const name = `bench_${randomBytes(5).toString("hex")}`;
   await admin(`create database ${name}`);
-  const dbUrl = new URL(adminUrl);
-  dbUrl.pathname = `/${name}`;
-  const knex = createKnex(dbUrl.toString(), { poolMax: 10 });
+  const knex = createKnex(databaseUrl(name), { poolMax: 10 });
   const marketplace = createSimulatedMarketplace({ creatingMs: 100, loadingMs: 100, modelServerStartMs: 100 });
   try {
     await migrateToLatest(knex);
@@ -163,7 +150,7 @@ async function run(url: string): Promise<void> {
     ]);
   }
   console.log(`\n${RECORDS} records, ${CONNECTIONS} connections, ${DURATION_S} s per measurement\n`);
-  print([["endpoint", "req/s", "p99 ms", "no-op req/s", "no-op p99 ms", "req/s vs no-op", "errors"], ...rows]);
+  printTable([["endpoint", "req/s", "p99 ms", "no-op req/s", "no-op p99 ms", "req/s vs no-op", "errors"], ...rows]);
 }
 
 async function waitForModelServer(url: string, instanceId: string): Promise<void> {
@@ -179,11 +166,6 @@ async function waitForModelServer(url: string, instanceId: string): Promise<void
 
 function fmt(value: number): string {
   return value >= 100 ? value.toFixed(0) : value.toFixed(1);
-}
-
-function print(rows: string[][]): void {
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  for (const row of rows) console.log(row.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join("  "));
 }
 
 main().catch((err: unknown) => {

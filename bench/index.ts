@@ -3,7 +3,6 @@ import { randomBytes } from "node:crypto";
 import { parseArgs } from "node:util";
 import { Client } from "@elastic/elasticsearch";
 import pino from "pino";
-import pg from "pg";
 import { createKnex, migrateToLatest } from "../src/db/knex.js";
 import { sendBulks, type BulkItem } from "../src/indexing/bulk-sender.js";
 import { generateGoods } from "../src/indexing/goods-generator.js";
@@ -11,6 +10,7 @@ import { GOODS_MAPPING } from "../src/indexing/goods-index.js";
 import { goodsItem, goodsQuery, type GoodsKey, type GoodsRow } from "../src/indexing/goods-rows.js";
 import { runGoodsIndexing } from "../src/indexing/modes.js";
 import { readRows } from "../src/indexing/row-reader.js";
+import { admin, databaseUrl } from "./support.js";
 
 // npm run bench:index [-- --rows N]
 //
@@ -37,7 +37,6 @@ interface Measurement {
 }
 
 let heapMb = 256;
-const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const elasticsearchUrl = process.env.ELASTICSEARCH_URL ?? "http://127.0.0.1:9200";
 
 async function main(): Promise<void> {
@@ -157,22 +156,6 @@ async function fullMode(knex: ReturnType<typeof createKnex>, client: Client, ind
   const logger = pino({ level: process.env.LOG_LEVEL ?? "info" }, pino.destination(2));
   const result = await runGoodsIndexing({ knex, elasticsearch: client, logger, mode: "full", index, ...SIZES });
   return { count: result.indexedCount, ms: result.elapsedMs };
-}
-
-async function admin(sql: string): Promise<void> {
-  const client = new pg.Client({ connectionString: adminUrl });
-  await client.connect();
-  try {
-    await client.query(sql);
-  } finally {
-    await client.end();
-  }
-}
-
-function databaseUrl(name: string): string {
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
-  return url.toString();
 }
 
 function pct(ratio: number, signed = false): string {

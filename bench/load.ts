@@ -2,10 +2,10 @@ import { randomBytes } from "node:crypto";
 import { parseArgs } from "node:util";
 import { Client } from "@elastic/elasticsearch";
 import autocannon from "autocannon";
-import pg from "pg";
 import { createKnex, migrateToLatest } from "../src/db/knex.js";
 import { generateGoods } from "../src/indexing/goods-generator.js";
 import { spawnService, type ServiceProcess } from "../test/support/spawn-service.js";
+import { admin, databaseUrl, printTable } from "./support.js";
 
 // npm run bench:load [-- --rows N]
 //
@@ -17,7 +17,6 @@ import { spawnService, type ServiceProcess } from "../test/support/spawn-service
 // both phases and the index's docs/s; exits 1 on any error or non-2xx answer, or when the index
 // does not finish within --max-s seconds. Uses DATABASE_URL's server and ELASTICSEARCH_URL.
 
-const adminUrl = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const elasticsearchUrl = process.env.ELASTICSEARCH_URL ?? "http://127.0.0.1:9200";
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 10);
 
@@ -45,15 +44,14 @@ async function main(): Promise<void> {
 
   const dbName = `bench_${randomBytes(5).toString("hex")}`;
   const index = `bench_goods_${randomBytes(4).toString("hex")}`;
-  const dbUrl = new URL(adminUrl);
-  dbUrl.pathname = `/${dbName}`;
+  const dbUrl = databaseUrl(dbName);
   const es = new Client({ node: elasticsearchUrl });
   await admin(`create database ${dbName}`);
   let service: ServiceProcess | undefined;
   try {
-    const eligible = await seedGoods(dbUrl.toString(), rows);
+    const eligible = await seedGoods(dbUrl, rows);
     service = await spawnService({
-      DATABASE_URL: dbUrl.toString(),
+      DATABASE_URL: dbUrl,
       ELASTICSEARCH_URL: elasticsearchUrl,
       GOODS_INDEX: index,
       SIM_CREATING_MS: "200",
@@ -87,7 +85,7 @@ async function run(url: string, options: { rows: number; eligible: number; basel
 
   const indexedCount = Number(indexed.body.indexed_count ?? 0);
   console.log(`\nloopback, ${CONNECTIONS} connections cycling ${MIX.map((r) => `${r.method} ${r.path.split("?")[0]}`).join(", ")}\n`);
-  print([
+  printTable([
     ["phase", "seconds", "requests", "req/s", "p99 ms", "errors"],
     ...[baseline, during].map((p) => [p.name, p.seconds.toFixed(1), String(p.requests), p.rps.toFixed(0), p.p99.toFixed(1), String(p.errors)]),
   ]);
@@ -140,25 +138,10 @@ async function createInstances(url: string): Promise<void> {
   }
 }
 
-async function admin(sql: string): Promise<void> {
-  const client = new pg.Client({ connectionString: adminUrl });
-  await client.connect();
-  try {
-    await client.query(sql);
-  } finally {
-    await client.end();
-  }
-}
-
 function wholeNumber(value: string | undefined, name: string): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a whole number >= 1, got '${value}'`);
   return n;
-}
-
-function print(table: string[][]): void {
-  const widths = table[0]!.map((_, i) => Math.max(...table.map((r) => r[i]!.length)));
-  for (const row of table) console.log(row.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join("  "));
 }
 
 main().catch((err: unknown) => {
