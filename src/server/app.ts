@@ -32,8 +32,8 @@ export type NodeHandler = (req: NodeRequest, res: NodeResponse) => void;
 
 /**
  * One Node request handler for everything the port serves: Connect, gRPC and gRPC-Web through
- * the RPC handler (src/server/rpc-handler.ts), and, for anything it does not match, health checks and the REST routes
- * derived from the google.api.http annotations.
+ * the RPC handler (rpc-handler.ts), and, for anything it does not match, health checks, metrics
+ * and the REST routes derived from the google.api.http annotations.
  */
 export function createAppHandler(options: AppOptions): NodeHandler {
   const { services, logger, metrics } = options;
