@@ -23,6 +23,7 @@ export interface RunningServer {
 // Every HTTP/2 connection without TLS starts with this preface ("prior knowledge" h2c, as gRPC
 // clients speak it); HTTP/1.1 requests start with a method name, and no method is "PRI".
 const HTTP2_PREFACE_START = Buffer.from("PRI * HTTP/2");
+const FIRST_BYTE_TIMEOUT_MS = 30_000;
 
 /**
  * Serves HTTP/1.1 and HTTP/2 on one port. Without TLS it reads the first bytes of each new
@@ -47,7 +48,10 @@ export async function listen(options: ListenOptions): Promise<RunningServer> {
     const plain = [h1, h2] as const;
     front = net.createServer((socket) => {
       socket.once("error", () => socket.destroy());
+      // A connection that never sends a byte is never handed over: do not keep it forever.
+      socket.setTimeout(FIRST_BYTE_TIMEOUT_MS, () => socket.destroy());
       socket.once("data", (chunk: Buffer) => {
+        socket.setTimeout(0);
         socket.pause();
         socket.unshift(chunk);
         const isHttp2 = HTTP2_PREFACE_START.subarray(0, chunk.length).equals(chunk.subarray(0, HTTP2_PREFACE_START.length));
