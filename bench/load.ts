@@ -66,7 +66,8 @@ async function main(): Promise<void> {
     }
   } finally {
     await service?.stop("SIGTERM");
-    await es.indices.delete({ index, ignore_unavailable: true });
+    // The scratch database goes whatever happened to the index (Elasticsearch may be the fault).
+    await es.indices.delete({ index, ignore_unavailable: true }).catch(() => undefined);
     await es.close();
     await admin(`drop database if exists ${dbName} with (force)`);
   }
