@@ -22,12 +22,17 @@ export interface Config {
   /** Largest accepted REST request body, in bytes. */
   readonly maxBodyBytes: number;
   readonly marketplace: MarketplaceConfig;
-  /** Interval of the GPU status sync and reconciliation loop, ms. */
-  readonly gpuStatusSyncMs: number;
+  readonly gpu: GpuConfig;
+}
+
+/** GpuService's background work. */
+export interface GpuConfig {
+  /** Interval of the status sync and reconciliation loop, ms. */
+  readonly statusSyncMs: number;
   /** Timeout of each model-server health probe, ms. */
-  readonly gpuProbeTimeoutMs: number;
+  readonly probeTimeoutMs: number;
   /** Age after which a creating record with no marketplace instance is marked failed, ms. */
-  readonly gpuCreationGraceMs: number;
+  readonly creationGraceMs: number;
 }
 
 /** Which marketplace GpuService rents from, and how it is reached or simulated. */
@@ -100,9 +105,11 @@ export function loadConfig(env: Env = process.env): Config {
     tlsKeyFile: text(env, "TLS_KEY_FILE"),
     maxBodyBytes: integer(env, "MAX_BODY_BYTES", 1024 * 1024, 1, 64 * 1024 * 1024),
     marketplace: marketplaceConfig(env),
-    gpuStatusSyncMs: integer(env, "GPU_STATUS_SYNC_MS", 15_000, 10, 86_400_000),
-    gpuProbeTimeoutMs: integer(env, "GPU_PROBE_TIMEOUT_MS", 2_000, 1, 60_000),
-    gpuCreationGraceMs: integer(env, "GPU_CREATION_GRACE_MS", 300_000, 0, 86_400_000),
+    gpu: Object.freeze({
+      statusSyncMs: integer(env, "GPU_STATUS_SYNC_MS", 15_000, 10, 86_400_000),
+      probeTimeoutMs: integer(env, "GPU_PROBE_TIMEOUT_MS", 2_000, 1, 60_000),
+      creationGraceMs: integer(env, "GPU_CREATION_GRACE_MS", 300_000, 0, 86_400_000),
+    }),
   };
   if ((config.tlsCertFile === undefined) !== (config.tlsKeyFile === undefined)) {
     throw new ConfigError("TLS_CERT_FILE and TLS_KEY_FILE must be set together");

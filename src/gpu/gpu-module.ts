@@ -24,12 +24,12 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     instances: InstanceStore.create({ knex }),
     logs: ExecutionLogStore.create({ knex }),
     marketplace,
-    probe: createModelServerProbe(config.gpuProbeTimeoutMs),
+    probe: createModelServerProbe(config.gpu.probeTimeoutMs),
     inFlight: new Set(),
   };
   const syncLoop = createSyncLoop(ctx, {
-    intervalMs: config.gpuStatusSyncMs,
-    creationGraceMs: config.gpuCreationGraceMs,
+    intervalMs: config.gpu.statusSyncMs,
+    creationGraceMs: config.gpu.creationGraceMs,
   });
   const statistics = StatisticsStore.create({ knex });
   registerGpuMetrics(deps.metrics.registry, statistics);
