@@ -1,27 +1,17 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { MarketOffer } from "../../src/gpu/marketplace/marketplace.js";
-import { createTestElasticsearch } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { startTestServer, type TestServer } from "../support/server.js";
+import { useTestServer } from "../support/server.js";
 import { gpuClient, rest } from "./helpers.js";
 
 // Offer search over REST and the generated client. Expected results are computed here, from the
 // marketplace's own catalogue, with code independent of the service's.
 
-let db: TestDatabase;
-let server: TestServer;
+const t = useTestServer();
 let catalogue: MarketOffer[];
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch() });
-  catalogue = await server.marketplace.listOffers();
-});
-
-afterAll(async () => {
-  await server?.close();
-  await db?.drop();
+  catalogue = await t.server.marketplace.listOffers();
 });
 
 interface OfferJson {
@@ -39,7 +29,7 @@ interface SearchJson {
   sort_info: { sort_by: string; order: string };
 }
 
-const search = (body: unknown) => rest<SearchJson>(server.url, "POST", "/api/gpu/search-offers", body);
+const search = (body: unknown) => rest<SearchJson>(t.server.url, "POST", "/api/gpu/search-offers", body);
 const ids = (offers: Array<{ id: string }>) => offers.map((o) => o.id).sort();
 
 describe("POST /api/gpu/search-offers filters", () => {
@@ -122,7 +112,7 @@ describe("POST /api/gpu/search-offers sorting and limit", () => {
   it.each([["{not json"], [JSON.stringify({ limit: "ten" })], [JSON.stringify({ max_price: "cheap" })], [JSON.stringify({ colour: "red" })]])(
     "refuses the malformed body %s with a 400",
     async (body) => {
-      const res = await rest(server.url, "POST", "/api/gpu/search-offers", body);
+      const res = await rest(t.server.url, "POST", "/api/gpu/search-offers", body);
       expect(res.status).toBe(400);
       expect(typeof res.body.detail).toBe("string");
     },
@@ -131,7 +121,7 @@ describe("POST /api/gpu/search-offers sorting and limit", () => {
 
 describe("GET /api/gpu/offers", () => {
   it("filters by query parameters and reports total and filtered_count", async () => {
-    const res = await rest<SearchJson>(server.url, "GET", "/api/gpu/offers?gpu_name=a100&max_price=1.5&rentable=true");
+    const res = await rest<SearchJson>(t.server.url, "GET", "/api/gpu/offers?gpu_name=a100&max_price=1.5&rentable=true");
     expect(res.status).toBe(200);
     const expected = catalogue.filter((o) => o.gpuName.toLowerCase().includes("a100") && o.dphTotal <= 1.5 && o.rentable);
     expect(ids(res.body.offers)).toEqual(ids(expected));
@@ -139,15 +129,15 @@ describe("GET /api/gpu/offers", () => {
   });
 
   it("refuses a malformed number and a negative price", async () => {
-    expect((await rest(server.url, "GET", "/api/gpu/offers?max_price=abc")).status).toBe(400);
-    expect((await rest(server.url, "GET", "/api/gpu/offers?max_price=-2")).status).toBe(400);
-    expect((await rest(server.url, "GET", "/api/gpu/offers?rentable=maybe")).status).toBe(400);
+    expect((await rest(t.server.url, "GET", "/api/gpu/offers?max_price=abc")).status).toBe(400);
+    expect((await rest(t.server.url, "GET", "/api/gpu/offers?max_price=-2")).status).toBe(400);
+    expect((await rest(t.server.url, "GET", "/api/gpu/offers?rentable=maybe")).status).toBe(400);
   });
 });
 
 describe("offer search over the generated Connect client", () => {
   it("searches with a filter and a sort key, and answers invalid_argument for a bad limit", async () => {
-    const client = gpuClient(server.url);
+    const client = gpuClient(t.server.url);
     const res = await client.searchOffers({ minGpuRam: 80, sortBy: "price_per_gpu", limit: 5 });
     const expected = catalogue
       .filter((o) => o.gpuRam >= 80)

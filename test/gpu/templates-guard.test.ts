@@ -1,32 +1,23 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { Marketplace, MarketOffer } from "../../src/gpu/marketplace/marketplace.js";
 import { createTestElasticsearch } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { createFastSimulatedMarketplace, startTestServer, type TestServer } from "../support/server.js";
+import { createFastSimulatedMarketplace, startTestServer, useTestServer } from "../support/server.js";
 import { gpuClient, rest } from "./helpers.js";
 
 // Templates are cost guards: whatever the caller names, an instance created from a template
 // rents an offer with at least its GPU RAM and at most its price.
 
-let db: TestDatabase;
-let server: TestServer;
+const t = useTestServer();
 let catalogue: MarketOffer[];
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch() });
-  catalogue = await server.marketplace.listOffers();
-});
-
-afterAll(async () => {
-  await server?.close();
-  await db?.drop();
+  catalogue = await t.server.marketplace.listOffers();
 });
 
 const fromTemplate = (query: string, body?: unknown) =>
-  rest<Record<string, unknown>>(server.url, "POST", `/api/gpu/instances/from-template?${query}`, body);
-const instanceCount = async () => Number((await db.knex("gpu_instances").count({ n: "*" }))[0]!.n);
+  rest<Record<string, unknown>>(t.server.url, "POST", `/api/gpu/instances/from-template?${query}`, body);
+const instanceCount = async () => Number((await t.db.knex("gpu_instances").count({ n: "*" }))[0]!.n);
 
 describe("creating from a template without an offer", () => {
   it("rents the cheapest rentable offer within the template's RAM floor and price cap", async () => {
@@ -36,7 +27,7 @@ describe("creating from a template without an offer", () => {
     const res = await fromTemplate("template_name=research");
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ success: true, template_name: "research", status: "creating" });
-    const row = await db.knex("gpu_instances").where({ instance_id: res.body.instance_id }).first();
+    const row = await t.db.knex("gpu_instances").where({ instance_id: res.body.instance_id }).first();
     expect(row.offer_id).toBe(expected.id);
     expect(row.cost_per_hour).toBe(expected.dphTotal);
     expect(row.template_name).toBe("research");
@@ -56,7 +47,7 @@ describe("creating from a template with an offer", () => {
 
   it("refuses an offer below the GPU RAM floor with a 400 naming min_gpu_ram", async () => {
     const small = catalogue.find((o) => o.rentable && o.gpuRam < 24 && o.dphTotal <= 2)!;
-    const res = await rest(server.url, "POST", "/api/gpu/instances", { offer_id: small.id, template_name: "high_performance" });
+    const res = await rest(t.server.url, "POST", "/api/gpu/instances", { offer_id: small.id, template_name: "high_performance" });
     expect(res.status).toBe(400);
     expect(res.body).toMatchObject({ limit: "min_gpu_ram" });
     expect(res.body.detail).toContain("min_gpu_ram");
@@ -65,7 +56,7 @@ describe("creating from a template with an offer", () => {
   it("answers 404 for an unknown offer and 409 for one that is not rentable", async () => {
     expect((await fromTemplate("template_name=budget&offer_id=nope")).status).toBe(404);
     const unrentable = catalogue.find((o) => !o.rentable)!;
-    const res = await rest(server.url, "POST", "/api/gpu/instances", { offer_id: unrentable.id });
+    const res = await rest(t.server.url, "POST", "/api/gpu/instances", { offer_id: unrentable.id });
     expect(res.status).toBe(409);
     expect(res.body.detail).toContain(unrentable.id);
   });
@@ -73,11 +64,11 @@ describe("creating from a template with an offer", () => {
 
 describe("bad creation requests", () => {
   it("answers 400 for an unknown template on create and 404 on GET", async () => {
-    const create = await rest(server.url, "POST", "/api/gpu/instances", { template_name: "gigantic" });
+    const create = await rest(t.server.url, "POST", "/api/gpu/instances", { template_name: "gigantic" });
     expect(create.status).toBe(400);
     expect(create.body.detail).toContain("Template 'gigantic' not found");
     expect((await fromTemplate("template_name=gigantic")).status).toBe(400);
-    expect(await rest(server.url, "GET", "/api/gpu/templates/gigantic")).toEqual({
+    expect(await rest(t.server.url, "GET", "/api/gpu/templates/gigantic")).toEqual({
       status: 404,
       body: { detail: "Template 'gigantic' not found" },
     });
@@ -104,13 +95,13 @@ describe("bad creation requests", () => {
   });
 
   it("requires offer_id without a template, and template_name on from-template", async () => {
-    const res = await rest(server.url, "POST", "/api/gpu/instances", {});
+    const res = await rest(t.server.url, "POST", "/api/gpu/instances", {});
     expect(res).toEqual({ status: 400, body: expect.objectContaining({ field: "offer_id" }) });
-    expect((await rest(server.url, "POST", "/api/gpu/instances/from-template")).status).toBe(400);
+    expect((await rest(t.server.url, "POST", "/api/gpu/instances/from-template")).status).toBe(400);
   });
 
   it("answers invalid_argument over the generated client", async () => {
-    const err = await gpuClient(server.url)
+    const err = await gpuClient(t.server.url)
       .createInstanceFromTemplate({ templateName: "budget", body: { customConfig: { colour: "red" } } })
       .catch((e: unknown) => e);
     expect((err as ConnectError).code).toBe(Code.InvalidArgument);
@@ -125,7 +116,7 @@ describe("a catalogue where no offer fits a template", () => {
       ...simulated,
       listOffers: async () => (await simulated.listOffers()).filter((o) => o.dphTotal > 2),
     };
-    const other = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace: pricey });
+    const other = await startTestServer({ knex: t.db.knex, elasticsearch: createTestElasticsearch(), marketplace: pricey });
     try {
       const res = await rest(other.url, "POST", "/api/gpu/instances/from-template?template_name=budget");
       expect(res.status).toBe(404);

@@ -3,31 +3,18 @@ import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { createTestElasticsearch } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { startTestServer, type TestServer } from "../support/server.js";
+import { useTestServer } from "../support/server.js";
 
-let db: TestDatabase;
-let server: TestServer;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch() });
-});
-
-afterAll(async () => {
-  await server?.close();
-  await db?.drop();
-});
+const t = useTestServer();
 
 const transports: Array<[string, () => Transport]> = [
-  ["Connect over HTTP/1.1", () => createConnectTransport({ baseUrl: server.url, httpVersion: "1.1" })],
-  ["Connect over HTTP/2", () => createConnectTransport({ baseUrl: server.url, httpVersion: "2" })],
-  ["Connect binary over HTTP/2", () => createConnectTransport({ baseUrl: server.url, httpVersion: "2", useBinaryFormat: true })],
-  ["gRPC", () => createGrpcTransport({ baseUrl: server.url })],
-  ["gRPC-Web", () => createGrpcWebTransport({ baseUrl: server.url, httpVersion: "1.1" })],
+  ["Connect over HTTP/1.1", () => createConnectTransport({ baseUrl: t.server.url, httpVersion: "1.1" })],
+  ["Connect over HTTP/2", () => createConnectTransport({ baseUrl: t.server.url, httpVersion: "2" })],
+  ["Connect binary over HTTP/2", () => createConnectTransport({ baseUrl: t.server.url, httpVersion: "2", useBinaryFormat: true })],
+  ["gRPC", () => createGrpcTransport({ baseUrl: t.server.url })],
+  ["gRPC-Web", () => createGrpcWebTransport({ baseUrl: t.server.url, httpVersion: "1.1" })],
 ];
 
 describe.each(transports)("GpuService templates with the generated client, %s", (_name, transport) => {
@@ -53,7 +40,7 @@ describe.each(transports)("GpuService templates with the generated client, %s", 
 
 describe("malformed RPC bodies", () => {
   it("answers a Connect binary body that does not parse with 400 invalid_argument, not 500", async () => {
-    const res = await fetch(`${server.url}/gpu.v1.GpuService/GetTemplate`, {
+    const res = await fetch(`${t.server.url}/gpu.v1.GpuService/GetTemplate`, {
       method: "POST",
       headers: { "content-type": "application/proto" },
       body: new Uint8Array([0x0a, 0xff, 0xff]),
@@ -63,7 +50,7 @@ describe("malformed RPC bodies", () => {
   });
 
   it("answers malformed Connect JSON with 400 invalid_argument", async () => {
-    const res = await fetch(`${server.url}/gpu.v1.GpuService/GetTemplate`, {
+    const res = await fetch(`${t.server.url}/gpu.v1.GpuService/GetTemplate`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: "{nope",
@@ -85,7 +72,7 @@ describe("an independent gRPC implementation (@grpc/grpc-js loading the .proto f
     const proto = grpc.loadPackageDefinition(definition) as unknown as {
       gpu: { v1: { GpuService: grpc.ServiceClientConstructor } };
     };
-    return new proto.gpu.v1.GpuService(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
+    return new proto.gpu.v1.GpuService(`127.0.0.1:${t.server.port}`, grpc.credentials.createInsecure());
   }
 
   function call<T>(client: grpc.Client, method: string, request: object): Promise<T> {

@@ -1,7 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createTestElasticsearch } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { startTestServer, type TestServer } from "../support/server.js";
+import { describe, expect, it } from "vitest";
+import { useTestServer } from "../support/server.js";
 
 const EXPECTED_TEMPLATES = [
   ["high_performance", "Qwen/Qwen2.5-Coder-32B-Instruct", 8192, 24, 2.0],
@@ -9,21 +7,10 @@ const EXPECTED_TEMPLATES = [
   ["research", "Qwen/Qwen2.5-Coder-14B-Instruct", 8192, 16, 1.0],
 ] as const;
 
-let db: TestDatabase;
-let server: TestServer;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch() });
-});
-
-afterAll(async () => {
-  await server?.close();
-  await db?.drop();
-});
+const t = useTestServer();
 
 async function get(path: string, init?: RequestInit) {
-  const res = await fetch(`${server.url}${path}`, init);
+  const res = await fetch(`${t.server.url}${path}`, init);
   return { status: res.status, type: res.headers.get("content-type"), body: (await res.json()) as Record<string, unknown> };
 }
 

@@ -4,13 +4,9 @@ import https from "node:https";
 import http2 from "node:http2";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { listTemplates } from "../../src/gpu/templates.js";
-import { createAppHandler, registration } from "../../src/server/app.js";
 import { listen, type RunningServer } from "../../src/server/listen.js";
-import { createMetrics } from "../../src/server/metrics.js";
+import { createTemplatesOnlyHandler } from "../support/partial-app.js";
 
 // With TLS_CERT_FILE/TLS_KEY_FILE the port speaks TLS and ALPN picks HTTP/2 or HTTP/1.1.
 
@@ -20,14 +16,7 @@ let server: RunningServer;
 beforeAll(async () => {
   execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
     "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem")], { stdio: "ignore" });
-  const handler = createAppHandler({
-    services: [registration(GpuService, { listTemplates: () => ({ templates: [...listTemplates()] }) })],
-    logger: pino({ level: "silent" }),
-    authTokens: [],
-    readiness: {},
-    maxBodyBytes: 1024,
-    metrics: createMetrics(),
-  });
+  const handler = createTemplatesOnlyHandler();
   server = await listen({ handler, host: "127.0.0.1", port: 0, tls: { certFile: join(dir, "cert.pem"), keyFile: join(dir, "key.pem") } });
 });
 

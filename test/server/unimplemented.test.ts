@@ -1,12 +1,9 @@
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { listTemplates } from "../../src/gpu/templates.js";
-import { createAppHandler, registration } from "../../src/server/app.js";
 import { listen, type RunningServer } from "../../src/server/listen.js";
-import { createMetrics } from "../../src/server/metrics.js";
+import { createTemplatesOnlyHandler } from "../support/partial-app.js";
 
 // Every RPC of the product is implemented; this checks the mechanism that answers an RPC whose
 // implementation is left out (a service registered partially, as during a rollout).
@@ -14,14 +11,7 @@ import { createMetrics } from "../../src/server/metrics.js";
 let server: RunningServer;
 
 beforeAll(async () => {
-  const handler = createAppHandler({
-    services: [registration(GpuService, { listTemplates: () => ({ templates: [...listTemplates()] }) })],
-    logger: pino({ level: "silent" }),
-    authTokens: [],
-    readiness: {},
-    maxBodyBytes: 1024,
-    metrics: createMetrics(),
-  });
+  const handler = createTemplatesOnlyHandler();
   server = await listen({ handler, host: "127.0.0.1", port: 0 });
 });
 

@@ -1,12 +1,15 @@
 import type { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
 import pino from "pino";
+import { afterAll, beforeAll } from "vitest";
 import { createApp, type App } from "../../src/app.js";
 import { loadConfig, type Config } from "../../src/config.js";
 import type { CreationHooks } from "../../src/gpu/creation.js";
 import type { Marketplace } from "../../src/gpu/marketplace/marketplace.js";
 import { createSimulatedMarketplace } from "../../src/gpu/marketplace/simulated.js";
 import { listen, type RunningServer } from "../../src/server/listen.js";
+import { createTestElasticsearch } from "./elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "./postgres.js";
 
 export interface TestServer {
   readonly url: string;
@@ -56,6 +59,33 @@ export async function startTestServer(options: {
       await app.stop();
       await server.close(1000);
       if (!options.marketplace) await marketplace.close();
+    },
+  };
+}
+
+/**
+ * For a test file: a fresh database and the real server on it, started before the file's tests
+ * and closed (database dropped) after them. Read `db` and `server` inside tests and hooks.
+ */
+export function useTestServer(): { readonly db: TestDatabase; readonly server: TestServer } {
+  let db: TestDatabase | undefined;
+  let server: TestServer | undefined;
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch() });
+  });
+  afterAll(async () => {
+    await server?.close();
+    await db?.drop();
+  });
+  return {
+    get db() {
+      if (!db) throw new Error("useTestServer: the database is ready only once the file's beforeAll ran");
+      return db;
+    },
+    get server() {
+      if (!server) throw new Error("useTestServer: the server is ready only once the file's beforeAll ran");
+      return server;
     },
   };
 }

@@ -1,0 +1,20 @@
+import pino from "pino";
+import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
+import { listTemplates } from "../../src/gpu/templates.js";
+import { createAppHandler, registration, type NodeHandler } from "../../src/server/app.js";
+import { createMetrics } from "../../src/server/metrics.js";
+
+/**
+ * The product's request handler with GpuService registered partially: only ListTemplates is
+ * implemented, so every other RPC is "not implemented". No database, no search engine.
+ */
+export function createTemplatesOnlyHandler(): NodeHandler {
+  return createAppHandler({
+    services: [registration(GpuService, { listTemplates: () => ({ templates: [...listTemplates()] }) })],
+    logger: pino({ level: "silent" }),
+    authTokens: [],
+    readiness: {},
+    maxBodyBytes: 1024,
+    metrics: createMetrics(),
+  });
+}
