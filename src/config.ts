@@ -33,6 +33,8 @@ export interface GpuConfig {
   readonly probeTimeoutMs: number;
   /** Age after which a creating record with no marketplace instance is marked failed, ms. */
   readonly creationGraceMs: number;
+  /** Cap on the summed cost_per_hour of active instances, $/h; undefined: no cap. */
+  readonly maxFleetDph: number | undefined;
 }
 
 /** Which marketplace GpuService rents from, and how it is reached or simulated. */
@@ -109,6 +111,7 @@ export function loadConfig(env: Env = process.env): Config {
       statusSyncMs: integer(env, "GPU_STATUS_SYNC_MS", 15_000, 10, 86_400_000),
       probeTimeoutMs: integer(env, "GPU_PROBE_TIMEOUT_MS", 2_000, 1, 60_000),
       creationGraceMs: integer(env, "GPU_CREATION_GRACE_MS", 300_000, 0, 86_400_000),
+      maxFleetDph: positiveNumber(env, "GPU_MAX_FLEET_DPH"),
     }),
   };
   if ((config.tlsCertFile === undefined) !== (config.tlsKeyFile === undefined)) {
@@ -163,6 +166,16 @@ export function integer(env: Env, name: string, fallback: number, min: number, m
   if (value === undefined) return fallback;
   if (!/^-?\d+$/.test(value) || Number(value) < min || Number(value) > max) {
     throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got '${value}'`);
+  }
+  return Number(value);
+}
+
+/** A number > 0, or undefined when the variable is unset. */
+function positiveNumber(env: Env, name: string): number | undefined {
+  const value = text(env, name);
+  if (value === undefined) return undefined;
+  if (!/^\d+(\.\d+)?$/.test(value) || !(Number(value) > 0)) {
+    throw new ConfigError(`${name} must be a number > 0 (dollars per hour), got '${value}'`);
   }
   return Number(value);
 }

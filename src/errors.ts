@@ -28,6 +28,9 @@ export class NotFoundError extends DomainError {}
 /** The request conflicts with current state (offer rented meanwhile, job running): HTTP 409, Connect aborted. */
 export class ConflictError extends DomainError {}
 
+/** A configured bound (such as the fleet's spending cap) leaves no room: HTTP 429, Connect resource_exhausted. */
+export class ResourceExhaustedError extends DomainError {}
+
 /** A dependency (database, search engine, marketplace) is unreachable: HTTP 503, Connect unavailable. */
 export class UnavailableError extends DomainError {}
 

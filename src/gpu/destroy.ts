@@ -1,11 +1,19 @@
 import { ConflictError, UnavailableError } from "../errors.js";
 import { elapsedSince, type GpuContext } from "./gpu-context.js";
 import { gpuInfoJson, type InstanceRecord } from "./instance-store.js";
+import type { LimitName } from "./limits.js";
+import { transition } from "./transition.js";
 
 // Verified destroy: the record becomes destroyed only once the marketplace confirmed it. Until
 // then the record carries destroy_requested_at and the sync loop retries.
 
 export type DestroyOperation = "destroy_instance" | "auto_destroy";
+
+/** Why an automatic destroy happened, for its log record: the limit reached. */
+export interface DestroyCause {
+  reason: string;
+  limit: LimitName;
+}
 
 /**
  * Destroys the instance of a record and writes one log record. Idempotent: an already destroyed
@@ -15,6 +23,7 @@ export async function destroyRecord(
   ctx: GpuContext,
   record: InstanceRecord,
   operation: DestroyOperation,
+  cause?: DestroyCause,
 ): Promise<InstanceRecord> {
   if (record.status === "destroyed") return record;
   if (record.marketInstanceId === null && record.status === "creating") {
@@ -27,7 +36,9 @@ export async function destroyRecord(
     gpu_info: gpuInfoJson(record.gpuInfo),
     cost_per_hour: record.costPerHour,
     previous_status: record.status,
+    ...(cause ? { limit: cause.limit } : {}),
   };
+  const why = cause ? `${cause.reason}; ` : "";
   if (record.marketInstanceId !== null) {
     await ctx.instances.requestDestroy(record.instanceId);
     try {
@@ -38,7 +49,7 @@ export async function destroyRecord(
         instanceId: record.instanceId,
         operation,
         command,
-        result: `marketplace did not confirm the destroy: ${(err as Error).message}`,
+        result: `${why}marketplace did not confirm the destroy: ${(err as Error).message}`,
         executionTime: elapsedSince(started),
         success: false,
         metadata,
@@ -49,23 +60,19 @@ export async function destroyRecord(
       );
     }
   }
-  const destroyed = await ctx.knex.transaction(async (trx) => {
-    const updated = await ctx.instances.markDestroyed(record.instanceId, trx);
-    if (!updated) return null;
-    await ctx.logs.append(
-      {
-        instanceId: record.instanceId,
-        operation,
-        command,
-        result: "destroyed, confirmed by the marketplace",
-        executionTime: elapsedSince(started),
-        success: true,
-        metadata,
-      },
-      trx,
-    );
-    return updated;
-  });
+  const destroyed = await transition(
+    ctx,
+    (trx) => ctx.instances.markDestroyed(record.instanceId, trx),
+    () => ({
+      instanceId: record.instanceId,
+      operation,
+      command,
+      result: `${why}destroyed, confirmed by the marketplace`,
+      executionTime: elapsedSince(started),
+      success: true,
+      metadata,
+    }),
+  );
   // Null: a concurrent destroy got there first and wrote the log record.
   return destroyed ?? (await ctx.instances.get(record.instanceId)) ?? record;
 }

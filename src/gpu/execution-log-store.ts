@@ -15,7 +15,8 @@ export type LogOperation =
 export type LogMetadata = Record<string, string | number | boolean | null | Record<string, unknown>>;
 
 export interface NewLogEntry {
-  instanceId: string;
+  /** Null for an operation refused before any record existed (a create over the fleet cap). */
+  instanceId: string | null;
   operation: LogOperation;
   command: string;
   result: string;
@@ -26,6 +27,7 @@ export interface NewLogEntry {
 }
 
 export interface LogEntry extends NewLogEntry {
+  instanceId: string;
   id: bigint;
   createdAt: Date;
 }

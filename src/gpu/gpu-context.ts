@@ -15,6 +15,8 @@ export interface GpuContext {
   probe: ModelServerProbe;
   /** instance_ids whose creation is running in this process: the reconciler leaves them alone. */
   inFlight: Set<string>;
+  /** GPU_MAX_FLEET_DPH: cap on the summed cost_per_hour of active instances; undefined: none. */
+  maxFleetDph: number | undefined;
 }
 
 export function marketFactsOf(market: MarketInstance): MarketFacts {

@@ -26,6 +26,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     marketplace,
     probe: createModelServerProbe(config.gpu.probeTimeoutMs),
     inFlight: new Set(),
+    maxFleetDph: config.gpu.maxFleetDph,
   };
   const syncLoop = createSyncLoop(ctx, {
     intervalMs: config.gpu.statusSyncMs,

@@ -10,6 +10,7 @@ import { costFigures, formatUptime, uptimeMs } from "./cost.js";
 import type { GpuContext } from "./gpu-context.js";
 import { SORT_SQL } from "./instance-list-sql.js";
 import { INSTANCE_ID_PREFIX, type InstanceRecord } from "./instance-store.js";
+import { limitsView } from "./limits.js";
 import { instanceMessage } from "./messages.js";
 import { DEFAULT_LIMIT, validateLimit } from "./offers.js";
 import { decodePageToken, encodePageToken, INSTANCE_SORT_KEYS, type InstanceSortKey } from "./page-token.js";
@@ -51,6 +52,7 @@ export async function basicStatus(ctx: GpuContext, instanceId: string): Promise<
 export async function enhancedStatus(ctx: GpuContext, instanceId: string): Promise<MessageInitShape<typeof GetInstanceEnhancedResponseSchema>> {
   const { record, market, llmAnswered } = await syncRecord(ctx, await requireRecord(ctx, instanceId));
   const portMappings = market?.portMappings ?? record.portMappings;
+  const now = new Date();
   return {
     success: true,
     data: {
@@ -61,15 +63,17 @@ export async function enhancedStatus(ctx: GpuContext, instanceId: string): Promi
         status: record.status,
         costPerHour: record.costPerHour,
         gpuInfo: record.gpuInfo,
-        uptime: formatUptime(uptimeMs(record.createdAt, record.destroyedAt, new Date())),
+        uptime: formatUptime(uptimeMs(record.createdAt, record.destroyedAt, now)),
       },
+      limits: limitsView(record, now),
     },
   };
 }
 
 export async function costAnalysis(ctx: GpuContext, instanceId: string): Promise<MessageInitShape<typeof CostAnalysisSchema>> {
   const record = await requireRecord(ctx, instanceId);
-  const figures = costFigures(record.costPerHour, uptimeMs(record.createdAt, record.destroyedAt, new Date()));
+  const now = new Date();
+  const figures = costFigures(record.costPerHour, uptimeMs(record.createdAt, record.destroyedAt, now));
   return {
     instanceId,
     costPerHour: figures.costPerHour,
@@ -81,6 +85,7 @@ export async function costAnalysis(ctx: GpuContext, instanceId: string): Promise
       estimatedDailyCost: figures.estimatedDailyCost,
       estimatedMonthlyCost: figures.estimatedMonthlyCost,
     },
+    limits: limitsView(record, now),
   };
 }
 

@@ -34,12 +34,18 @@ export interface InstanceRecord {
   destroyRequestedAt: Date | null;
   startCommand: string;
   autoDestroy: boolean;
+  /** Limits after which the sync loop destroys the instance; null: none. */
+  maxHours: number | null;
+  maxCost: number | null;
 }
 
 export type NewInstance = Pick<
   InstanceRecord,
-  "instanceId" | "offerId" | "imageName" | "gpuInfo" | "costPerHour" | "templateName" | "startCommand" | "autoDestroy"
+  "instanceId" | "offerId" | "imageName" | "gpuInfo" | "costPerHour" | "templateName" | "startCommand" | "autoDestroy" | "maxHours" | "maxCost"
 >;
+
+/** The offer a creating record is about to rent. */
+export type OfferFacts = Pick<InstanceRecord, "offerId" | "gpuInfo" | "costPerHour">;
 
 /** What the marketplace says about a running machine, copied into the record. */
 export interface MarketFacts {
@@ -71,6 +77,8 @@ interface Row {
   destroy_requested_at: Date | null;
   start_command: string;
   auto_destroy: boolean;
+  max_hours: number | null;
+  max_cost: number | null;
 }
 
 export function gpuInfoJson(info: GpuInfo) {
@@ -100,6 +108,8 @@ export function toRecord(row: Row): InstanceRecord {
     destroyRequestedAt: row.destroy_requested_at,
     startCommand: row.start_command,
     autoDestroy: row.auto_destroy,
+    maxHours: row.max_hours,
+    maxCost: row.max_cost,
   };
 }
 
@@ -112,7 +122,7 @@ function networkColumns(facts: NetworkFacts) {
 }
 
 /** Same text as the partial index gpu_instances_live_idx, so the planner uses it. */
-const LIVE_PREDICATE =
+export const LIVE_PREDICATE =
   "status not in ('destroyed', 'failed') or (destroy_requested_at is not null and status <> 'destroyed')";
 
 export interface ListPageQuery {
@@ -157,9 +167,26 @@ export class InstanceStore {
         template_name: record.templateName,
         start_command: record.startCommand,
         auto_destroy: record.autoDestroy,
+        max_hours: record.maxHours,
+        max_cost: record.maxCost,
       })
       .returning("*");
     return toRecord(row as Row);
+  }
+
+  /** Points a creating record that has rented nothing yet at another offer (the first was taken). */
+  async retarget(instanceId: string, offer: OfferFacts, trx?: Knex.Transaction): Promise<InstanceRecord | null> {
+    const [row] = await (trx ?? this.knex)(TABLE)
+      .where({ instance_id: instanceId, status: "creating" })
+      .whereNull("market_instance_id")
+      .update({
+        offer_id: offer.offerId,
+        gpu_info: JSON.stringify(gpuInfoJson(offer.gpuInfo)),
+        cost_per_hour: offer.costPerHour,
+        updated_at: this.knex.fn.now(),
+      })
+      .returning("*");
+    return row ? toRecord(row as Row) : null;
   }
 
   async get(instanceId: string): Promise<InstanceRecord | null> {
@@ -209,14 +236,34 @@ export class InstanceStore {
   }
 
   /**
+   * Marks a creating record failed. Its cost ends now when a marketplace machine was rented for
+   * it, and at created_at (no cost) when none was: destroyed_at is where every cost figure ends.
+   */
+  async markFailed(instanceId: string, machineRented: boolean, trx?: Knex.Transaction): Promise<InstanceRecord | null> {
+    const [row] = await (trx ?? this.knex)(TABLE)
+      .where({ instance_id: instanceId, status: "creating" })
+      .update({
+        status: "failed",
+        destroyed_at: machineRented ? this.knex.fn.now() : this.knex.ref("created_at"),
+        updated_at: this.knex.fn.now(),
+      })
+      .returning("*");
+    return row ? toRecord(row as Row) : null;
+  }
+
+  /**
    * Marks a record destroyed once the marketplace confirmed it; null when it already was, so that
-   * two concurrent destroys write one log record.
+   * two concurrent destroys write one log record. A failed record keeps the end its cost had.
    */
   async markDestroyed(instanceId: string, trx?: Knex.Transaction): Promise<InstanceRecord | null> {
     const [row] = await (trx ?? this.knex)(TABLE)
       .where({ instance_id: instanceId })
       .whereNot({ status: "destroyed" })
-      .update({ status: "destroyed", destroyed_at: this.knex.fn.now(), updated_at: this.knex.fn.now() })
+      .update({
+        status: "destroyed",
+        destroyed_at: this.knex.raw("coalesce(destroyed_at, now())"),
+        updated_at: this.knex.fn.now(),
+      })
       .returning("*");
     return row ? toRecord(row as Row) : null;
   }

@@ -9,20 +9,35 @@ function limitsOf(template: Template): { minGpuRam: number; maxPrice: number } {
   return { minGpuRam: template.config?.minGpuRam ?? 0, maxPrice: template.config?.maxPrice ?? 0 };
 }
 
-/** The offer named by offerId, checked against the template; or the cheapest one that fits it. */
-export function chooseOffer(catalogue: readonly MarketOffer[], template: Template | undefined, offerId: string | undefined): MarketOffer {
-  if (offerId !== undefined) return namedOffer(catalogue, template, offerId);
+/** How many offers an automatic pick tries at the marketplace before answering 409. */
+export const MAX_OFFERS_TRIED = 5;
+
+/**
+ * The offers a creation may rent, best first: the one named by offerId (checked against the
+ * template), or every rentable offer that fits the template, cheapest first.
+ */
+export function offerCandidates(catalogue: readonly MarketOffer[], template: Template | undefined, offerId: string | undefined): MarketOffer[] {
+  if (offerId !== undefined) return [namedOffer(catalogue, template, offerId)];
   if (!template) throw new InvalidInputError("offer_id is required when no template_name is given", { extra: { field: "offer_id" } });
   const { minGpuRam, maxPrice } = limitsOf(template);
-  const cheapest = catalogue
+  const fitting = catalogue
     .filter((o) => o.rentable && o.gpuRam >= minGpuRam && o.dphTotal <= maxPrice)
-    .sort((a, b) => a.dphTotal - b.dphTotal || a.id.localeCompare(b.id))[0];
-  if (!cheapest) {
+    .sort((a, b) => a.dphTotal - b.dphTotal || a.id.localeCompare(b.id));
+  if (fitting.length === 0) {
     throw new NotFoundError(
       `No rentable offer matches template '${template.name}' (min_gpu_ram ${minGpuRam} GB, max_price $${maxPrice}/h)`,
     );
   }
-  return cheapest;
+  return fitting;
+}
+
+/** Every adapter reports an offer rented by someone else as a ConflictError about the field offer_id. */
+export function isOfferTaken(err: unknown): boolean {
+  return err instanceof ConflictError && err.extra?.field === "offer_id";
+}
+
+export function offerTaken(offerId: string, why = "it is rented by another instance"): ConflictError {
+  return new ConflictError(`Offer '${offerId}' is not rentable any more: ${why}`, { extra: { field: "offer_id" } });
 }
 
 function namedOffer(catalogue: readonly MarketOffer[], template: Template | undefined, offerId: string): MarketOffer {

@@ -1,13 +1,14 @@
-import { elapsedSince, marketFactsOf, type GpuContext } from "./gpu-context.js";
+import { completeCreation, failCreation } from "./creation-log.js";
+import { elapsedSince, type GpuContext } from "./gpu-context.js";
 import { INSTANCE_ID_PREFIX, type InstanceRecord } from "./instance-store.js";
 import type { MarketInstance } from "./marketplace/marketplace.js";
-import { creationLog, failCreation } from "./creation.js";
 import { isTerminal } from "./status.js";
 
 // Nothing rented is ever forgotten. The reconciler matches the marketplace's instances carrying
 // our label prefix with the stored records: it adopts the instance of a creation interrupted
 // after the marketplace call, destroys labelled instances no live record owns (they would bill
-// forever), and fails creating records whose marketplace instance never appeared.
+// forever; this includes the machine of a failed creation whose destroy was not confirmed), and
+// fails creating records whose marketplace instance never appeared.
 
 export interface ReconcileReport {
   adopted: string[];
@@ -47,14 +48,8 @@ export async function reconcile(ctx: GpuContext, options: ReconcilerOptions): Pr
 }
 
 async function adopt(ctx: GpuContext, record: InstanceRecord, market: MarketInstance): Promise<boolean> {
-  const started = Date.now();
-  return ctx.knex.transaction(async (trx) => {
-    const updated = await ctx.instances.completeCreation(record.instanceId, marketFactsOf(market), trx);
-    if (!updated) return false;
-    const log = creationLog(updated, market, "creating; completed by the reconciler after an interrupted creation", elapsedSince(started));
-    await ctx.logs.append(log, trx);
-    return true;
-  });
+  const result = "creating; completed by the reconciler after an interrupted creation";
+  return (await completeCreation(ctx, record, market, result, Date.now())) !== null;
 }
 
 async function destroyOrphan(ctx: GpuContext, market: MarketInstance, record: InstanceRecord | undefined): Promise<void> {

@@ -5,6 +5,7 @@ import type { InstanceRecord } from "./instance-store.js";
 import type { MarketInstance } from "./marketplace/marketplace.js";
 import { modelServerUrl } from "./probe.js";
 import { isTerminal, storedStatusOf, type StoredStatus } from "./status.js";
+import { transition } from "./transition.js";
 
 // Keeps the stored status equal to the marketplace's (the marketplace is the truth). Called by
 // the background loop and by every status read. Each change bumps updated_at and writes one
@@ -44,46 +45,36 @@ export async function syncRecord(ctx: GpuContext, record: InstanceRecord): Promi
 async function applyStatus(ctx: GpuContext, record: InstanceRecord, next: StoredStatus, market: MarketInstance): Promise<InstanceRecord> {
   if (next === record.status) return record;
   const { publicIp, sshPort, portMappings } = marketFactsOf(market);
-  const changed = await ctx.knex.transaction(async (trx) => {
-    const updated = await ctx.instances.changeStatus(record.instanceId, record.status, next, { publicIp, sshPort, portMappings }, trx);
-    if (updated) {
-      await ctx.logs.append(
-        {
-          instanceId: record.instanceId,
-          operation: "status_change",
-          command: `sync ${market.id}`,
-          result: `${record.status} -> ${next}`,
-          executionTime: 0,
-          success: true,
-          metadata: { from: record.status, to: next, market_status: market.status, template_name: record.templateName },
-        },
-        trx,
-      );
-    }
-    return updated;
-  });
+  const changed = await transition(
+    ctx,
+    (trx) => ctx.instances.changeStatus(record.instanceId, record.status, next, { publicIp, sshPort, portMappings }, trx),
+    () => ({
+      instanceId: record.instanceId,
+      operation: "status_change",
+      command: `sync ${market.id}`,
+      result: `${record.status} -> ${next}`,
+      executionTime: 0,
+      success: true,
+      metadata: { from: record.status, to: next, market_status: market.status, template_name: record.templateName },
+    }),
+  );
   return changed ?? (await ctx.instances.get(record.instanceId)) ?? record;
 }
 
 /** The marketplace no longer knows the instance: it is not running and not billed any more. */
 async function markVanished(ctx: GpuContext, record: InstanceRecord): Promise<InstanceRecord> {
-  const changed = await ctx.knex.transaction(async (trx) => {
-    const updated = await ctx.instances.markDestroyed(record.instanceId, trx);
-    if (updated) {
-      await ctx.logs.append(
-        {
-          instanceId: record.instanceId,
-          operation: "status_change",
-          command: `sync ${record.marketInstanceId}`,
-          result: `${record.status} -> destroyed: the marketplace no longer has the instance`,
-          executionTime: 0,
-          success: true,
-          metadata: { from: record.status, to: "destroyed", market_status: null, template_name: record.templateName },
-        },
-        trx,
-      );
-    }
-    return updated;
-  });
+  const changed = await transition(
+    ctx,
+    (trx) => ctx.instances.markDestroyed(record.instanceId, trx),
+    () => ({
+      instanceId: record.instanceId,
+      operation: "status_change",
+      command: `sync ${record.marketInstanceId}`,
+      result: `${record.status} -> destroyed: the marketplace no longer has the instance`,
+      executionTime: 0,
+      success: true,
+      metadata: { from: record.status, to: "destroyed", market_status: null, template_name: record.templateName },
+    }),
+  );
   return changed ?? (await ctx.instances.get(record.instanceId)) ?? record;
 }

@@ -1,9 +1,10 @@
 import type { GpuContext } from "./gpu-context.js";
+import { enforceLimits } from "./limits.js";
 import { reconcile, type ReconcilerOptions } from "./reconciler.js";
 import { syncRecord } from "./status-sync.js";
 
 // The background loop: each round reconciles labels with the marketplace, then syncs every live
-// record (and retries pending destroys). Rounds never overlap: the next is scheduled when the
+// record (and retries pending destroys) and destroys those that reached their time or cost limit. Rounds never overlap: the next is scheduled when the
 // previous one has finished.
 
 export interface SyncLoopOptions extends ReconcilerOptions {
@@ -37,7 +38,9 @@ export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncL
     const queue = [...records];
     const worker = async () => {
       for (let record = queue.shift(); record; record = queue.shift()) {
-        await syncRecord(ctx, record).catch((err: unknown) =>
+        await syncRecord(ctx, record)
+          .then(({ record: synced }) => enforceLimits(ctx, synced))
+          .catch((err: unknown) =>
           ctx.logger.warn({ err, instanceId: record.instanceId }, "status sync failed; retrying next round"),
         );
       }

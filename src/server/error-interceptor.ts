@@ -8,6 +8,7 @@ import {
   InvalidInputError,
   NotFoundError,
   OperationFailedError,
+  ResourceExhaustedError,
   UnavailableError,
 } from "../errors.js";
 
@@ -15,6 +16,7 @@ const codeOfDomainError = new Map<new (...args: never[]) => DomainError, Code>([
   [InvalidInputError, Code.InvalidArgument],
   [NotFoundError, Code.NotFound],
   [ConflictError, Code.Aborted],
+  [ResourceExhaustedError, Code.ResourceExhausted],
   [UnavailableError, Code.Unavailable],
   [OperationFailedError, Code.Internal],
 ]);

@@ -56,6 +56,7 @@ describe("GET /api/gpu/instances/{id}/cost-analysis", () => {
         estimated_daily_cost: round(0.37 * 24, 4),
         estimated_monthly_cost: round(0.37 * 24 * 30, 4),
       },
+      limits: {},
     });
   });
 
@@ -88,6 +89,7 @@ describe("GET /api/gpu/instances/{id}/enhanced", () => {
             gpu_info: { gpu_name: "RTX 4090", num_gpus: 1, gpu_ram: 24 },
             uptime: "26:03:04",
           },
+          limits: {},
         },
       },
     });

@@ -1,0 +1,107 @@
+import { DomainError, ResourceExhaustedError, UnavailableError } from "../errors.js";
+import { failCreation } from "./creation-log.js";
+import { reserveOffer } from "./fleet-reservation.js";
+import { elapsedSince, type GpuContext } from "./gpu-context.js";
+import { gpuInfoJson, type InstanceRecord, type NewInstance, type OfferFacts } from "./instance-store.js";
+import type { LaunchPlan } from "./launch-plan.js";
+import type { MarketInstance, MarketOffer } from "./marketplace/marketplace.js";
+import { isOfferTaken, MAX_OFFERS_TRIED } from "./offer-choice.js";
+
+// Reserves an offer (writing the creating record) and rents it. An automatic pick whose offer
+// was rented by someone else meanwhile moves the record on to the next matching offer, up to
+// MAX_OFFERS_TRIED offers; a named offer answers 409 at once. Every failure after the record was
+// written leaves it failed with one success=false log record.
+
+export interface RentalRequest {
+  instanceId: string;
+  plan: LaunchPlan;
+  /** Offers in order of preference (offer-choice.ts). */
+  candidates: readonly MarketOffer[];
+  /** True when the service picked the offer (no offer_id): only then is another offer tried. */
+  autoPick: boolean;
+  started: number;
+  templateName: string | null;
+  /** The creating record for an offer. */
+  newRecord(offer: OfferFacts): NewInstance;
+}
+
+export interface Rental {
+  record: InstanceRecord;
+  market: MarketInstance;
+}
+
+export async function rentOffer(ctx: GpuContext, request: RentalRequest): Promise<Rental> {
+  let candidates = request.candidates;
+  let record: InstanceRecord | undefined;
+  for (let tried = 1; ; tried++) {
+    record = await reserve(ctx, request, candidates, record);
+    try {
+      return { record, market: await rent(ctx, record, request.plan) };
+    } catch (err) {
+      const error = asMarketplaceError(err, "The marketplace did not create the instance");
+      const taken = record.offerId;
+      candidates = candidates.filter((o) => o.id !== taken);
+      if (!request.autoPick || !isOfferTaken(error) || tried >= MAX_OFFERS_TRIED || candidates.length === 0) {
+        await failCreation(ctx, record, error.message, request.started);
+        throw error;
+      }
+      ctx.logger.info({ instanceId: record.instanceId, offerId: taken }, "offer rented by someone else meanwhile; trying the next one");
+    }
+  }
+}
+
+/** Writes the creating record for the first free candidate, or moves `current` on to it. */
+async function reserve(
+  ctx: GpuContext,
+  request: RentalRequest,
+  candidates: readonly MarketOffer[],
+  current: InstanceRecord | undefined,
+): Promise<InstanceRecord> {
+  try {
+    return await reserveOffer(ctx, {
+      instanceId: request.instanceId,
+      candidates,
+      fleetCap: ctx.maxFleetDph,
+      write: (offer, trx) =>
+        current ? ctx.instances.retarget(current.instanceId, offer, trx) : ctx.instances.insertCreating(request.newRecord(offer), trx),
+    });
+  } catch (err) {
+    if (current) await failCreation(ctx, current, (err as Error).message, request.started);
+    else if (err instanceof ResourceExhaustedError) await logRefusal(ctx, request, err);
+    throw err;
+  }
+}
+
+/** The one success=false create_instance log record of a create refused before any record existed. */
+async function logRefusal(ctx: GpuContext, request: RentalRequest, error: ResourceExhaustedError): Promise<void> {
+  const offer = request.candidates[0]!;
+  await ctx.logs.append({
+    instanceId: null,
+    operation: "create_instance",
+    command: `create ${offer.id} image=${request.plan.image}`,
+    result: error.message,
+    executionTime: elapsedSince(request.started),
+    success: false,
+    metadata: {
+      ...error.extra,
+      template_name: request.templateName,
+      gpu_info: gpuInfoJson(offer),
+    },
+  });
+}
+
+function rent(ctx: GpuContext, record: InstanceRecord, plan: LaunchPlan): Promise<MarketInstance> {
+  return ctx.marketplace.createInstance({
+    offerId: record.offerId,
+    label: record.instanceId,
+    image: plan.image,
+    startCommand: plan.startCommand,
+    env: plan.env,
+    ...(plan.llmPort !== undefined ? { llmPort: plan.llmPort, llmModelName: plan.llmModelName } : {}),
+  });
+}
+
+export function asMarketplaceError(err: unknown, message: string): DomainError {
+  if (err instanceof DomainError) return err;
+  return new UnavailableError(message, { cause: err });
+}
