@@ -1,8 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { migrateToLatest } from "../../src/db/knex.js";
+import { StatisticsStore } from "../../src/gpu/statistics-store.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 
 let db: TestDatabase;
+const HOUR = 3_600_000;
 
 beforeAll(async () => {
   db = await createTestDatabase({ migrate: false });
@@ -33,6 +35,34 @@ describe("migrations", () => {
 
     await migrateToLatest(db.knex);
     expect(await db.knex("gpu_instances").count({ n: "*" }).first()).toEqual({ n: "0" });
+  });
+
+  it("ends the cost of failed records written before the money rules", async () => {
+    await db.knex.migrate.down();
+    const created = new Date(Date.now() - 10 * HOUR);
+    const failedAt = new Date(Date.now() - 9 * HOUR);
+    await db.knex("gpu_instances").insert([
+      // Nothing was rented: it never cost anything.
+      { instance_id: "gpu-10", offer_id: "o", status: "failed", cost_per_hour: 1, created_at: created, updated_at: failedAt },
+      // A machine existed until the record failed.
+      { instance_id: "gpu-11", offer_id: "o", market_instance_id: "m-11", status: "failed", cost_per_hour: 2, created_at: created, updated_at: failedAt },
+      { instance_id: "gpu-12", offer_id: "o", status: "running", cost_per_hour: 0.5, created_at: created, updated_at: created },
+    ]);
+    const costBefore = (await StatisticsStore.create({ knex: db.knex }).statistics()).totalCost;
+    expect(costBefore).toBeCloseTo(3.5 * 10, 2);
+
+    await migrateToLatest(db.knex);
+
+    const rows = await db.knex("gpu_instances").orderBy("instance_id");
+    expect(rows.map((r) => [r.instance_id, r.destroyed_at?.getTime() ?? null])).toEqual([
+      ["gpu-10", created.getTime()],
+      ["gpu-11", failedAt.getTime()],
+      ["gpu-12", null],
+    ]);
+    const stats = await StatisticsStore.create({ knex: db.knex }).statistics();
+    expect(stats.totalCost).toBeCloseTo(2 * 1 + 0.5 * 10, 2);
+    expect(stats.statusDistribution).toEqual({ failed: 2, running: 1 });
+    await db.knex("gpu_instances").delete();
   });
 
   it("refuses a status value outside the contract", async () => {

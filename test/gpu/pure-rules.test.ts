@@ -1,9 +1,33 @@
 import { describe, expect, it } from "vitest";
+import { create } from "@bufbuild/protobuf";
+import { TemplateSchema } from "../../gen/gpu/v1/gpu_service_pb.js";
 import { parseCustomConfig } from "../../src/gpu/custom-config.js";
+import type { InstanceRecord } from "../../src/gpu/instance-store.js";
+import { limitsFor, reachedLimit } from "../../src/gpu/limits.js";
 import { normalizeGpuName } from "../../src/gpu/offers.js";
 import { decodePageToken, encodePageToken } from "../../src/gpu/page-token.js";
 import { storedStatusOf } from "../../src/gpu/status.js";
 import { InvalidInputError } from "../../src/errors.js";
+
+describe("limitsFor and reachedLimit", () => {
+  const template = create(TemplateSchema, { name: "capped", config: { maxHours: 8, maxCost: 3 } });
+  const record = (maxHours: number | null, maxCost: number | null) =>
+    ({ createdAt: new Date(Date.UTC(2026, 0, 1)), destroyedAt: null, costPerHour: 0.5, maxHours, maxCost }) as InstanceRecord;
+  const at = (hours: number) => new Date(Date.UTC(2026, 0, 1) + hours * 3_600_000);
+
+  it("takes custom_config over the template's defaults, and no limit when neither sets one", () => {
+    expect(limitsFor(template, { maxHours: 2 })).toEqual({ maxHours: 2, maxCost: 3 });
+    expect(limitsFor(template, {})).toEqual({ maxHours: 8, maxCost: 3 });
+    expect(limitsFor(undefined, {})).toEqual({ maxHours: null, maxCost: null });
+  });
+
+  it("names the limit reached first, and none before", () => {
+    expect(reachedLimit(record(2, null), at(1.99))).toBeUndefined();
+    expect(reachedLimit(record(2, null), at(2))).toMatchObject({ limit: "max_hours" });
+    expect(reachedLimit(record(null, 1), at(1.9))).toBeUndefined();
+    expect(reachedLimit(record(null, 1), at(2))).toMatchObject({ limit: "max_cost", reason: "max_cost reached: cost $1 of $1" });
+  });
+});
 
 describe("storedStatusOf", () => {
   it.each([
@@ -32,6 +56,18 @@ describe("parseCustomConfig", () => {
       autoDestroy: true,
     });
   });
+
+  it("accepts the limits max_hours and max_cost, with or without a template", () => {
+    expect(parseCustomConfig({ max_hours: 0.5, max_cost: 12 }, true)).toEqual({ maxHours: 0.5, maxCost: 12 });
+    expect(parseCustomConfig({ max_hours: 2 }, false)).toEqual({ maxHours: 2 });
+  });
+
+  it.each([[{ max_hours: 0 }], [{ max_hours: -1 }], [{ max_cost: "5" }], [{ max_cost: null }], [{ max_hours: true }]])(
+    "refuses the limit %j naming the accepted keys",
+    (json) => {
+      expect(() => parseCustomConfig(json, true)).toThrow(/must be a number > 0.*max_hours \(number > 0\), max_cost/);
+    },
+  );
 
   it("refuses model-server keys without a template, and unknown keys anywhere", () => {
     expect(() => parseCustomConfig({ llm_max_model_len: 2048 }, false)).toThrow(InvalidInputError);
