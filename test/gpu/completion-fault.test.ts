@@ -16,11 +16,20 @@ let simulated: SimulatedMarketplace;
 const servers: TestServer[] = [];
 /** Destroys the marketplace refuses before it confirms one again. */
 let destroysToRefuse = 0;
+/** Price the marketplace bills at rent time instead of the listed one, if set. */
+let rentedPrice: number | undefined;
 
-/** The simulated marketplace, whose destroy can be made to fail as an unreachable marketplace would. */
+/**
+ * The simulated marketplace, whose destroy can be made to fail as an unreachable marketplace
+ * would, and which can rent at another price than it listed.
+ */
 function withFlakyDestroy(market: SimulatedMarketplace): Marketplace {
   return {
     ...market,
+    async createInstance(request, signal) {
+      const instance = await market.createInstance(request, signal);
+      return rentedPrice === undefined ? instance : { ...instance, dphTotal: rentedPrice };
+    },
     async destroyInstance(id, signal) {
       if (destroysToRefuse > 0) {
         destroysToRefuse--;
@@ -138,5 +147,22 @@ describe("a creation whose completing write the database refuses", () => {
     const logs = await logsOf(failed.instance_id);
     expect(logs.at(-1)).toMatchObject({ operation: "reconcile_destroy", success: true, command: `destroy ${leaked!.id}` });
     expect((await db.knex("gpu_instances").where({ instance_id: failed.instance_id }).first()).status).toBe("failed");
+  });
+
+  it("answers 400 naming max_price when the rented price breaks the template's cap, and destroys that machine", async () => {
+    const server = servers[0]!;
+    rentedPrice = 0.75;
+    const res = await rest<{ detail: string; limit: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget");
+    rentedPrice = undefined;
+
+    expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({ limit: "max_price" });
+    expect(res.body.detail).toContain("costs $0.75/h, above the max_price of $0.5/h");
+    const failed = await db.knex("gpu_instances").where({ status: "failed" }).orderBy("created_at", "desc").first();
+    expect(await machinesOf(failed.instance_id)).toEqual([]);
+    expect((await logsOf(failed.instance_id)).map((l) => [l.operation, l.success])).toEqual([
+      ["create_instance", false],
+      ["destroy_instance", true],
+    ]);
   });
 });
