@@ -23,9 +23,17 @@ describe("loadConfig", () => {
     [{ ELASTICSEARCH_URL: "not a url" }, /ELASTICSEARCH_URL is not a valid URL/],
     [{ LOG_LEVEL: "loud" }, /LOG_LEVEL must be one of/],
     [{ TLS_CERT_FILE: "cert.pem" }, /TLS_CERT_FILE and TLS_KEY_FILE/],
+    [{ GPU_MAX_FLEET_DPH: "0" }, /GPU_MAX_FLEET_DPH must be a number > 0/],
+    [{ GPU_MAX_FLEET_DPH: "-3" }, /GPU_MAX_FLEET_DPH must be a number > 0/],
+    [{ GPU_MAX_FLEET_DPH: "ten" }, /GPU_MAX_FLEET_DPH must be a number > 0/],
   ])("fails on %o with a message naming the variable", (env, message) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(message);
+  });
+
+  it("caps the fleet's spend only when GPU_MAX_FLEET_DPH is set", () => {
+    expect(loadConfig({}).gpu.maxFleetDph).toBeUndefined();
+    expect(loadConfig({ GPU_MAX_FLEET_DPH: "12.5" }).gpu.maxFleetDph).toBe(12.5);
   });
 
   it("never echoes a database URL, which may hold a password", () => {
