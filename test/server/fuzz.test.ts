@@ -54,6 +54,7 @@ const badCustomConfig = fc.oneof(
     { llm_max_model_len: 0 }, { llm_max_model_len: -1 }, { llm_max_model_len: 1.5 }, { llm_max_model_len: "4096" },
     { llm_gpu_memory_utilization: 0 }, { llm_gpu_memory_utilization: 1.01 }, { llm_gpu_memory_utilization: -0.5 },
     { llm_gpu_memory_utilization: "high" }, { auto_destroy: "yes" }, { auto_destroy: 1 }, { image_name: "x" },
+    { max_hours: 0 }, { max_hours: -2 }, { max_hours: "8" }, { max_cost: 0 }, { max_cost: -0.01 }, { max_cost: null },
   ),
 );
 const missingId = fc.oneof(fc.constant("gpu-999999999"), fc.stringMatching(/^[A-Za-z0-9_-]{1,40}$/).map((s) => `x${s}`));
