@@ -8,7 +8,7 @@ import { createJobLock } from "../../src/indexing/job-lock.js";
 import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { startTestServer, type TestServer } from "../support/server.js";
-import { flagCounts, silentLogger } from "./helpers.js";
+import { flagCounts, silentLogger, deleteGoodsIndices } from "./helpers.js";
 
 const es = createTestElasticsearch();
 const index = uniqueIndexName("goods_rest");
@@ -27,7 +27,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  await es.indices.delete({ index, ignore_unavailable: true });
+  await deleteGoodsIndices(es, index);
   await db?.drop();
   await es.close();
 });

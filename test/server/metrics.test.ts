@@ -6,6 +6,7 @@ import { generateGoods } from "../../src/indexing/goods-generator.js";
 import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { startTestServer, type TestServer } from "../support/server.js";
+import { deleteGoodsIndices } from "../indexing/helpers.js";
 
 let db: TestDatabase;
 let server: TestServer;
@@ -25,7 +26,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await server?.close();
   await db?.drop();
-  await es.indices.delete({ index: [goodsIndex, logIndex], ignore_unavailable: true });
+  await deleteGoodsIndices(es, goodsIndex, logIndex);
 });
 
 function sample(text: string, name: string, labels: string): number {
