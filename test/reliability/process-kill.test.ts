@@ -6,8 +6,9 @@ import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { spawnService, type ServiceProcess } from "../support/spawn-service.js";
 import { waitFor } from "../support/wait.js";
 
-// The service process SIGKILLed while the product batch is in step 2 (cursor indexing), then
-// started again: nothing of the dead process may block or lose anything.
+// The service process SIGKILLed while the product batch is in step 2 (a rebuild), or during a
+// cursor run, then started again: nothing of the dead process may block or lose anything, and a
+// cursor run keeps the progress of its settled bulks.
 
 const GOODS = 60_000;
 /** The job lock's advisory key (src/indexing/job-lock.ts). */
@@ -31,13 +32,14 @@ afterAll(async () => {
   await es.close();
 });
 
-async function start(): Promise<ServiceProcess> {
+async function start(env: Record<string, string> = {}): Promise<ServiceProcess> {
   const service = await spawnService({
     DATABASE_URL: db.url,
     ELASTICSEARCH_URL: elasticsearchUrl(),
     GOODS_INDEX: goodsIndex,
     BATCH_LOG_INDEX: logIndex,
     INDEX_FETCH_SIZE: "5000",
+    ...env,
   });
   started.push(service);
   return service;
@@ -91,3 +93,31 @@ describe("the service SIGKILLed mid-batch", () => {
     expect(await second.stop("SIGTERM")).toEqual({ code: 0, signal: null });
   }, 120_000);
 });
+
+describe("the service SIGKILLed mid cursor run", () => {
+  it("keeps its settled bulks' rows at 'Y', and the next run indexes only the rest", async () => {
+    // A clean slate: every eligible row pending, behind the alias the batch test left.
+    await db.knex("PR_GOODS_SEARCH_INTF").update({ INDEX_YN: "N" });
+    const eligible = await count(`select count(*)::int as n from "PR_GOODS_SEARCH_INTF" where "USE_YN" = 'Y'`);
+    const first = await start({ INDEX_BULK_SIZE: "1000", INDEX_BULKS_IN_FLIGHT: "1" });
+    const run = fetch(`${first.url}/api/search/v1/index/db/goods?interval=1`).catch((err: unknown) => err);
+    await waitFor(async () => ((await flagCounts(db.knex)).Y ?? 0) >= 5_000, "a few bulks to settle");
+
+    expect(await first.stop("SIGKILL")).toEqual({ code: null, signal: "SIGKILL" });
+    expect(await run).toBeInstanceOf(Error);
+    await waitFor(async () => (await advisoryLocksHeld()) === 0, "the advisory lock to be released", 30_000);
+    const settled = (await flagCounts(db.knex)).Y ?? 0;
+    expect(settled).toBeGreaterThanOrEqual(5_000);
+    expect(settled).toBeLessThan(eligible);
+
+    const second = await start();
+    const res = await fetch(`${second.url}/api/search/v1/index/db/goods?interval=1`);
+    const body = (await res.json()) as Record<string, unknown>;
+    expect(res.status).toBe(200);
+    expect(body).toMatchObject({ success: true, mode: "cursor", fetched_count: eligible - settled, indexed_count: eligible - settled });
+    expect(await flagCounts(db.knex)).toEqual({ Y: eligible });
+    expect(await documentCount(es, goodsIndex)).toBe(eligible);
+    expect(await second.stop("SIGTERM")).toEqual({ code: 0, signal: null });
+  }, 120_000);
+});
+
