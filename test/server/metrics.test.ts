@@ -85,4 +85,29 @@ describe("indexing metrics", () => {
     expect(text).toMatch(/# TYPE indexing_job_running gauge/);
     expect(text).not.toMatch(/^indexing_job_running\{/m);
   });
+
+  it("reports the drift figures as last measured: at the end of a run and on GET .../status", async () => {
+    // The batch of the test above truncated the table: these 30 rows are all there is.
+    await generateGoods(db.knex, { rows: 30, firstNo: 80_001, unusedEvery: 0 });
+    expect((await fetch(`${server.url}/api/search/v1/index/db/goods`)).status).toBe(200);
+    const afterRun = await (await fetch(`${server.url}/metrics`)).text();
+    expect(gauge(afterRun, "goods_index_documents")).toBe(30);
+    expect(gauge(afterRun, "goods_index_eligible_rows")).toBe(30);
+    expect(gauge(afterRun, "goods_index_drift")).toBe(0);
+
+    // Rows added behind the index's back show once measured again.
+    await generateGoods(db.knex, { rows: 7, firstNo: 90_001, unusedEvery: 0 });
+    expect((await fetch(`${server.url}/api/search/v1/index/db/goods/status`)).status).toBe(200);
+    const afterStatus = await (await fetch(`${server.url}/metrics`)).text();
+    expect(gauge(afterStatus, "goods_index_drift")).toBe(7);
+    // Full mode does not touch INDEX_YN: its 30 rows are pending for the cursor mode as well.
+    expect(gauge(afterStatus, "goods_index_pending_rows")).toBe(37);
+    expect(gauge(afterStatus, "goods_index_eligible_rows")).toBe(37);
+    expect(gauge(afterStatus, "goods_index_documents")).toBe(30);
+  });
 });
+
+function gauge(text: string, name: string): number | undefined {
+  const line = text.split("\n").find((l) => l.startsWith(`${name} `));
+  return line === undefined ? undefined : Number(line.split(" ").pop());
+}
