@@ -51,7 +51,7 @@ export function createIndexingService(deps: IndexingServiceDeps): ServiceImpl<ty
           signal,
         }).catch(
           (err: unknown) => {
-            throw signal.aborted ? stoppedError(mode, signal, err) : toDomainError(err, deps.logger);
+            throw signal.aborted ? stoppedError(mode, signal, err) : toDomainError(err);
           },
         ),
       );
@@ -118,11 +118,10 @@ function stoppedError(mode: string, signal: AbortSignal, cause: unknown): Unavai
   return new UnavailableError(`${mode} indexing stopped before it finished: ${messageOf(signal.reason)}; run it again`, { cause });
 }
 
-/** IndexingError codes travel in the message and as `code` in the REST body. */
-export function toDomainError(err: unknown, logger: Logger): unknown {
+/** IndexingError codes travel in the message and as `code` in the REST body; the run logged the failure. */
+export function toDomainError(err: unknown): unknown {
   if (err instanceof DomainError) return err;
   if (err instanceof IndexingError) {
-    logger.error({ err, code: err.code }, "indexing failed");
     const ErrorType = err.unavailable ? UnavailableError : OperationFailedError;
     return new ErrorType(err.message, { cause: err, extra: { code: err.code } });
   }

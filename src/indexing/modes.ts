@@ -114,7 +114,7 @@ export async function runGoodsIndexing(options: GoodsIndexingOptions): Promise<I
   } catch (err) {
     const code = err instanceof IndexingError ? err.code : "error";
     options.metrics?.runFailed(mode, code);
-    logger.error({ err: messageOf(err), code, elapsed_ms: Math.round(performance.now() - started) }, "indexing failed");
+    logger.error({ err, code, elapsed_ms: Math.round(performance.now() - started) }, "indexing failed");
     await record(options, logger, { success: false, startedAt });
     throw err;
   }
