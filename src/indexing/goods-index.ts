@@ -35,7 +35,7 @@ export function goodsMapping(analyzer: GoodsAnalyzer = "cjk"): estypes.MappingTy
 }
 
 /** Settings while a rebuild writes: no refreshes, no replicas to keep in step, no fsync per request. */
-const OPTIMIZED: estypes.IndicesIndexSettings = { refresh_interval: "-1", number_of_replicas: 0, translog: { durability: "async" } };
+export const OPTIMIZED: estypes.IndicesIndexSettings = { refresh_interval: "-1", number_of_replicas: 0, translog: { durability: "async" } };
 /** Settings a live index always has. */
 const RESTORED: estypes.IndicesIndexSettings = { refresh_interval: "1s", number_of_replicas: 1, translog: { durability: "request" } };
 

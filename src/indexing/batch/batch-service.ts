@@ -124,7 +124,7 @@ async function execute(options: BatchServiceOptions, run: Execution): Promise<Ba
 async function loadStep(options: BatchServiceOptions, run: Execution, context: BatchRecordContext): Promise<LoadResult> {
   try {
     const load = await loadGoods(options.knex, { at: context.startedAt, intervalMinutes: run.intervalMinutes });
-    context.logger.info({ loaded_count: load.loadedCount, changed: load.changed }, "product batch load done");
+    context.logger.info({ loaded_count: load.loadedCount, changed: load.changed, step_ms: load.stepMs }, "product batch load done");
     return load;
   } catch (err) {
     const step = err instanceof LoadStepError ? err.step : "1-load";

@@ -28,6 +28,8 @@ describe("full load (step 1 with 1a-1d)", () => {
   it("fills the table with exactly what the source tables say, every row INDEX_YN='N'", async () => {
     const result = await loadGoods(db.knex, { at });
     expect(result).toMatchObject({ isFullLoad: true, loadedCount: 4 });
+    // the load writes each row once with its final values: 1a-1d, run over the whole table, find nothing left to change
+    expect(result.changed).toEqual({ promotionPrices: 0, icons: 0, categories: 0, categoryCleanUp: 0 });
     expect(pick(await goodsRows(db.knex))).toEqual([
       // lowest active promotion wins; expired and disabled ones are ignored; icons in display order
       { GOODS_NO: "G1", SALE_PRICE: 50_000, PROMO_PRICE: 40_000, ICON_INFO: "NEW,SALE", CATE_CD: "C010101", CATE_PATH: "Fashion>Outer>Jackets", USE_YN: "Y", INDEX_YN: "N" },
@@ -37,6 +39,18 @@ describe("full load (step 1 with 1a-1d)", () => {
       { GOODS_NO: "G3", SALE_PRICE: 30_000, PROMO_PRICE: null, ICON_INFO: null, CATE_CD: null, CATE_PATH: null, USE_YN: "Y", INDEX_YN: "N" },
       { GOODS_NO: "G4", SALE_PRICE: 10_000, PROMO_PRICE: null, ICON_INFO: null, CATE_CD: null, CATE_PATH: null, USE_YN: "N", INDEX_YN: "N" },
     ]);
+  });
+
+  it("builds the table's secondary indexes again after the insert, exactly as the migrations define them", async () => {
+    const indexes = () =>
+      db.knex.raw(`select indexname, indexdef from pg_indexes where tablename = 'PR_GOODS_SEARCH_INTF' order by indexname`).then((r) => r.rows);
+    const before = await indexes();
+    expect(before.length).toBeGreaterThan(1);
+    const result = await loadGoods(db.knex, { at });
+    expect(await indexes()).toEqual(before);
+    expect(Object.keys(result.stepMs)).toEqual(["1-truncate", "1-load", "1-reindex", "1a-promotion-prices", "1b-icons", "1c-categories", "1d-category-clean-up"]);
+    const invalid = await db.knex.raw(`select count(*)::int as n from pg_index where indrelid = '"PR_GOODS_SEARCH_INTF"'::regclass and not (indisvalid and indisready)`);
+    expect(invalid.rows[0].n).toBe(0);
   });
 
   it("replaces the previous content: goods gone from the master disappear, indexed rows return to N", async () => {
@@ -118,10 +132,13 @@ describe("load failure", () => {
     const before = await goodsRows(db.knex);
     await db.knex.raw("alter table goods_icon rename column icon_cd to icon_code");
     try {
-      const failure = await loadGoods(db.knex, { at }).catch((err: unknown) => err);
-      expect(failure).toBeInstanceOf(LoadStepError);
-      expect((failure as LoadStepError).step).toBe("1b-icons");
-      expect(await goodsRows(db.knex)).toEqual(before);
+      // the full load reads the icons in its insert, after the truncate; the incremental load in 1b
+      for (const [options, step] of [[{ at }, "1-load"], [{ at, intervalMinutes: 30 }, "1b-icons"]] as const) {
+        const failure = await loadGoods(db.knex, options).catch((err: unknown) => err);
+        expect(failure).toBeInstanceOf(LoadStepError);
+        expect((failure as LoadStepError).step).toBe(step);
+        expect(await goodsRows(db.knex)).toEqual(before);
+      }
     } finally {
       await db.knex.raw("alter table goods_icon rename column icon_code to icon_cd");
     }
