@@ -38,7 +38,7 @@ describe("migrations", () => {
   });
 
   it("ends the cost of failed records written before the money rules", async () => {
-    await db.knex.migrate.down();
+    await db.knex.migrate.down({ name: "20261122000000_gpu_instance_money" });
     const created = new Date(Date.now() - 10 * HOUR);
     const failedAt = new Date(Date.now() - 9 * HOUR);
     await db.knex("gpu_instances").insert([
