@@ -10,6 +10,7 @@ import { goodsMapping } from "../src/indexing/goods-index.js";
 import { goodsItem, goodsQuery, type GoodsKey, type GoodsRow } from "../src/indexing/goods-rows.js";
 import { runGoodsIndexing } from "../src/indexing/modes.js";
 import { readRows } from "../src/indexing/pipeline/row-reader.js";
+import { deleteGoodsIndices } from "../test/indexing/helpers.js";
 import { admin, databaseUrl } from "./support.js";
 
 // npm run bench:index [-- --rows N]
@@ -27,6 +28,8 @@ import { admin, databaseUrl } from "./support.js";
 // and peak RSS then says more about the garbage collector than about the pipeline.
 
 const SIZES = { fetchSize: 50_000, bulkSize: 3_000, bulkMaxBytes: 10 * 1024 * 1024, bulksInFlight: 2 };
+/** One analyzer for every Elasticsearch run, available on any distribution, so the runs compare. */
+const ANALYZER = "standard";
 const SMALL_ROWS = 100_000;
 
 interface Measurement {
@@ -125,7 +128,8 @@ async function measure(kind: string, dbUrl: string, rows: number): Promise<Measu
     if (count !== rows) throw new Error(`${kind}: expected ${rows} rows, got ${count}`);
     return { kind, rows, docsPerS: Math.round((count / ms) * 1000), peakRssMb: Math.round(process.resourceUsage().maxRSS / 1024) };
   } finally {
-    await client.indices.delete({ index, ignore_unavailable: true }).catch(() => {});
+    // The goods index is an alias: its physical indices go, whatever the run left.
+    await deleteGoodsIndices(client, index).catch(() => {});
     await client.close();
     await knex.destroy();
   }
@@ -143,7 +147,7 @@ async function streamOnly(knex: ReturnType<typeof createKnex>) {
 async function bulkOnly(knex: ReturnType<typeof createKnex>, client: Client, index: string) {
   const items: BulkItem<GoodsKey>[] = [];
   for await (const row of readRows<GoodsRow>({ knex, query: goodsQuery("full"), fetchSize: SIZES.fetchSize })) items.push(goodsItem(row));
-  await client.indices.create({ index, mappings: goodsMapping(), settings: { refresh_interval: "-1", number_of_replicas: 0 } });
+  await client.indices.create({ index, mappings: goodsMapping(ANALYZER), settings: { refresh_interval: "-1", number_of_replicas: 0 } });
   async function* fromMemory() {
     yield* items;
   }
@@ -154,7 +158,7 @@ async function bulkOnly(knex: ReturnType<typeof createKnex>, client: Client, ind
 
 async function fullMode(knex: ReturnType<typeof createKnex>, client: Client, index: string) {
   const logger = pino({ level: process.env.LOG_LEVEL ?? "info" }, pino.destination(2));
-  const result = await runGoodsIndexing({ knex, elasticsearch: client, logger, mode: "full", index, ...SIZES });
+  const result = await runGoodsIndexing({ knex, elasticsearch: client, logger, mode: "full", index, analyzer: ANALYZER, ...SIZES });
   return { count: result.indexedCount, ms: result.elapsedMs };
 }
 
