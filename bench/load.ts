@@ -5,6 +5,7 @@ import autocannon from "autocannon";
 import { createKnex, migrateToLatest } from "../src/db/knex.js";
 import { generateGoods } from "../src/indexing/goods-generator.js";
 import { spawnService, type ServiceProcess } from "../test/support/spawn-service.js";
+import { deleteGoodsIndices } from "../test/indexing/helpers.js";
 import { admin, databaseUrl, printTable } from "./support.js";
 
 // npm run bench:load [-- --rows N]
@@ -67,7 +68,7 @@ async function main(): Promise<void> {
   } finally {
     await service?.stop("SIGTERM");
     // The scratch database goes whatever happened to the index (Elasticsearch may be the fault).
-    await es.indices.delete({ index, ignore_unavailable: true }).catch(() => undefined);
+    await deleteGoodsIndices(es, index).catch(() => undefined);
     await es.close();
     await admin(`drop database if exists ${dbName} with (force)`);
   }

@@ -128,29 +128,13 @@ async function indexOnce(options: GoodsIndexingOptions, logger: Logger, startedA
   const { elasticsearch: client, index } = options;
   const reader = { maxBuffered: 0 };
   const finalized = { count: 0 };
-  let removal: PipelineResult | undefined;
-  // Full mode and the batch's rebuild remove by leaving vanished products out of the new index.
-  let pipeline: PipelineResult;
   // Under the job lock no build is in progress: any unaliased build index is a dead run's leftover.
   const leftovers = await deleteLeftoverBuilds(client, index);
   if (leftovers.length > 0) logger.warn({ deleted: leftovers }, "deleted partial indices left by an earlier run");
+  let removal: PipelineResult | undefined;
+  let pipeline: PipelineResult;
   if (rebuilds(options)) {
-    const build = await createBuildIndex(client, index, options.analyzer ?? "cjk", logger);
-    let live = false;
-    const rejected = new Set<string>();
-    try {
-      // A rebuild cannot resume (its partial index is deleted), so it flips nothing per bulk.
-      const run: Run = { options, logger, target: build, reader, finalized, flip: false, rejected };
-      pipeline = await indexPass(run);
-      await restoreBuildIndex(client, build);
-      await swapAlias(client, index, build);
-      live = true;
-      logger.info({ physical_index: build }, "alias moved to the new index");
-    } finally {
-      if (!live) await deleteIndex(client, build).catch((err: unknown) => logger.warn({ err: messageOf(err), physical_index: build }, "deleting the partial index failed"));
-    }
-    if (options.mode === "cursor") finalized.count = await finalizeRebuilt(options.knex, startedAt, [...rejected]);
-    await clearDeletedBefore(options.knex, startedAt);
+    pipeline = await rebuild(options, logger, { reader, finalized }, startedAt);
   } else {
     await ensureGoodsAlias(client, index, options.analyzer ?? "cjk", logger);
     const run: Run = { options, logger, target: index, reader, finalized, flip: options.mode === "cursor", rejected: new Set() };
@@ -173,6 +157,36 @@ async function indexOnce(options: GoodsIndexingOptions, logger: Logger, startedA
   result.drift = await drift(options, logger);
   result.elapsedMs = Math.round(performance.now() - started);
   return result;
+}
+
+/**
+ * Fills a new physical index and moves the alias to it; a failure deletes the partial index.
+ * Products that left are removed by being left out. A rebuild cannot resume (its partial index
+ * is deleted), so the batch's cursor rebuild flips its rows in one statement once live.
+ */
+async function rebuild(
+  options: GoodsIndexingOptions,
+  logger: Logger,
+  counters: Pick<Run, "reader" | "finalized">,
+  startedAt: Date,
+): Promise<PipelineResult> {
+  const { elasticsearch: client, index } = options;
+  const build = await createBuildIndex(client, index, options.analyzer ?? "cjk", logger);
+  const run: Run = { options, logger, target: build, ...counters, flip: false, rejected: new Set() };
+  let live = false;
+  let pipeline: PipelineResult;
+  try {
+    pipeline = await indexPass(run);
+    await restoreBuildIndex(client, build);
+    await swapAlias(client, index, build);
+    live = true;
+    logger.info({ physical_index: build }, "alias moved to the new index");
+  } finally {
+    if (!live) await deleteIndex(client, build).catch((err: unknown) => logger.warn({ err: messageOf(err), physical_index: build }, "deleting the partial index failed"));
+  }
+  if (options.mode === "cursor") run.finalized.count = await finalizeRebuilt(options.knex, startedAt, [...run.rejected]);
+  await clearDeletedBefore(options.knex, startedAt);
+  return pipeline;
 }
 
 /** The mode's eligible rows into the target; cursor mode flips them as bulks settle. */
