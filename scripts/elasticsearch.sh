@@ -25,9 +25,24 @@ java_home() {
 }
 
 install() {
-  if [ -x "$home/bin/elasticsearch" ]; then return; fi
-  mvn -B -q -f "$root/scripts/elasticsearch/pom.xml" package >&2
-  [ -x "$home/bin/elasticsearch" ] || { echo "elasticsearch: unpack failed, $home missing" >&2; exit 1; }
+  if [ ! -x "$home/bin/elasticsearch" ]; then
+    mvn -B -q -f "$root/scripts/elasticsearch/pom.xml" package >&2
+    [ -x "$home/bin/elasticsearch" ] || { echo "elasticsearch: unpack failed, $home missing" >&2; exit 1; }
+  fi
+  install_cjk_analyzer
+}
+
+# The minimal distribution has no analysis-common module, so no `cjk` analyzer: build the
+# one-class plugin in scripts/elasticsearch/analysis-cjk against the node's own jars.
+install_cjk_analyzer() {
+  local plugin="$home/plugins/analysis-cjk" source="$root/scripts/elasticsearch/analysis-cjk"
+  if [ -f "$plugin/analysis-cjk.jar" ] && [ "$plugin/analysis-cjk.jar" -nt "$source/CjkAnalysisPlugin.java" ]; then return; fi
+  local classes; classes="$(mktemp -d)"
+  javac -nowarn --release 17 -cp "$home/lib/*" -d "$classes" "$source/CjkAnalysisPlugin.java" >&2
+  mkdir -p "$plugin"
+  jar cf "$plugin/analysis-cjk.jar" -C "$classes" .
+  sed "s/@ELASTICSEARCH_VERSION@/$version/" "$source/plugin-descriptor.properties" > "$plugin/plugin-descriptor.properties"
+  rm -rf "$classes"
 }
 
 free_port() {
