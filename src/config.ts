@@ -39,7 +39,7 @@ export interface GpuConfig {
 
 /** Which marketplace GpuService rents from, and how it is reached or simulated. */
 export interface MarketplaceConfig {
-  readonly kind: "simulated" | "remote";
+  readonly kind: "simulated" | "remote" | "vastai";
   /** Remote only: base URL of the marketplace API (docs/marketplace-api.md). */
   readonly url: string | undefined;
   /** Remote only: sent as a bearer token; never logged. */
@@ -48,6 +48,16 @@ export interface MarketplaceConfig {
   readonly timeoutMs: number;
   /** Remote only: retries after the first attempt. */
   readonly retries: number;
+  /** vastai only: the account's API key, sent as a bearer token; never logged. */
+  readonly vastApiKey: string | undefined;
+  /** vastai only: base URL of vast.ai's REST API. */
+  readonly vastApiUrl: string;
+  /** vastai only: minimum interval between two calls of one endpoint, ms. */
+  readonly vastMinIntervalMs: number;
+  /** vastai only: retries of a call answered 429 (or failing transiently, when safe to repeat). */
+  readonly vastRetries: number;
+  /** vastai only: first backoff step after a 429, ms; doubles each retry up to 16x. */
+  readonly vastBackoffMs: number;
   /** Simulated only: how long an instance stays creating, then loading, then until its model server answers, ms. */
   readonly simCreatingMs: number;
   readonly simLoadingMs: number;
@@ -121,13 +131,18 @@ export function loadConfig(env: Env = process.env): Config {
 }
 
 function marketplaceConfig(env: Env): MarketplaceConfig {
-  const kind = oneOf(env, "MARKETPLACE", ["simulated", "remote"], "simulated") as MarketplaceConfig["kind"];
+  const kind = oneOf(env, "MARKETPLACE", ["simulated", "remote", "vastai"], "simulated") as MarketplaceConfig["kind"];
   const config: MarketplaceConfig = {
     kind,
     url: url(env, "MARKETPLACE_URL", ["http:", "https:"]),
     apiKey: text(env, "MARKETPLACE_API_KEY"),
     timeoutMs: integer(env, "MARKETPLACE_TIMEOUT_MS", 10_000, 1, 300_000),
     retries: integer(env, "MARKETPLACE_RETRIES", 3, 0, 10),
+    vastApiKey: text(env, "VAST_API_KEY"),
+    vastApiUrl: url(env, "VAST_API_URL", ["http:", "https:"]) ?? "https://console.vast.ai",
+    vastMinIntervalMs: integer(env, "VAST_MIN_INTERVAL_MS", 1_000, 0, 60_000),
+    vastRetries: integer(env, "VAST_RETRIES", 8, 0, 20),
+    vastBackoffMs: integer(env, "VAST_BACKOFF_MS", 500, 1, 60_000),
     simCreatingMs: integer(env, "SIM_CREATING_MS", 5_000, 0, 3_600_000),
     simLoadingMs: integer(env, "SIM_LOADING_MS", 10_000, 0, 3_600_000),
     simModelServerStartMs: integer(env, "SIM_MODEL_SERVER_START_MS", 5_000, 0, 3_600_000),
@@ -136,6 +151,7 @@ function marketplaceConfig(env: Env): MarketplaceConfig {
   if (kind === "remote" && config.apiKey === undefined) {
     throw new ConfigError("MARKETPLACE_API_KEY is required when MARKETPLACE=remote");
   }
+  if (kind === "vastai" && config.vastApiKey === undefined) throw new ConfigError("VAST_API_KEY is required when MARKETPLACE=vastai");
   return Object.freeze(config);
 }
 

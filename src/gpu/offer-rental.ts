@@ -95,6 +95,7 @@ function rent(ctx: GpuContext, record: InstanceRecord, plan: LaunchPlan): Promis
     offerId: record.offerId,
     label: record.instanceId,
     image: plan.image,
+    diskGb: plan.diskGb,
     startCommand: plan.startCommand,
     env: plan.env,
     ...(plan.llmPort !== undefined ? { llmPort: plan.llmPort, llmModelName: plan.llmModelName } : {}),

@@ -4,11 +4,12 @@ import { redactUrl } from "../../logger.js";
 import type { Marketplace } from "./marketplace.js";
 import { createRemoteMarketplace } from "./remote.js";
 import { createSimulatedMarketplace } from "./simulated.js";
+import { createVastMarketplace } from "./vastai.js";
 
 export type { Marketplace } from "./marketplace.js";
 export type { SimulatedMarketplace } from "./simulated.js";
 
-/** The adapter the configuration names: the simulated marketplace unless MARKETPLACE=remote. */
+/** The adapter the configuration names: the simulated marketplace unless MARKETPLACE says remote or vastai. */
 export function createMarketplace(config: Config, logger: Logger): Marketplace {
   const settings = config.marketplace;
   if (settings.kind === "remote") {
@@ -20,6 +21,20 @@ export function createMarketplace(config: Config, logger: Logger): Marketplace {
       apiKey: settings.apiKey,
       timeoutMs: settings.timeoutMs,
       retries: settings.retries,
+      logger: logger.child({ component: "marketplace" }),
+    });
+  }
+  if (settings.kind === "vastai") {
+    if (!settings.vastApiKey) throw new Error("VAST_API_KEY is required when MARKETPLACE=vastai");
+    logger.info({ marketplace: "vastai", url: redactUrl(settings.vastApiUrl) }, "marketplace");
+    return createVastMarketplace({
+      baseUrl: settings.vastApiUrl,
+      apiKey: settings.vastApiKey,
+      timeoutMs: settings.timeoutMs,
+      minIntervalMs: settings.vastMinIntervalMs,
+      retries: settings.vastRetries,
+      backoffMs: settings.vastBackoffMs,
+      maxBackoffMs: settings.vastBackoffMs * 16,
       logger: logger.child({ component: "marketplace" }),
     });
   }

@@ -1,6 +1,7 @@
 import { ConflictError, NotFoundError, OperationFailedError } from "../../errors.js";
 import { createMarketplaceHttp, type MarketplaceHttpOptions } from "./http-client.js";
 import type { Marketplace } from "./marketplace.js";
+import { filterOffers } from "./offer-filter.js";
 import { errorCode, errorMessage, parseInstanceAnswer, parseInstances, parseOffers, toCreateBody } from "./wire.js";
 
 // The marketplace port over the HTTP contract of docs/marketplace-api.md. Transport concerns
@@ -16,6 +17,11 @@ export function createRemoteMarketplace(options: RemoteMarketplaceOptions): Mark
     async listOffers(signal) {
       const { body } = await http("GET", "/v1/offers", { signal });
       return parseOffers(body);
+    },
+
+    async searchOffers(filter, signal) {
+      // The contract has no search call: its catalogue is small enough to filter here.
+      return filterOffers(await this.listOffers(signal), filter);
     },
 
     async createInstance(request, signal) {

@@ -2,6 +2,7 @@ import { ConflictError, NotFoundError, OperationFailedError } from "../../errors
 import { createCatalogue, type CatalogueOptions } from "./catalogue.js";
 import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, MarketStatus } from "./marketplace.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
+import { filterOffers } from "./offer-filter.js";
 
 // The built-in marketplace: a deterministic catalogue and instances that live in memory. An
 // instance's status is derived from its timestamps (creating until creatingMs, loading until
@@ -65,6 +66,12 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
   let closed = false;
 
   const isRented = (offerId: string) => [...instances.values()].some((i) => i.offer.id === offerId);
+
+  /** The catalogue as it stands: an offer rented here is not rentable. */
+  function currentOffers(): MarketOffer[] {
+    const rented = new Set([...instances.values()].map((i) => i.offer.id));
+    return offers.map((o) => ({ ...o, rentable: o.rentable && !rented.has(o.id) }));
+  }
 
   function statusOf(instance: SimInstance, now = Date.now()): MarketStatus {
     if (instance.halted) return instance.halted;
@@ -143,8 +150,11 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
 
   return {
     async listOffers() {
-      const rented = new Set([...instances.values()].map((i) => i.offer.id));
-      return offers.map((o) => ({ ...o, rentable: o.rentable && !rented.has(o.id) }));
+      return currentOffers();
+    },
+
+    async searchOffers(filter) {
+      return filterOffers(currentOffers(), filter);
     },
 
     async createInstance(request) {
