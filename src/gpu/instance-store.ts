@@ -236,12 +236,14 @@ export class InstanceStore {
   }
 
   /**
-   * Marks a creating record failed. Its cost ends now when a marketplace machine was rented for
+   * Marks a creating (or loading) record failed. Its cost ends now when a marketplace machine was rented for
    * it, and at created_at (no cost) when none was: destroyed_at is where every cost figure ends.
    */
   async markFailed(instanceId: string, machineRented: boolean, trx?: Knex.Transaction): Promise<InstanceRecord | null> {
     const [row] = await (trx ?? this.knex)(TABLE)
-      .where({ instance_id: instanceId, status: "creating" })
+      // A container can fail to start after its image loaded, so loading records fail too.
+      .where({ instance_id: instanceId })
+      .whereIn("status", ["creating", "loading"])
       .update({
         status: "failed",
         destroyed_at: machineRented ? this.knex.fn.now() : this.knex.ref("created_at"),

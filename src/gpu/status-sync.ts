@@ -1,5 +1,6 @@
 import { UnavailableError } from "../errors.js";
 import { destroyRecord } from "./destroy.js";
+import { releaseMachine } from "./machine-release.js";
 import { marketFactsOf, type GpuContext } from "./gpu-context.js";
 import type { InstanceRecord } from "./instance-store.js";
 import type { MarketInstance } from "./marketplace/marketplace.js";
@@ -33,6 +34,7 @@ export async function syncRecord(ctx: GpuContext, record: InstanceRecord): Promi
     throw new UnavailableError("The marketplace did not report the instance status", { cause: err });
   }
   if (!market) return { ...idle, record: await markVanished(ctx, record) };
+  if (market.failure !== undefined) return { ...idle, market, record: await failStart(ctx, record, market) };
   const url = modelServerUrl(market);
   const llmAnswered = market.status === "running" && record.templateName !== null && url !== undefined && (await ctx.probe(url));
   let current = await applyStatus(ctx, record, storedStatusOf(market.status, llmAnswered), market);
@@ -59,6 +61,12 @@ async function applyStatus(ctx: GpuContext, record: InstanceRecord, next: Stored
     }),
   );
   return changed ?? (await ctx.instances.get(record.instanceId)) ?? record;
+}
+
+/** The machine exists but its container could not start: the record fails and the machine is given back. */
+async function failStart(ctx: GpuContext, record: InstanceRecord, market: MarketInstance): Promise<InstanceRecord> {
+  await releaseMachine(ctx, record, market, `the marketplace instance could not start: ${market.failure}`, Date.now());
+  return (await ctx.instances.get(record.instanceId)) ?? record;
 }
 
 /** The marketplace no longer knows the instance: it is not running and not billed any more. */

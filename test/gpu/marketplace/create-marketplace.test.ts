@@ -38,6 +38,11 @@ describe("marketplace configuration", () => {
   });
 
   it.each([
+    [{ MARKETPLACE: "vastai" }, /VAST_API_KEY is required when MARKETPLACE=vastai/],
+    [{ MARKETPLACE: "vastai", VAST_API_KEY: "k", VAST_API_URL: "console.vast.ai" }, /VAST_API_URL/],
+    [{ MARKETPLACE: "vastai", VAST_API_KEY: "k", VAST_API_URL: "ftp://console.vast.ai" }, /VAST_API_URL/],
+    [{ MARKETPLACE: "vastai", VAST_API_KEY: "k", VAST_MIN_INTERVAL_MS: "-5" }, /VAST_MIN_INTERVAL_MS/],
+    [{ MARKETPLACE: "vastai", VAST_API_KEY: "k", VAST_RETRIES: "100" }, /VAST_RETRIES/],
     [{ MARKETPLACE: "remote", MARKETPLACE_URL: "http://m.example" }, /MARKETPLACE_API_KEY is required/],
     [{ MARKETPLACE: "remote", MARKETPLACE_API_KEY: "k" }, /MARKETPLACE_URL is required/],
     [{ MARKETPLACE: "cloud" }, /MARKETPLACE must be one of simulated, remote/],
