@@ -31,6 +31,10 @@ export interface GpuConfig {
   readonly statusSyncMs: number;
   /** Timeout of each model-server health probe, ms. */
   readonly probeTimeoutMs: number;
+  /** Status reads of one instance within this long reuse the last marketplace answer, ms; 0: never. */
+  readonly statusCacheMs: number;
+  /** GPU_DEPLOYMENT_ID: overrides the deployment id derived from the database (labels). */
+  readonly deploymentId: string | undefined;
   /** Age after which a creating record with no marketplace instance is marked failed, ms. */
   readonly creationGraceMs: number;
   /** Cap on the summed cost_per_hour of active instances, $/h; undefined: no cap. */
@@ -121,6 +125,8 @@ export function loadConfig(env: Env = process.env): Config {
       statusSyncMs: integer(env, "GPU_STATUS_SYNC_MS", 15_000, 10, 86_400_000),
       probeTimeoutMs: integer(env, "GPU_PROBE_TIMEOUT_MS", 2_000, 1, 60_000),
       creationGraceMs: integer(env, "GPU_CREATION_GRACE_MS", 300_000, 0, 86_400_000),
+      deploymentId: deploymentId(env, "GPU_DEPLOYMENT_ID"),
+      statusCacheMs: integer(env, "GPU_STATUS_CACHE_MS", 2_000, 0, 60_000),
       maxFleetDph: positiveNumber(env, "GPU_MAX_FLEET_DPH"),
     }),
   };
@@ -184,6 +190,15 @@ export function integer(env: Env, name: string, fallback: number, min: number, m
     throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got '${value}'`);
   }
   return Number(value);
+}
+
+/** A deployment id for marketplace labels: letters, digits, `_` and `-`, at most 40. */
+function deploymentId(env: Env, name: string): string | undefined {
+  const value = text(env, name);
+  if (value !== undefined && !/^[A-Za-z0-9_-]{1,40}$/.test(value)) {
+    throw new ConfigError(`${name} must be 1 to 40 letters, digits, '_' or '-', got '${value}'`);
+  }
+  return value;
 }
 
 /** A number > 0, or undefined when the variable is unset. */

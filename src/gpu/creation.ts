@@ -42,6 +42,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
   const offerId = request.offerId || undefined;
   const candidates = offerCandidates(await offersFor(ctx, template, offerId, plan.diskGb), template, offerId);
   const instanceId = await ctx.instances.nextInstanceId();
+  const marketLabel = (await ctx.deployment()).labelOf(instanceId);
   ctx.inFlight.add(instanceId);
   try {
     const started = Date.now();
@@ -56,6 +57,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
       templateName,
       newRecord: (offer) => ({
         instanceId,
+        marketLabel,
         ...offer,
         imageName: plan.image,
         templateName,

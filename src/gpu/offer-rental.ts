@@ -93,7 +93,7 @@ async function logRefusal(ctx: GpuContext, request: RentalRequest, error: Resour
 function rent(ctx: GpuContext, record: InstanceRecord, plan: LaunchPlan): Promise<MarketInstance> {
   return ctx.marketplace.createInstance({
     offerId: record.offerId,
-    label: record.instanceId,
+    label: record.marketLabel,
     image: plan.image,
     diskGb: plan.diskGb,
     startCommand: plan.startCommand,

@@ -21,15 +21,19 @@ export interface SyncOutcome {
   llmAnswered: boolean;
 }
 
-export async function syncRecord(ctx: GpuContext, record: InstanceRecord): Promise<SyncOutcome> {
+/**
+ * Syncs one record. `observed` is the instance as a listing of this round saw it; without it (or
+ * when the listing did not have it, e.g. rented after the listing) the marketplace is asked.
+ */
+export async function syncRecord(ctx: GpuContext, record: InstanceRecord, observed?: MarketInstance): Promise<SyncOutcome> {
   const idle = { record, market: undefined, llmAnswered: false };
   if (record.destroyRequestedAt !== null && record.status !== "destroyed") {
     return { ...idle, record: await destroyRecord(ctx, record, "destroy_instance") };
   }
   if (isTerminal(record.status) || record.marketInstanceId === null) return idle;
-  let market: MarketInstance | undefined;
+  let market: MarketInstance | undefined = observed;
   try {
-    market = await ctx.marketplace.getInstance(record.marketInstanceId);
+    market ??= await ctx.marketplace.getInstance(record.marketInstanceId);
   } catch (err) {
     throw new UnavailableError("The marketplace did not report the instance status", { cause: err });
   }

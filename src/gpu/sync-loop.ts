@@ -1,11 +1,14 @@
 import type { GpuContext } from "./gpu-context.js";
 import { enforceLimits } from "./limits.js";
 import { reconcile, type ReconcilerOptions } from "./reconciler.js";
+import type { MarketInstance } from "./marketplace/marketplace.js";
 import { syncRecord } from "./status-sync.js";
 
-// The background loop: each round reconciles labels with the marketplace, then syncs every live
-// record (and retries pending destroys) and destroys those that reached their time or cost limit. Rounds never overlap: the next is scheduled when the
-// previous one has finished.
+// The background loop: each round lists the marketplace's instances once, reconciles labels with
+// them, then syncs every live record from the same list (and retries pending destroys) and
+// destroys those that reached their time or cost limit. A round costs one marketplace list call,
+// not one call per instance. Rounds never overlap: the next is scheduled when the previous one
+// has finished.
 
 export interface SyncLoopOptions extends ReconcilerOptions {
   intervalMs: number;
@@ -28,17 +31,31 @@ export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncL
   let current: Promise<void> | undefined;
   let stopped = true;
 
-  async function round(): Promise<void> {
+  /** The account's machines, listed once per round for the reconciler and every record's sync. */
+  async function listMachines(): Promise<MarketInstance[] | undefined> {
     try {
-      await reconcile(ctx, options);
+      return await ctx.marketplace.listInstances("");
     } catch (err) {
-      ctx.logger.warn({ err }, "reconciliation failed; retrying next round");
+      ctx.logger.warn({ err }, "the marketplace did not list its instances; retrying next round");
+      return undefined;
     }
+  }
+
+  async function round(): Promise<void> {
+    const machines = await listMachines();
+    if (machines) {
+      try {
+        await reconcile(ctx, options, machines);
+      } catch (err) {
+        ctx.logger.warn({ err }, "reconciliation failed; retrying next round");
+      }
+    }
+    const byId = new Map((machines ?? []).map((m) => [m.id, m]));
     const records = await ctx.instances.listLive();
     const queue = [...records];
     const worker = async () => {
       for (let record = queue.shift(); record; record = queue.shift()) {
-        await syncRecord(ctx, record)
+        await syncRecord(ctx, record, byId.get(record.marketInstanceId ?? ""))
           .then(({ record: synced }) => enforceLimits(ctx, synced))
           .catch((err: unknown) => ctx.logger.warn({ err, instanceId: record.instanceId }, "status sync failed; retrying next round"));
       }

@@ -3,6 +3,7 @@ import * as gpuInstances from "./20261121000000_gpu_instances.js";
 import * as goodsSearchIntf from "./20261121000100_goods_search_intf.js";
 import * as goodsSources from "./20261121000200_goods_sources.js";
 import * as gpuInstanceMoney from "./20261122000000_gpu_instance_money.js";
+import * as gpuMarketLabel from "./20261122000100_gpu_market_label.js";
 
 // Migrations are listed here, in order, rather than found on disk, so that they run the same
 // under tsx, vitest and compiled output. A shipped migration is never edited: add a new one.
@@ -11,6 +12,7 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261121000100_goods_search_intf", goodsSearchIntf],
   ["20261121000200_goods_sources", goodsSources],
   ["20261122000000_gpu_instance_money", gpuInstanceMoney],
+  ["20261122000100_gpu_market_label", gpuMarketLabel],
 ];
 
 export const migrationSource: Knex.MigrationSource<string> = {

@@ -13,15 +13,17 @@ export function createRemoteMarketplace(options: RemoteMarketplaceOptions): Mark
   const http = createMarketplaceHttp(options);
   const instancePath = (id: string) => `/v1/instances/${encodeURIComponent(id)}`;
 
+  async function listOffers(signal?: AbortSignal) {
+    const { body } = await http("GET", "/v1/offers", { signal });
+    return parseOffers(body);
+  }
+
   return {
-    async listOffers(signal) {
-      const { body } = await http("GET", "/v1/offers", { signal });
-      return parseOffers(body);
-    },
+    listOffers,
 
     async searchOffers(filter, signal) {
       // The contract has no search call: its catalogue is small enough to filter here.
-      return filterOffers(await this.listOffers(signal), filter);
+      return filterOffers(await listOffers(signal), filter);
     },
 
     async createInstance(request, signal) {
