@@ -10,6 +10,7 @@ import { InstanceStore } from "./instance-store.js";
 import { withStatusCache } from "./marketplace/status-cache.js";
 import { createModelServerProbe } from "./probe.js";
 import { StatisticsStore } from "./statistics-store.js";
+import { createSyncLeader } from "./sync-leader.js";
 import { createSyncLoop, type SyncLoop } from "./sync-loop.js";
 
 export interface GpuModule extends ServiceModule {
@@ -44,6 +45,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
   const syncLoop = createSyncLoop(ctx, {
     intervalMs: config.gpu.statusSyncMs,
     creationGraceMs: config.gpu.creationGraceMs,
+    leader: createSyncLeader(knex, ctx.logger),
   });
   const statistics = StatisticsStore.create({ knex });
   registerGpuMetrics(deps.metrics.registry, statistics);

@@ -3,15 +3,18 @@ import { enforceLimits } from "./limits.js";
 import { reconcile, type ReconcilerOptions } from "./reconciler.js";
 import type { MarketInstance } from "./marketplace/marketplace.js";
 import { syncRecord } from "./status-sync.js";
+import type { SyncLeader } from "./sync-leader.js";
 
 // The background loop: each round lists the marketplace's instances once, reconciles labels with
 // them, then syncs every live record from the same list (and retries pending destroys) and
 // destroys those that reached their time or cost limit. A round costs one marketplace list call,
 // not one call per instance. Rounds never overlap: the next is scheduled when the previous one
-// has finished.
+// has finished. With several processes on one database only the sync leader runs them.
 
 export interface SyncLoopOptions extends ReconcilerOptions {
   intervalMs: number;
+  /** Which of several processes on one database runs the rounds; absent: this one always does. */
+  leader?: SyncLeader;
   /** Records synced at the same time. */
   concurrency?: number;
 }
@@ -42,6 +45,7 @@ export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncL
   }
 
   async function round(): Promise<void> {
+    if (options.leader && !(await options.leader.hold())) return;
     const machines = await listMachines();
     if (machines) {
       try {
@@ -90,6 +94,7 @@ export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncL
       stopped = true;
       clearTimeout(timer);
       await current;
+      await options.leader?.release();
     },
     runOnce,
   };

@@ -120,6 +120,8 @@ describe("the reconciler", () => {
         return marketplace.createInstance(...args);
       },
     };
+    // One sync leader per database: the servers of the previous test step down first.
+    for (const previous of servers.splice(0)) await previous.close();
     const server = await startTestServer({
       knex: db.knex,
       elasticsearch: createTestElasticsearch(),
