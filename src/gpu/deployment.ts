@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import type { Knex } from "knex";
+import { OperationFailedError } from "../errors.js";
 
 // Which marketplace machines are this deployment's. Every machine GpuService rents carries the
 // label `<deployment id>/<instance_id>`. The deployment id is unique to the service's database:
@@ -28,9 +29,17 @@ export function deploymentOf(id: string): Deployment {
 /** The deployment of this database: the override when given, else derived from the database. */
 export async function resolveDeployment(knex: Knex, override: string | undefined): Promise<Deployment> {
   if (override !== undefined) return deploymentOf(override);
-  const { rows } = await knex.raw<{ rows: Array<{ system_identifier: string; database: string }> }>(
-    "select system_identifier::text as system_identifier, current_database() as database from pg_control_system()",
-  );
-  const { system_identifier, database } = rows[0]!;
+  let identity: { system_identifier: string; database: string };
+  try {
+    const { rows } = await knex.raw<{ rows: Array<{ system_identifier: string; database: string }> }>(
+      "select system_identifier::text as system_identifier, current_database() as database from pg_control_system()",
+    );
+    identity = rows[0]!;
+  } catch (err) {
+    throw new OperationFailedError(`Could not derive the deployment id from the database (${(err as Error).message}); set GPU_DEPLOYMENT_ID`, {
+      cause: err,
+    });
+  }
+  const { system_identifier, database } = identity;
   return deploymentOf(`d${createHash("sha256").update(`${system_identifier}/${database}`).digest("hex").slice(0, 12)}`);
 }

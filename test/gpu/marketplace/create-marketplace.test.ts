@@ -43,6 +43,8 @@ describe("marketplace configuration", () => {
     [{ MARKETPLACE: "vastai", VAST_API_KEY: "k", VAST_API_URL: "ftp://console.vast.ai" }, /VAST_API_URL/],
     [{ MARKETPLACE: "vastai", VAST_API_KEY: "k", VAST_MIN_INTERVAL_MS: "-5" }, /VAST_MIN_INTERVAL_MS/],
     [{ MARKETPLACE: "vastai", VAST_API_KEY: "k", VAST_RETRIES: "100" }, /VAST_RETRIES/],
+    [{ GPU_DEPLOYMENT_ID: "prod/eu" }, /GPU_DEPLOYMENT_ID must be 1 to 40 letters/],
+    [{ GPU_STATUS_CACHE_MS: "soon" }, /GPU_STATUS_CACHE_MS must be an integer/],
     [{ MARKETPLACE: "remote", MARKETPLACE_URL: "http://m.example" }, /MARKETPLACE_API_KEY is required/],
     [{ MARKETPLACE: "remote", MARKETPLACE_API_KEY: "k" }, /MARKETPLACE_URL is required/],
     [{ MARKETPLACE: "cloud" }, /MARKETPLACE must be one of simulated, remote/],
