@@ -22,6 +22,15 @@ async function tables(): Promise<string[]> {
   return rows.map((r) => r.table_name);
 }
 
+/** Rolls migrations back, newest first, until the named one is undone. */
+async function undoThrough(name: string): Promise<void> {
+  for (;;) {
+    const [done] = (await db.knex.migrate.list()) as [Array<{ name: string } | string>, unknown];
+    if (!done.some((m) => (typeof m === "string" ? m : m.name) === name)) return;
+    await db.knex.migrate.down();
+  }
+}
+
 describe("migrations", () => {
   it("apply on an empty database, hold data, roll back to nothing and apply again", async () => {
     await migrateToLatest(db.knex);
@@ -39,8 +48,7 @@ describe("migrations", () => {
   });
 
   it("ends the cost of failed records written before the money rules", async () => {
-    await db.knex.migrate.down(); // the market label
-    await db.knex.migrate.down(); // the money rules
+    await undoThrough("20261122000000_gpu_instance_money");
     const created = new Date(Date.now() - 10 * HOUR);
     const failedAt = new Date(Date.now() - 9 * HOUR);
     await db.knex("gpu_instances").insert([
@@ -68,7 +76,7 @@ describe("migrations", () => {
   });
 
   it("keeps records from before deployment-scoped labels matched by the bare instance_id their machines carry", async () => {
-    await db.knex.migrate.down();
+    await undoThrough("20261122000100_gpu_market_label");
     await db.knex("gpu_instances").insert({ instance_id: "gpu-20", offer_id: "o", market_instance_id: "m-20", status: "running" });
     await migrateToLatest(db.knex);
     const store = InstanceStore.create({ knex: db.knex });

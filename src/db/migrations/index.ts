@@ -4,6 +4,7 @@ import * as goodsSearchIntf from "./20261121000100_goods_search_intf.js";
 import * as goodsSources from "./20261121000200_goods_sources.js";
 import * as gpuInstanceMoney from "./20261122000000_gpu_instance_money.js";
 import * as gpuMarketLabel from "./20261122000100_gpu_market_label.js";
+import * as simMarketInstances from "./20261122000200_sim_market_instances.js";
 
 // Migrations are listed here, in order, rather than found on disk, so that they run the same
 // under tsx, vitest and compiled output. A shipped migration is never edited: add a new one.
@@ -13,6 +14,7 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261121000200_goods_sources", goodsSources],
   ["20261122000000_gpu_instance_money", gpuInstanceMoney],
   ["20261122000100_gpu_market_label", gpuMarketLabel],
+  ["20261122000200_sim_market_instances", simMarketInstances],
 ];
 
 export const migrationSource: Knex.MigrationSource<string> = {

@@ -1,16 +1,21 @@
+import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { Config } from "../../config.js";
 import { redactUrl } from "../../logger.js";
 import type { Marketplace } from "./marketplace.js";
 import { createRemoteMarketplace } from "./remote.js";
 import { createSimulatedMarketplace } from "./simulated.js";
+import { createPgSimStore } from "./simulated-store.js";
 import { createVastMarketplace } from "./vastai.js";
 
 export type { Marketplace } from "./marketplace.js";
 export type { SimulatedMarketplace } from "./simulated.js";
 
-/** The adapter the configuration names: the simulated marketplace unless MARKETPLACE says remote or vastai. */
-export function createMarketplace(config: Config, logger: Logger): Marketplace {
+/**
+ * The adapter the configuration names: the simulated marketplace unless MARKETPLACE says remote
+ * or vastai. Given the service's database, the simulated marketplace keeps its instances there.
+ */
+export function createMarketplace(config: Config, logger: Logger, knex?: Knex): Marketplace {
   const settings = config.marketplace;
   if (settings.kind === "remote") {
     // loadConfig guarantees both when remote; checked again so a hand-built Config fails clearly.
@@ -43,5 +48,6 @@ export function createMarketplace(config: Config, logger: Logger): Marketplace {
     creatingMs: settings.simCreatingMs,
     loadingMs: settings.simLoadingMs,
     modelServerStartMs: settings.simModelServerStartMs,
+    store: knex ? createPgSimStore(knex) : undefined,
   });
 }

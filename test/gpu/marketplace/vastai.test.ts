@@ -239,10 +239,13 @@ describe("vast.ai rate limits", () => {
     expect(calls("PUT", /asks/)).toHaveLength(6);
     expect(vast.instances.size).toBe(1);
     vast.throttle(3, true);
-    expect((await market.getInstance(created.id))!.label).toBe("gpu-1");
+    const patient = connect({ backoffMs: 40, maxBackoffMs: 400 });
+    expect((await patient.getInstance(created.id))!.label).toBe("gpu-1");
     const shows = calls("GET", /^\/api\/v0\/instances\/\d+\/$/).slice(-4);
     const gaps = shows.slice(1).map((r, i) => r.at - shows[i]!.at);
-    expect(gaps[2]!).toBeGreaterThanOrEqual(gaps[0]! * 0.9); // the backoff grows
+    // The backoff doubles: the third wait is at least half of 4 x 40 ms, whatever the jitter.
+    expect(gaps[2]!).toBeGreaterThanOrEqual(80);
+    expect(gaps[0]!).toBeGreaterThanOrEqual(20);
   });
 
   it("gives up after its retries with UnavailableError, having rented nothing", async () => {

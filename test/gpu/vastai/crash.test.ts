@@ -59,8 +59,10 @@ describe("a service killed while vast.ai answers its create", () => {
     vast.onCreate(undefined);
     const [interrupted] = await db.knex("gpu_instances").where({ status: "creating" });
     expect(interrupted.market_instance_id).toBeNull();
-    const rented = [...vast.instances.values()].find((i) => i.label === deployment.labelOf(interrupted.instance_id));
-    expect(rented).toBeDefined(); // vast.ai rented the machine after the process was gone
+    // vast.ai goes on renting the machine after the process is gone.
+    const rentedFor = () => [...vast.instances.values()].find((i) => i.label === deployment.labelOf(interrupted.instance_id));
+    await waitFor(() => rentedFor() !== undefined, "the machine rented for the dead process", 10_000);
+    const rented = rentedFor();
 
     await start();
     await waitFor(async () => (await db.knex("gpu_instances").where({ status: "creating" })).length === 0, "no record creating", 20_000);
