@@ -31,6 +31,10 @@ export interface GpuConfig {
   readonly statusSyncMs: number;
   /** Timeout of each model-server health probe, ms. */
   readonly probeTimeoutMs: number;
+  /** Status reads of one instance within this long reuse the last marketplace answer, ms; 0: never. */
+  readonly statusCacheMs: number;
+  /** GPU_DEPLOYMENT_ID: overrides the deployment id derived from the database (labels). */
+  readonly deploymentId: string | undefined;
   /** Age after which a creating record with no marketplace instance is marked failed, ms. */
   readonly creationGraceMs: number;
   /** Cap on the summed cost_per_hour of active instances, $/h; undefined: no cap. */
@@ -39,7 +43,7 @@ export interface GpuConfig {
 
 /** Which marketplace GpuService rents from, and how it is reached or simulated. */
 export interface MarketplaceConfig {
-  readonly kind: "simulated" | "remote";
+  readonly kind: "simulated" | "remote" | "vastai";
   /** Remote only: base URL of the marketplace API (docs/marketplace-api.md). */
   readonly url: string | undefined;
   /** Remote only: sent as a bearer token; never logged. */
@@ -48,6 +52,16 @@ export interface MarketplaceConfig {
   readonly timeoutMs: number;
   /** Remote only: retries after the first attempt. */
   readonly retries: number;
+  /** vastai only: the account's API key, sent as a bearer token; never logged. */
+  readonly vastApiKey: string | undefined;
+  /** vastai only: base URL of vast.ai's REST API. */
+  readonly vastApiUrl: string;
+  /** vastai only: minimum interval between two calls of one endpoint, ms. */
+  readonly vastMinIntervalMs: number;
+  /** vastai only: retries of a call answered 429 (or failing transiently, when safe to repeat). */
+  readonly vastRetries: number;
+  /** vastai only: first backoff step after a 429, ms; doubles each retry up to 16x. */
+  readonly vastBackoffMs: number;
   /** Simulated only: how long an instance stays creating, then loading, then until its model server answers, ms. */
   readonly simCreatingMs: number;
   readonly simLoadingMs: number;
@@ -117,6 +131,8 @@ export function loadConfig(env: Env = process.env): Config {
       statusSyncMs: integer(env, "GPU_STATUS_SYNC_MS", 15_000, 10, 86_400_000),
       probeTimeoutMs: integer(env, "GPU_PROBE_TIMEOUT_MS", 2_000, 1, 60_000),
       creationGraceMs: integer(env, "GPU_CREATION_GRACE_MS", 300_000, 0, 86_400_000),
+      deploymentId: deploymentId(env, "GPU_DEPLOYMENT_ID"),
+      statusCacheMs: integer(env, "GPU_STATUS_CACHE_MS", 2_000, 0, 60_000),
       maxFleetDph: positiveNumber(env, "GPU_MAX_FLEET_DPH"),
     }),
   };
@@ -127,13 +143,18 @@ export function loadConfig(env: Env = process.env): Config {
 }
 
 function marketplaceConfig(env: Env): MarketplaceConfig {
-  const kind = oneOf(env, "MARKETPLACE", ["simulated", "remote"], "simulated") as MarketplaceConfig["kind"];
+  const kind = oneOf(env, "MARKETPLACE", ["simulated", "remote", "vastai"], "simulated") as MarketplaceConfig["kind"];
   const config: MarketplaceConfig = {
     kind,
     url: url(env, "MARKETPLACE_URL", ["http:", "https:"]),
     apiKey: text(env, "MARKETPLACE_API_KEY"),
     timeoutMs: integer(env, "MARKETPLACE_TIMEOUT_MS", 10_000, 1, 300_000),
     retries: integer(env, "MARKETPLACE_RETRIES", 3, 0, 10),
+    vastApiKey: text(env, "VAST_API_KEY"),
+    vastApiUrl: url(env, "VAST_API_URL", ["http:", "https:"]) ?? "https://console.vast.ai",
+    vastMinIntervalMs: integer(env, "VAST_MIN_INTERVAL_MS", 1_000, 0, 60_000),
+    vastRetries: integer(env, "VAST_RETRIES", 8, 0, 20),
+    vastBackoffMs: integer(env, "VAST_BACKOFF_MS", 500, 1, 60_000),
     simCreatingMs: integer(env, "SIM_CREATING_MS", 5_000, 0, 3_600_000),
     simLoadingMs: integer(env, "SIM_LOADING_MS", 10_000, 0, 3_600_000),
     simModelServerStartMs: integer(env, "SIM_MODEL_SERVER_START_MS", 5_000, 0, 3_600_000),
@@ -142,6 +163,7 @@ function marketplaceConfig(env: Env): MarketplaceConfig {
   if (kind === "remote" && config.apiKey === undefined) {
     throw new ConfigError("MARKETPLACE_API_KEY is required when MARKETPLACE=remote");
   }
+  if (kind === "vastai" && config.vastApiKey === undefined) throw new ConfigError("VAST_API_KEY is required when MARKETPLACE=vastai");
   return Object.freeze(config);
 }
 
@@ -174,6 +196,15 @@ export function integer(env: Env, name: string, fallback: number, min: number, m
     throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got '${value}'`);
   }
   return Number(value);
+}
+
+/** A deployment id for marketplace labels: letters, digits, `_` and `-`, at most 40. */
+function deploymentId(env: Env, name: string): string | undefined {
+  const value = text(env, name);
+  if (value !== undefined && !/^[A-Za-z0-9_-]{1,40}$/.test(value)) {
+    throw new ConfigError(`${name} must be 1 to 40 letters, digits, '_' or '-', got '${value}'`);
+  }
+  return value;
 }
 
 /** A number > 0, or undefined when the variable is unset. */

@@ -35,7 +35,7 @@ async function main(): Promise<void> {
   await migrateToLatest(knex);
 
   const elasticsearch = new Client({ node: config.elasticsearchUrl, requestTimeout: 60_000, maxRetries: 2 });
-  const marketplace = createMarketplace(config, logger);
+  const marketplace = createMarketplace(config, logger, knex);
   const app = createApp({ config, logger, knex, elasticsearch, marketplace });
   const server = await listen({
     handler: app.handler,

@@ -10,7 +10,7 @@ import { limitsFor } from "./limits.js";
 import { releaseMachine } from "./machine-release.js";
 import type { MarketInstance, MarketOffer } from "./marketplace/marketplace.js";
 import { asMarketplaceError, rentOffer } from "./offer-rental.js";
-import { checkTemplateLimits, offerCandidates } from "./offer-choice.js";
+import { candidateFilter, checkTemplateLimits, offerCandidates } from "./offer-choice.js";
 import { findTemplate } from "./templates.js";
 
 // Crash-safe creation: the record (its instance_id is the label the marketplace instance
@@ -40,8 +40,9 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
   const custom = parseCustomConfig(request.customConfig, template !== undefined);
   const plan = launchPlanOf(template, custom);
   const offerId = request.offerId || undefined;
-  const candidates = offerCandidates(await catalogue(ctx), template, offerId);
+  const candidates = offerCandidates(await offersFor(ctx, template, offerId, plan.diskGb), template, offerId);
   const instanceId = await ctx.instances.nextInstanceId();
+  const marketLabel = (await ctx.deployment()).labelOf(instanceId);
   ctx.inFlight.add(instanceId);
   try {
     const started = Date.now();
@@ -56,6 +57,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
       templateName,
       newRecord: (offer) => ({
         instanceId,
+        marketLabel,
         ...offer,
         imageName: plan.image,
         templateName,
@@ -83,11 +85,14 @@ function templateOf(name: string | undefined): Template | undefined {
   return template;
 }
 
-async function catalogue(ctx: GpuContext): Promise<MarketOffer[]> {
+/** The marketplace's answer to the creation's offer search (empty when there is nothing to ask). */
+async function offersFor(ctx: GpuContext, template: Template | undefined, offerId: string | undefined, diskGb: number): Promise<MarketOffer[]> {
+  const filter = candidateFilter(template, offerId, diskGb);
+  if (!filter) return [];
   try {
-    return await ctx.marketplace.listOffers();
+    return await ctx.marketplace.searchOffers(filter);
   } catch (err) {
-    throw asMarketplaceError(err, "The marketplace did not list its offers");
+    throw asMarketplaceError(err, "The marketplace did not search its offers");
   }
 }
 

@@ -1,5 +1,6 @@
 import type { Knex } from "knex";
 import type { Logger } from "pino";
+import type { Deployment } from "./deployment.js";
 import type { ExecutionLogStore } from "./execution-log-store.js";
 import type { InstanceStore, MarketFacts } from "./instance-store.js";
 import type { Marketplace, MarketInstance } from "./marketplace/marketplace.js";
@@ -12,6 +13,8 @@ export interface GpuContext {
   instances: InstanceStore;
   logs: ExecutionLogStore;
   marketplace: Marketplace;
+  /** This deployment's label scheme; resolved from the database on first use. */
+  deployment(): Promise<Deployment>;
   probe: ModelServerProbe;
   /** instance_ids whose creation is running in this process: the reconciler leaves them alone. */
   inFlight: Set<string>;

@@ -19,6 +19,8 @@ export interface InstanceRecord {
   instanceId: string;
   /** The marketplace's id; null until the marketplace answered the creation. */
   marketInstanceId: string | null;
+  /** The label its marketplace instance carries: deployment id and instance_id (deployment.ts). */
+  marketLabel: string;
   offerId: string;
   imageName: string;
   status: StoredStatus;
@@ -41,7 +43,7 @@ export interface InstanceRecord {
 
 export type NewInstance = Pick<
   InstanceRecord,
-  "instanceId" | "offerId" | "imageName" | "gpuInfo" | "costPerHour" | "templateName" | "startCommand" | "autoDestroy" | "maxHours" | "maxCost"
+  "instanceId" | "marketLabel" | "offerId" | "imageName" | "gpuInfo" | "costPerHour" | "templateName" | "startCommand" | "autoDestroy" | "maxHours" | "maxCost"
 >;
 
 /** The offer a creating record is about to rent. */
@@ -62,6 +64,8 @@ export type NetworkFacts = Pick<MarketFacts, "publicIp" | "sshPort" | "portMappi
 interface Row {
   instance_id: string;
   market_instance_id: string | null;
+  /** Null for records from before deployment-scoped labels: their label is the instance_id. */
+  market_label: string | null;
   offer_id: string;
   image_name: string;
   status: StoredStatus;
@@ -89,6 +93,7 @@ export function toRecord(row: Row): InstanceRecord {
   return {
     instanceId: row.instance_id,
     marketInstanceId: row.market_instance_id,
+    marketLabel: row.market_label ?? row.instance_id,
     offerId: row.offer_id,
     imageName: row.image_name,
     status: row.status,
@@ -159,6 +164,7 @@ export class InstanceStore {
     const [row] = await (trx ?? this.knex)(TABLE)
       .insert({
         instance_id: record.instanceId,
+        market_label: record.marketLabel,
         offer_id: record.offerId,
         image_name: record.imageName,
         status: "creating",
@@ -236,12 +242,14 @@ export class InstanceStore {
   }
 
   /**
-   * Marks a creating record failed. Its cost ends now when a marketplace machine was rented for
+   * Marks a creating (or loading) record failed. Its cost ends now when a marketplace machine was rented for
    * it, and at created_at (no cost) when none was: destroyed_at is where every cost figure ends.
    */
   async markFailed(instanceId: string, machineRented: boolean, trx?: Knex.Transaction): Promise<InstanceRecord | null> {
     const [row] = await (trx ?? this.knex)(TABLE)
-      .where({ instance_id: instanceId, status: "creating" })
+      // A container can fail to start after its image loaded, so loading records fail too.
+      .where({ instance_id: instanceId })
+      .whereIn("status", ["creating", "loading"])
       .update({
         status: "failed",
         destroyed_at: machineRented ? this.knex.fn.now() : this.knex.ref("created_at"),
@@ -282,10 +290,10 @@ export class InstanceStore {
     return (rows as Row[]).map(toRecord);
   }
 
-  /** Records by id, for matching marketplace labels. */
-  async getMany(instanceIds: readonly string[]): Promise<InstanceRecord[]> {
-    if (instanceIds.length === 0) return [];
-    const rows = await this.knex(TABLE).whereIn("instance_id", instanceIds);
+  /** Records by the label of their marketplace instance, for matching marketplace instances. */
+  async getByLabels(labels: readonly string[]): Promise<InstanceRecord[]> {
+    if (labels.length === 0) return [];
+    const rows = await this.knex(TABLE).whereRaw("coalesce(market_label, instance_id) = any(?)", [labels as string[]]);
     return (rows as Row[]).map(toRecord);
   }
 

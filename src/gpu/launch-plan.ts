@@ -7,9 +7,14 @@ import { LLM_PORT } from "./templates.js";
 
 /** Image of an instance created without a template: a bare CUDA runtime, no model server. */
 export const BARE_IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04";
+/** Disk of a bare instance, GB. */
+export const BARE_DISK_GB = 16;
+/** Disk of a model-serving instance, GB: the image, and weights of up to a 32B model in 16 bits. */
+export const LLM_DISK_GB = 100;
 
 export interface LaunchPlan {
   image: string;
+  diskGb: number;
   startCommand: string;
   env: Record<string, string>;
   llmPort?: number;
@@ -19,13 +24,14 @@ export interface LaunchPlan {
 
 export function launchPlanOf(template: Template | undefined, custom: CustomConfig): LaunchPlan {
   const autoDestroy = custom.autoDestroy ?? false;
-  if (!template?.config) return { image: BARE_IMAGE, startCommand: "", env: {}, autoDestroy };
+  if (!template?.config) return { image: BARE_IMAGE, diskGb: BARE_DISK_GB, startCommand: "", env: {}, autoDestroy };
   const config = template.config;
   const port = config.llmPort || LLM_PORT;
   const maxModelLen = custom.llmMaxModelLen ?? config.llmMaxModelLen;
   const memory = custom.llmGpuMemoryUtilization ?? config.llmGpuMemoryUtilization;
   return {
     image: config.imageName,
+    diskGb: LLM_DISK_GB,
     startCommand: [
       `vllm serve ${config.llmModelName}`,
       `--host 0.0.0.0 --port ${port}`,

@@ -1,6 +1,6 @@
 import type { Template } from "../../gen/gpu/v1/gpu_service_pb.js";
 import { ConflictError, InvalidInputError, NotFoundError } from "../errors.js";
-import type { MarketOffer } from "./marketplace/marketplace.js";
+import type { MarketOffer, OfferFilter } from "./marketplace/marketplace.js";
 
 // Which offer a creation rents. A template is a cost guard: the offer must have at least the
 // template's GPU RAM and cost at most its price cap, whether it is picked here or named.
@@ -11,6 +11,20 @@ function limitsOf(template: Template): { minGpuRam: number; maxPrice: number } {
 
 /** How many offers an automatic pick tries at the marketplace before answering 409. */
 export const MAX_OFFERS_TRIED = 5;
+/** Offers an automatic pick asks the marketplace for: enough for every create in flight to find its own. */
+export const CANDIDATES_ASKED = 100;
+
+/**
+ * What a creation asks the marketplace for: the named offer, rentable or not (so that the answer
+ * can say why it cannot be rented), or the cheapest rentable offers within the template's limits,
+ * priced with the disk the create will ask for. Undefined when there is nothing to ask.
+ */
+export function candidateFilter(template: Template | undefined, offerId: string | undefined, diskGb: number): OfferFilter | undefined {
+  if (offerId !== undefined) return { offerId, diskGb };
+  if (!template) return undefined;
+  const { minGpuRam, maxPrice } = limitsOf(template);
+  return { rentable: true, minGpuRam, maxPrice, order: "price", limit: CANDIDATES_ASKED, diskGb };
+}
 
 /**
  * The offers a creation may rent, best first: the one named by offerId (checked against the

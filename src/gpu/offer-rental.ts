@@ -93,8 +93,9 @@ async function logRefusal(ctx: GpuContext, request: RentalRequest, error: Resour
 function rent(ctx: GpuContext, record: InstanceRecord, plan: LaunchPlan): Promise<MarketInstance> {
   return ctx.marketplace.createInstance({
     offerId: record.offerId,
-    label: record.instanceId,
+    label: record.marketLabel,
     image: plan.image,
+    diskGb: plan.diskGb,
     startCommand: plan.startCommand,
     env: plan.env,
     ...(plan.llmPort !== undefined ? { llmPort: plan.llmPort, llmModelName: plan.llmModelName } : {}),

@@ -1,11 +1,11 @@
 import { completeCreation, failCreation } from "./creation-log.js";
 import { elapsedSince, type GpuContext } from "./gpu-context.js";
-import { INSTANCE_ID_PREFIX, type InstanceRecord } from "./instance-store.js";
+import type { InstanceRecord } from "./instance-store.js";
 import type { MarketInstance } from "./marketplace/marketplace.js";
 import { isTerminal } from "./status.js";
 
 // Nothing rented is ever forgotten. The reconciler matches the marketplace's instances carrying
-// our label prefix with the stored records: it adopts the instance of a creation interrupted
+// this deployment's labels (deployment.ts) with the stored records: it adopts the instance of a creation interrupted
 // after the marketplace call, destroys labelled instances no live record owns (they would bill
 // forever; this includes the machine of a failed creation whose destroy was not confirmed), and
 // fails creating records whose marketplace instance never appeared.
@@ -21,27 +21,36 @@ export interface ReconcilerOptions {
   creationGraceMs: number;
 }
 
-export async function reconcile(ctx: GpuContext, options: ReconcilerOptions): Promise<ReconcileReport> {
+/**
+ * One reconciliation over the account's machines (listed by the caller, so that a sync round
+ * lists them once; listed here when not given). Only this deployment's machines are looked at:
+ * those carrying its label, and those carrying the label of one of its records (records from
+ * before labels named the deployment). Anybody else's machine is never touched.
+ */
+export async function reconcile(ctx: GpuContext, options: ReconcilerOptions, machines?: readonly MarketInstance[]): Promise<ReconcileReport> {
   const report: ReconcileReport = { adopted: [], destroyed: [], failed: [] };
-  const labelled = await ctx.marketplace.listInstances(INSTANCE_ID_PREFIX);
-  const records = new Map((await ctx.instances.getMany(labelled.map((m) => m.label))).map((r) => [r.instanceId, r]));
-  for (const market of labelled) {
+  const deployment = await ctx.deployment();
+  const all = machines ?? (await ctx.marketplace.listInstances(""));
+  const records = new Map((await ctx.instances.getByLabels(all.map((m) => m.label))).map((r) => [r.marketLabel, r]));
+  const ours = all.filter((m) => records.has(m.label) || deployment.instanceIdOf(m.label) !== undefined);
+  for (const market of ours) {
     const record = records.get(market.label);
-    if (ctx.inFlight.has(market.label)) continue;
+    const instanceId = record?.instanceId ?? deployment.instanceIdOf(market.label)!;
+    if (ctx.inFlight.has(instanceId)) continue;
     if (record && record.status === "creating" && record.marketInstanceId === null) {
       if (await adopt(ctx, record, market)) report.adopted.push(record.instanceId);
     } else if (!record || record.marketInstanceId !== market.id || isTerminal(record.status)) {
-      await destroyOrphan(ctx, market, record);
-      report.destroyed.push(market.label);
+      await destroyOrphan(ctx, instanceId, market, record);
+      report.destroyed.push(instanceId);
     }
   }
-  const labels = new Set(labelled.map((m) => m.label));
+  const labels = new Set(ours.map((m) => m.label));
   const now = Date.now();
   for (const record of await ctx.instances.listLive()) {
     const stale = now - record.updatedAt.getTime() >= options.creationGraceMs;
-    if (record.status !== "creating" || record.marketInstanceId !== null || labels.has(record.instanceId)) continue;
+    if (record.status !== "creating" || record.marketInstanceId !== null || labels.has(record.marketLabel)) continue;
     if (ctx.inFlight.has(record.instanceId) || !stale) continue;
-    await failCreation(ctx, record, `interrupted creation: the marketplace has no instance labelled ${record.instanceId}`, record.createdAt.getTime());
+    await failCreation(ctx, record, `interrupted creation: the marketplace has no instance labelled ${record.marketLabel}`, record.createdAt.getTime());
     report.failed.push(record.instanceId);
   }
   return report;
@@ -52,7 +61,7 @@ async function adopt(ctx: GpuContext, record: InstanceRecord, market: MarketInst
   return (await completeCreation(ctx, record, market, result, Date.now())) !== null;
 }
 
-async function destroyOrphan(ctx: GpuContext, market: MarketInstance, record: InstanceRecord | undefined): Promise<void> {
+async function destroyOrphan(ctx: GpuContext, instanceId: string, market: MarketInstance, record: InstanceRecord | undefined): Promise<void> {
   const started = Date.now();
   let error: unknown;
   try {
@@ -62,7 +71,7 @@ async function destroyOrphan(ctx: GpuContext, market: MarketInstance, record: In
     ctx.logger.warn({ err, label: market.label }, "could not destroy an orphaned marketplace instance; retrying next round");
   }
   await ctx.logs.append({
-    instanceId: market.label,
+    instanceId,
     operation: "reconcile_destroy",
     command: `destroy ${market.id}`,
     result: error
@@ -70,6 +79,6 @@ async function destroyOrphan(ctx: GpuContext, market: MarketInstance, record: In
       : `destroyed a marketplace instance ${record ? `that record status ${record.status} does not own` : "with no record"}`,
     executionTime: elapsedSince(started),
     success: error === undefined,
-    metadata: { market_instance_id: market.id, gpu_name: market.gpuName, cost_per_hour: market.dphTotal },
+    metadata: { market_instance_id: market.id, label: market.label, gpu_name: market.gpuName, cost_per_hour: market.dphTotal },
   });
 }

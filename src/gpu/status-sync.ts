@@ -1,5 +1,6 @@
 import { UnavailableError } from "../errors.js";
 import { destroyRecord } from "./destroy.js";
+import { releaseMachine } from "./machine-release.js";
 import { marketFactsOf, type GpuContext } from "./gpu-context.js";
 import type { InstanceRecord } from "./instance-store.js";
 import type { MarketInstance } from "./marketplace/marketplace.js";
@@ -20,19 +21,24 @@ export interface SyncOutcome {
   llmAnswered: boolean;
 }
 
-export async function syncRecord(ctx: GpuContext, record: InstanceRecord): Promise<SyncOutcome> {
+/**
+ * Syncs one record. `observed` is the instance as a listing of this round saw it; without it (or
+ * when the listing did not have it, e.g. rented after the listing) the marketplace is asked.
+ */
+export async function syncRecord(ctx: GpuContext, record: InstanceRecord, observed?: MarketInstance): Promise<SyncOutcome> {
   const idle = { record, market: undefined, llmAnswered: false };
   if (record.destroyRequestedAt !== null && record.status !== "destroyed") {
     return { ...idle, record: await destroyRecord(ctx, record, "destroy_instance") };
   }
   if (isTerminal(record.status) || record.marketInstanceId === null) return idle;
-  let market: MarketInstance | undefined;
+  let market: MarketInstance | undefined = observed;
   try {
-    market = await ctx.marketplace.getInstance(record.marketInstanceId);
+    market ??= await ctx.marketplace.getInstance(record.marketInstanceId);
   } catch (err) {
     throw new UnavailableError("The marketplace did not report the instance status", { cause: err });
   }
   if (!market) return { ...idle, record: await markVanished(ctx, record) };
+  if (market.failure !== undefined) return { ...idle, market, record: await failStart(ctx, record, market) };
   const url = modelServerUrl(market);
   const llmAnswered = market.status === "running" && record.templateName !== null && url !== undefined && (await ctx.probe(url));
   let current = await applyStatus(ctx, record, storedStatusOf(market.status, llmAnswered), market);
@@ -59,6 +65,12 @@ async function applyStatus(ctx: GpuContext, record: InstanceRecord, next: Stored
     }),
   );
   return changed ?? (await ctx.instances.get(record.instanceId)) ?? record;
+}
+
+/** The machine exists but its container could not start: the record fails and the machine is given back. */
+async function failStart(ctx: GpuContext, record: InstanceRecord, market: MarketInstance): Promise<InstanceRecord> {
+  await releaseMachine(ctx, record, market, `the marketplace instance could not start: ${market.failure}`, Date.now());
+  return (await ctx.instances.get(record.instanceId)) ?? record;
 }
 
 /** The marketplace no longer knows the instance: it is not running and not billed any more. */

@@ -1,14 +1,20 @@
 import type { GpuContext } from "./gpu-context.js";
 import { enforceLimits } from "./limits.js";
 import { reconcile, type ReconcilerOptions } from "./reconciler.js";
+import type { MarketInstance } from "./marketplace/marketplace.js";
 import { syncRecord } from "./status-sync.js";
+import type { SyncLeader } from "./sync-leader.js";
 
-// The background loop: each round reconciles labels with the marketplace, then syncs every live
-// record (and retries pending destroys) and destroys those that reached their time or cost limit. Rounds never overlap: the next is scheduled when the
-// previous one has finished.
+// The background loop: each round lists the marketplace's instances once, reconciles labels with
+// them, then syncs every live record from the same list (and retries pending destroys) and
+// destroys those that reached their time or cost limit. A round costs one marketplace list call,
+// not one call per instance. Rounds never overlap: the next is scheduled when the previous one
+// has finished. With several processes on one database only the sync leader runs them.
 
 export interface SyncLoopOptions extends ReconcilerOptions {
   intervalMs: number;
+  /** Which of several processes on one database runs the rounds; absent: this one always does. */
+  leader?: SyncLeader;
   /** Records synced at the same time. */
   concurrency?: number;
 }
@@ -28,17 +34,32 @@ export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncL
   let current: Promise<void> | undefined;
   let stopped = true;
 
-  async function round(): Promise<void> {
+  /** The account's machines, listed once per round for the reconciler and every record's sync. */
+  async function listMachines(): Promise<MarketInstance[] | undefined> {
     try {
-      await reconcile(ctx, options);
+      return await ctx.marketplace.listInstances("");
     } catch (err) {
-      ctx.logger.warn({ err }, "reconciliation failed; retrying next round");
+      ctx.logger.warn({ err }, "the marketplace did not list its instances; retrying next round");
+      return undefined;
     }
+  }
+
+  async function round(): Promise<void> {
+    if (options.leader && !(await options.leader.hold())) return;
+    const machines = await listMachines();
+    if (machines) {
+      try {
+        await reconcile(ctx, options, machines);
+      } catch (err) {
+        ctx.logger.warn({ err }, "reconciliation failed; retrying next round");
+      }
+    }
+    const byId = new Map((machines ?? []).map((m) => [m.id, m]));
     const records = await ctx.instances.listLive();
     const queue = [...records];
     const worker = async () => {
       for (let record = queue.shift(); record; record = queue.shift()) {
-        await syncRecord(ctx, record)
+        await syncRecord(ctx, record, byId.get(record.marketInstanceId ?? ""))
           .then(({ record: synced }) => enforceLimits(ctx, synced))
           .catch((err: unknown) => ctx.logger.warn({ err, instanceId: record.instanceId }, "status sync failed; retrying next round"));
       }
@@ -73,6 +94,7 @@ export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncL
       stopped = true;
       clearTimeout(timer);
       await current;
+      await options.leader?.release();
     },
     runOnce,
   };

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { migrateToLatest } from "../../src/db/knex.js";
+import { InstanceStore } from "../../src/gpu/instance-store.js";
 import { StatisticsStore } from "../../src/gpu/statistics-store.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 
@@ -21,6 +22,15 @@ async function tables(): Promise<string[]> {
   return rows.map((r) => r.table_name);
 }
 
+/** Rolls migrations back, newest first, until the named one is undone. */
+async function undoThrough(name: string): Promise<void> {
+  for (;;) {
+    const [done] = (await db.knex.migrate.list()) as [Array<{ name: string } | string>, unknown];
+    if (!done.some((m) => (typeof m === "string" ? m : m.name) === name)) return;
+    await db.knex.migrate.down();
+  }
+}
+
 describe("migrations", () => {
   it("apply on an empty database, hold data, roll back to nothing and apply again", async () => {
     await migrateToLatest(db.knex);
@@ -38,7 +48,7 @@ describe("migrations", () => {
   });
 
   it("ends the cost of failed records written before the money rules", async () => {
-    await db.knex.migrate.down({ name: "20261122000000_gpu_instance_money" });
+    await undoThrough("20261122000000_gpu_instance_money");
     const created = new Date(Date.now() - 10 * HOUR);
     const failedAt = new Date(Date.now() - 9 * HOUR);
     await db.knex("gpu_instances").insert([
@@ -62,6 +72,16 @@ describe("migrations", () => {
     const stats = await StatisticsStore.create({ knex: db.knex }).statistics();
     expect(stats.totalCost).toBeCloseTo(2 * 1 + 0.5 * 10, 2);
     expect(stats.statusDistribution).toEqual({ failed: 2, running: 1 });
+    await db.knex("gpu_instances").delete();
+  });
+
+  it("keeps records from before deployment-scoped labels matched by the bare instance_id their machines carry", async () => {
+    await undoThrough("20261122000100_gpu_market_label");
+    await db.knex("gpu_instances").insert({ instance_id: "gpu-20", offer_id: "o", market_instance_id: "m-20", status: "running" });
+    await migrateToLatest(db.knex);
+    const store = InstanceStore.create({ knex: db.knex });
+    const [legacy] = await store.getByLabels(["gpu-20", "d0123456789ab/gpu-20"]);
+    expect(legacy).toMatchObject({ instanceId: "gpu-20", marketLabel: "gpu-20", marketInstanceId: "m-20" });
     await db.knex("gpu_instances").delete();
   });
 

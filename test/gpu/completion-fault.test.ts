@@ -78,7 +78,9 @@ async function refuseCompletingWrites(on: boolean): Promise<void> {
   await db.knex.raw("create trigger refuse_completion before update on gpu_instances for each row execute function refuse_completion()");
 }
 
-const machinesOf = async (id: string) => (await simulated.listInstances("gpu-")).filter((m) => m.label === id);
+/** The instance_id a machine's label names (labels are `<deployment id>/<instance_id>`). */
+const labelled = (label: string) => label.split("/").pop();
+const machinesOf = async (id: string) => (await simulated.listInstances("")).filter((m) => labelled(m.label) === id);
 const logsOf = (id: string) => db.knex("GpuExecutionLog").where({ instance_id: id }).orderBy("id");
 const statistics = async (url: string) => (await rest<{ active_instances: number; total_cost: number; total_instances: number }>(url, "GET", "/api/gpu/statistics")).body;
 
@@ -119,7 +121,7 @@ describe("a creation whose completing write the database refuses", () => {
     const retry = await rest<{ instance_id: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget");
     expect(retry.status).toBe(200);
     expect(await machinesOf(retry.body.instance_id)).toHaveLength(1);
-    expect((await simulated.listInstances("gpu-")).map((m) => m.label)).toEqual([retry.body.instance_id]);
+    expect((await simulated.listInstances("")).map((m) => labelled(m.label))).toEqual([retry.body.instance_id]);
   });
 
   it("leaves the destroy the marketplace did not confirm to the reconciler, which finishes it after a restart", async () => {

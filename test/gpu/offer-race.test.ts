@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { CreateMarketInstanceRequest, Marketplace, MarketOffer } from "../../src/gpu/marketplace/marketplace.js";
+import type { CreateMarketInstanceRequest, Marketplace, MarketOffer, OfferFilter } from "../../src/gpu/marketplace/marketplace.js";
+import { filterOffers } from "../../src/gpu/marketplace/offer-filter.js";
 import type { SimulatedMarketplace } from "../../src/gpu/marketplace/simulated.js";
 import { createTestElasticsearch } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
@@ -7,23 +8,23 @@ import { createFastSimulatedMarketplace, startTestServer, type TestServer } from
 import { rest } from "./helpers.js";
 
 // Next offer on a race: an automatic pick whose offer was rented by someone else between the
-// catalogue read and the rent tries the next cheapest matching offer, up to 5; a named offer
+// offer search and the rent tries the next cheapest matching offer, up to 5; a named offer
 // answers 409 at once. Concurrent creates of this service never race each other for one offer.
 
 let db: TestDatabase;
 let simulated: SimulatedMarketplace;
 let server: TestServer;
-/** Offers a rival renter takes right after the service read the catalogue. */
+/** Offers a rival renter takes right after the service searched the offers. */
 let rivalTakes: (offers: MarketOffer[]) => MarketOffer[] = () => [];
 const rentAttempts: string[] = [];
 
-/** The simulated marketplace, with a rival account renting offers the moment the service has listed them. */
+/** The simulated marketplace, with a rival account renting offers the moment the service has found them. */
 function withRival(market: SimulatedMarketplace): Marketplace {
   let rivals = 0;
   return {
     ...market,
-    async listOffers(signal) {
-      const offers = await market.listOffers(signal);
+    async searchOffers(filter, signal) {
+      const offers = await market.searchOffers(filter, signal);
       for (const offer of rivalTakes(offers)) {
         await market.createInstance({ offerId: offer.id, label: `rival-${++rivals}`, image: "x", startCommand: "", env: {} });
       }
@@ -110,7 +111,8 @@ describe("creating with an explicit offer_id", () => {
     const created = await rest<{ instance_id: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget");
     const held = (await record(created.body.instance_id)).offer_id as string;
     // The catalogue still lists it as rentable, as a marketplace answering from a stale cache would.
-    const stale = { ...simulated, listOffers: async () => (await simulated.listOffers()).map((o) => ({ ...o, rentable: true })) };
+    const staleOffers = async () => (await simulated.listOffers()).map((o) => ({ ...o, rentable: true }));
+    const stale = { ...simulated, listOffers: staleOffers, searchOffers: async (filter: OfferFilter) => filterOffers(await staleOffers(), filter) };
     const second = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace: withRival(stale) });
     try {
       rentAttempts.length = 0;

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { resolveDeployment, type Deployment } from "../../src/gpu/deployment.js";
 import type { SimulatedMarketplace } from "../../src/gpu/marketplace/simulated.js";
 import { createTestElasticsearch } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
@@ -9,14 +10,17 @@ import { HOUR } from "./seed.js";
 // Nothing rented is forgotten: a creation interrupted between the marketplace call and the
 // database update, a labelled marketplace instance with no record, and a creating record whose
 // marketplace instance never appeared are all repaired by the reconciler, at start-up and in the loop.
+// Machines labelled by anybody else (another deployment, a person) are never touched.
 
 let db: TestDatabase;
 let marketplace: SimulatedMarketplace;
+let deployment: Deployment;
 const servers: TestServer[] = [];
 
 beforeAll(async () => {
   db = await createTestDatabase();
   marketplace = createFastSimulatedMarketplace();
+  deployment = await resolveDeployment(db.knex, undefined);
 });
 
 afterAll(async () => {
@@ -57,13 +61,19 @@ describe("the reconciler", () => {
     expect(res.status).toBe(500);
     const [interrupted] = await db.knex("gpu_instances").where({ status: "creating" });
     expect(interrupted.market_instance_id).toBeNull();
-    const [leaked] = (await marketplace.listInstances("gpu-")).filter((m) => m.label === interrupted.instance_id);
+    const [leaked] = (await marketplace.listInstances("")).filter((m) => m.label === deployment.labelOf(interrupted.instance_id));
     expect(leaked).toBeDefined();
     await crashed.close();
     servers.pop();
 
     // A labelled instance no record owns, and a record whose creation never reached the marketplace.
-    const orphan = await marketplace.createInstance({ offerId: await rentable(), label: "gpu-990001", image: "x", startCommand: "", env: {} });
+    const orphan = await marketplace.createInstance({ offerId: await rentable(), label: deployment.labelOf("gpu-990001"), image: "x", startCommand: "", env: {} });
+    // Machines of the same account that are not this deployment's.
+    const foreign = [
+      await marketplace.createInstance({ offerId: await rentable(), label: "dffffffffffff/gpu-990001", image: "x", startCommand: "", env: {} }),
+      await marketplace.createInstance({ offerId: await rentable(), label: "gpu-990005", image: "x", startCommand: "", env: {} }),
+      await marketplace.createInstance({ offerId: await rentable(), label: "alice's notebook", image: "x", startCommand: "", env: {} }),
+    ];
     await db.knex("gpu_instances").insert({
       instance_id: "gpu-990002",
       offer_id: "o",
@@ -82,6 +92,7 @@ describe("the reconciler", () => {
     expect(creations).toEqual([expect.objectContaining({ success: true })]);
 
     expect(await marketplace.getInstance(orphan.id)).toBeUndefined();
+    for (const machine of foreign) expect(await marketplace.getInstance(machine.id)).toBeDefined();
     expect(await logsOf("gpu-990001")).toEqual([expect.objectContaining({ operation: "reconcile_destroy", success: true })]);
 
     expect((await record("gpu-990002")).status).toBe("failed");
@@ -89,9 +100,10 @@ describe("the reconciler", () => {
 
     // No marketplace instance without a record that owns it, and no record left creating.
     const records = await db.knex("gpu_instances").select("instance_id", "market_instance_id", "status");
-    for (const market of await marketplace.listInstances("gpu-")) {
-      expect(records).toContainEqual(expect.objectContaining({ instance_id: market.label, market_instance_id: market.id }));
+    for (const market of await marketplace.listInstances(`${deployment.id}/`)) {
+      expect(records).toContainEqual(expect.objectContaining({ instance_id: deployment.instanceIdOf(market.label), market_instance_id: market.id }));
     }
+    for (const machine of foreign) await marketplace.destroyInstance(machine.id);
     await waitFor("no record creating", async () =>
       (await db.knex("gpu_instances").where({ status: "creating" })).length === 0 ? true : undefined,
     );
@@ -108,6 +120,8 @@ describe("the reconciler", () => {
         return marketplace.createInstance(...args);
       },
     };
+    // One sync leader per database: the servers of the previous test step down first.
+    for (const previous of servers.splice(0)) await previous.close();
     const server = await startTestServer({
       knex: db.knex,
       elasticsearch: createTestElasticsearch(),
@@ -120,7 +134,7 @@ describe("the reconciler", () => {
     expect((await record(created.body.instance_id)).status).not.toBe("failed");
     expect(await logsOf(created.body.instance_id)).toEqual([expect.objectContaining({ operation: "create_instance", success: true })]);
 
-    const orphan = await marketplace.createInstance({ offerId: await rentable(), label: "gpu-990003", image: "x", startCommand: "", env: {} });
+    const orphan = await marketplace.createInstance({ offerId: await rentable(), label: deployment.labelOf("gpu-990003"), image: "x", startCommand: "", env: {} });
     await waitFor("orphan destroyed", async () => ((await marketplace.getInstance(orphan.id)) ? undefined : true));
   });
 });

@@ -111,10 +111,11 @@ describe("bad creation requests", () => {
 describe("a catalogue where no offer fits a template", () => {
   it("answers 404 naming the template and its limits", async () => {
     const simulated = createFastSimulatedMarketplace();
-    // The real simulated marketplace, listing only its offers above every template's cap.
+    // The real simulated marketplace, holding only its offers above every template's cap.
     const pricey: Marketplace = {
       ...simulated,
       listOffers: async () => (await simulated.listOffers()).filter((o) => o.dphTotal > 2),
+      searchOffers: async (filter) => (await simulated.searchOffers({ ...filter, limit: 1000 })).filter((o) => o.dphTotal > 2).slice(0, filter.limit),
     };
     const other = await startTestServer({ knex: t.db.knex, elasticsearch: createTestElasticsearch(), marketplace: pricey });
     try {

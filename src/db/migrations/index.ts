@@ -3,7 +3,9 @@ import * as gpuInstances from "./20261121000000_gpu_instances.js";
 import * as goodsSearchIntf from "./20261121000100_goods_search_intf.js";
 import * as goodsSources from "./20261121000200_goods_sources.js";
 import * as gpuInstanceMoney from "./20261122000000_gpu_instance_money.js";
-import * as indexTruth from "./20261122000100_index_truth.js";
+import * as gpuMarketLabel from "./20261122000100_gpu_market_label.js";
+import * as simMarketInstances from "./20261122000200_sim_market_instances.js";
+import * as indexTruth from "./20261122000300_index_truth.js";
 
 // Migrations are listed here, in order, rather than found on disk, so that they run the same
 // under tsx, vitest and compiled output. A shipped migration is never edited: add a new one.
@@ -12,7 +14,9 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261121000100_goods_search_intf", goodsSearchIntf],
   ["20261121000200_goods_sources", goodsSources],
   ["20261122000000_gpu_instance_money", gpuInstanceMoney],
-  ["20261122000100_index_truth", indexTruth],
+  ["20261122000100_gpu_market_label", gpuMarketLabel],
+  ["20261122000200_sim_market_instances", simMarketInstances],
+  ["20261122000300_index_truth", indexTruth],
 ];
 
 export const migrationSource: Knex.MigrationSource<string> = {

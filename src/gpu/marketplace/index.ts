@@ -1,15 +1,21 @@
+import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { Config } from "../../config.js";
 import { redactUrl } from "../../logger.js";
 import type { Marketplace } from "./marketplace.js";
 import { createRemoteMarketplace } from "./remote.js";
 import { createSimulatedMarketplace } from "./simulated.js";
+import { createPgSimStore } from "./simulated-store.js";
+import { createVastMarketplace } from "./vastai.js";
 
 export type { Marketplace } from "./marketplace.js";
 export type { SimulatedMarketplace } from "./simulated.js";
 
-/** The adapter the configuration names: the simulated marketplace unless MARKETPLACE=remote. */
-export function createMarketplace(config: Config, logger: Logger): Marketplace {
+/**
+ * The adapter the configuration names: the simulated marketplace unless MARKETPLACE says remote
+ * or vastai. Given the service's database, the simulated marketplace keeps its instances there.
+ */
+export function createMarketplace(config: Config, logger: Logger, knex?: Knex): Marketplace {
   const settings = config.marketplace;
   if (settings.kind === "remote") {
     // loadConfig guarantees both when remote; checked again so a hand-built Config fails clearly.
@@ -23,10 +29,25 @@ export function createMarketplace(config: Config, logger: Logger): Marketplace {
       logger: logger.child({ component: "marketplace" }),
     });
   }
+  if (settings.kind === "vastai") {
+    if (!settings.vastApiKey) throw new Error("VAST_API_KEY is required when MARKETPLACE=vastai");
+    logger.info({ marketplace: "vastai", url: redactUrl(settings.vastApiUrl) }, "marketplace");
+    return createVastMarketplace({
+      baseUrl: settings.vastApiUrl,
+      apiKey: settings.vastApiKey,
+      timeoutMs: settings.timeoutMs,
+      minIntervalMs: settings.vastMinIntervalMs,
+      retries: settings.vastRetries,
+      backoffMs: settings.vastBackoffMs,
+      maxBackoffMs: settings.vastBackoffMs * 16,
+      logger: logger.child({ component: "marketplace" }),
+    });
+  }
   logger.info({ marketplace: "simulated" }, "marketplace");
   return createSimulatedMarketplace({
     creatingMs: settings.simCreatingMs,
     loadingMs: settings.simLoadingMs,
     modelServerStartMs: settings.simModelServerStartMs,
+    store: knex ? createPgSimStore(knex) : undefined,
   });
 }

@@ -1,6 +1,7 @@
-// The marketplace port: what GpuService needs from a GPU cloud marketplace. Two adapters
-// implement it: the built-in simulated marketplace (simulated.ts, the default) and a remote
-// marketplace over HTTP (remote.ts). The marketplace is the truth about an instance's status.
+// The marketplace port: what GpuService needs from a GPU cloud marketplace. Three adapters
+// implement it: the built-in simulated marketplace (simulated.ts, the default), vast.ai
+// (vastai.ts) and a remote marketplace over HTTP (remote.ts). The marketplace is the truth about
+// an instance's status.
 
 /** An offer as the marketplace lists it. */
 export interface MarketOffer {
@@ -13,6 +14,28 @@ export interface MarketOffer {
   dphTotal: number;
   rentable: boolean;
   location: string;
+}
+
+/** Sort orders of an offer search: price and price per GPU cheapest first, the others largest first. */
+export type OfferOrder = "price" | "gpu_ram" | "num_gpus" | "price_per_gpu";
+
+/**
+ * An offer search the marketplace answers itself, so that a creation does not download the whole
+ * catalogue. Every field is optional; absent means "any".
+ */
+export interface OfferFilter {
+  offerId?: string;
+  /** Case-insensitive, ignoring spaces, `_` and `-`; a substring of the offer's GPU name. */
+  gpuName?: string;
+  maxPrice?: number;
+  /** GB per GPU. */
+  minGpuRam?: number;
+  numGpus?: number;
+  rentable?: boolean;
+  order?: OfferOrder;
+  limit?: number;
+  /** The disk the create will ask for, GB: some marketplaces price storage into dph_total. */
+  diskGb?: number;
 }
 
 /** Status values the marketplace reports. */
@@ -37,12 +60,16 @@ export interface MarketInstance {
   gpuRam: number;
   /** The price actually rented, dollars per hour. */
   dphTotal: number;
+  /** Set when the machine exists but its container could not start (a provisioning error). */
+  failure?: string;
 }
 
 export interface CreateMarketInstanceRequest {
   offerId: string;
   label: string;
   image: string;
+  /** Disk of the machine, GB; the adapter's default when absent. */
+  diskGb?: number;
   startCommand: string;
   env: Record<string, string>;
   /** Container port of the model server, when the instance runs one. */
@@ -54,6 +81,8 @@ export interface CreateMarketInstanceRequest {
 export interface Marketplace {
   /** The whole catalogue, rentable or not. */
   listOffers(signal?: AbortSignal): Promise<MarketOffer[]>;
+  /** The offers matching the filter, in its order (price by default), at most its limit. */
+  searchOffers(filter: OfferFilter, signal?: AbortSignal): Promise<MarketOffer[]>;
   /** Rents an offer. Throws NotFoundError for an unknown offer, ConflictError when it is not rentable. */
   createInstance(request: CreateMarketInstanceRequest, signal?: AbortSignal): Promise<MarketInstance>;
   /** undefined when the marketplace does not know the instance (never created, or gone). */

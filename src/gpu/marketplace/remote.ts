@@ -1,6 +1,7 @@
 import { ConflictError, NotFoundError, OperationFailedError } from "../../errors.js";
 import { createMarketplaceHttp, type MarketplaceHttpOptions } from "./http-client.js";
 import type { Marketplace } from "./marketplace.js";
+import { filterOffers } from "./offer-filter.js";
 import { errorCode, errorMessage, parseInstanceAnswer, parseInstances, parseOffers, toCreateBody } from "./wire.js";
 
 // The marketplace port over the HTTP contract of docs/marketplace-api.md. Transport concerns
@@ -12,10 +13,17 @@ export function createRemoteMarketplace(options: RemoteMarketplaceOptions): Mark
   const http = createMarketplaceHttp(options);
   const instancePath = (id: string) => `/v1/instances/${encodeURIComponent(id)}`;
 
+  async function listOffers(signal?: AbortSignal) {
+    const { body } = await http("GET", "/v1/offers", { signal });
+    return parseOffers(body);
+  }
+
   return {
-    async listOffers(signal) {
-      const { body } = await http("GET", "/v1/offers", { signal });
-      return parseOffers(body);
+    listOffers,
+
+    async searchOffers(filter, signal) {
+      // The contract has no search call: its catalogue is small enough to filter here.
+      return filterOffers(await listOffers(signal), filter);
     },
 
     async createInstance(request, signal) {

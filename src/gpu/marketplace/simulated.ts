@@ -2,8 +2,13 @@ import { ConflictError, NotFoundError, OperationFailedError } from "../../errors
 import { createCatalogue, type CatalogueOptions } from "./catalogue.js";
 import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, MarketStatus } from "./marketplace.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
+import { filterOffers } from "./offer-filter.js";
+import type { SimRecord, SimStore } from "./simulated-store.js";
 
-// The built-in marketplace: a deterministic catalogue and instances that live in memory. An
+// The built-in marketplace: a deterministic catalogue and instances that live in memory, and,
+// given a store (simulated-store.ts), in the service's database too: then every call first reads
+// the store, every change is written through, and a restarted process resumes the instances and
+// their model servers. An
 // instance's status is derived from its timestamps (creating until creatingMs, loading until
 // runningAt, then running) unless an operator control halted it, so reads need no timers. The only
 // timer per instance starts its model server, a real HTTP server on loopback, because GpuService
@@ -19,6 +24,8 @@ export interface SimulatedMarketplaceOptions {
   catalogue?: CatalogueOptions;
   /** Interface the model servers bind; loopback by default. */
   host?: string;
+  /** Keeps the instances beyond the process, shared by the processes using the same store. */
+  store?: SimStore;
 }
 
 /** The simulated marketplace with the controls tests and operators use to drive instances. */
@@ -51,12 +58,18 @@ interface SimInstance {
   hostPort: number | undefined;
   timer: NodeJS.Timeout | undefined;
   starting: Promise<void> | undefined;
+  /** Until then another process serves the model server on hostPort (shared store). */
+  servedElsewhereUntil: number;
 }
+
+/** How long a process leaves a model server to the process that serves it before checking again. */
+const SERVED_ELSEWHERE_MS = 5_000;
 
 const FIRST_INSTANCE_ID = 9_100_001;
 
 export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions): SimulatedMarketplace {
   const host = options.host ?? "127.0.0.1";
+  const store = options.store;
   const offers = createCatalogue(options.catalogue);
   const offersById = new Map(offers.map((o) => [o.id, o]));
   const instances = new Map<string, SimInstance>();
@@ -65,6 +78,12 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
   let closed = false;
 
   const isRented = (offerId: string) => [...instances.values()].some((i) => i.offer.id === offerId);
+
+  /** The catalogue as it stands: an offer rented here is not rentable. */
+  function currentOffers(): MarketOffer[] {
+    const rented = new Set([...instances.values()].map((i) => i.offer.id));
+    return offers.map((o) => ({ ...o, rentable: o.rentable && !rented.has(o.id) }));
+  }
 
   function statusOf(instance: SimInstance, now = Date.now()): MarketStatus {
     if (instance.halted) return instance.halted;
@@ -95,6 +114,55 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
     };
   }
 
+  function recordOf(instance: SimInstance): SimRecord {
+    const { id, request, createdAt, runningAt, halted, serverWanted, hostPort } = instance;
+    return { id, offerId: instance.offer.id, request, createdAt, runningAt, halted, serverWanted, hostPort };
+  }
+
+  function instanceOf(record: SimRecord, offer: MarketOffer): SimInstance {
+    return {
+      ...record,
+      offer,
+      sshPort: 20_000 + (Number(record.id) % 40_000),
+      server: undefined,
+      timer: undefined,
+      starting: undefined,
+      servedElsewhereUntil: 0,
+    };
+  }
+
+  async function persist(instance: SimInstance): Promise<void> {
+    await store?.save(recordOf(instance));
+  }
+
+  /** Makes this process's view equal to the store's, starting and stopping model servers to match. */
+  async function refresh(): Promise<void> {
+    if (!store) return;
+    const records = await store.load();
+    const seen = new Set<string>();
+    for (const record of records) {
+      const offer = offersById.get(record.offerId);
+      if (!offer) continue;
+      seen.add(record.id);
+      const known = instances.get(record.id);
+      const instance = known ? Object.assign(known, { runningAt: record.runningAt, halted: record.halted, serverWanted: record.serverWanted, hostPort: record.hostPort }) : instanceOf(record, offer);
+      instances.set(record.id, instance);
+      await settle(instance);
+    }
+    for (const [id, instance] of instances) {
+      if (seen.has(id)) continue;
+      instances.delete(id);
+      await bringDown(instance);
+    }
+  }
+
+  /** The model server runs in this process exactly when the instance wants one and nobody else serves it. */
+  async function settle(instance: SimInstance): Promise<void> {
+    const wanted = !instance.halted && instance.serverWanted && instance.request.llmModelName !== undefined;
+    if (!wanted) return bringDown(instance);
+    if (!instance.server && !instance.timer && !instance.starting && Date.now() >= instance.servedElsewhereUntil) schedule(instance);
+  }
+
   function find(id: string): SimInstance {
     const instance = instances.get(id);
     if (!instance) throw new NotFoundError(`Instance '${id}' not found on the simulated marketplace`);
@@ -111,6 +179,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
   }
 
   function bringUp(instance: SimInstance): Promise<void> {
+    instance.timer = undefined;
     instance.starting ??= (async () => {
       const model = instance.request.llmModelName;
       if (model === undefined || instance.server || closed) return;
@@ -118,8 +187,14 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
       // The instance may have been destroyed, halted or closed while the socket was opening.
       const stillWanted = !closed && instances.get(instance.id) === instance && statusOf(instance) === "running";
       if (!stillWanted || !instance.serverWanted) return server.close();
+      if (store && instance.hostPort !== undefined && server.port !== instance.hostPort) {
+        // Its port is taken: another process on the same store serves this model server.
+        instance.servedElsewhereUntil = Date.now() + SERVED_ELSEWHERE_MS;
+        return server.close();
+      }
       instance.server = server;
       instance.hostPort = server.port;
+      await persist(instance);
     })().finally(() => {
       instance.starting = undefined;
     });
@@ -136,18 +211,26 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
   }
 
   async function halt(id: string, state: "exited" | "offline"): Promise<void> {
+    await refresh();
     const instance = find(id);
     instance.halted = state;
+    await persist(instance);
     await bringDown(instance);
   }
 
   return {
     async listOffers() {
-      const rented = new Set([...instances.values()].map((i) => i.offer.id));
-      return offers.map((o) => ({ ...o, rentable: o.rentable && !rented.has(o.id) }));
+      await refresh();
+      return currentOffers();
+    },
+
+    async searchOffers(filter) {
+      await refresh();
+      return filterOffers(currentOffers(), filter);
     },
 
     async createInstance(request) {
+      await refresh();
       const offer = offersById.get(request.offerId);
       if (!offer) throw new NotFoundError(`Offer '${request.offerId}' not found`, { extra: { field: "offer_id" } });
       if (!offer.rentable || isRented(offer.id)) {
@@ -159,7 +242,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
         throw failure;
       }
       const now = Date.now();
-      const number = nextId++;
+      const number = store ? await store.nextId() : nextId++;
       const instance: SimInstance = {
         id: String(number),
         offer,
@@ -173,22 +256,30 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
         hostPort: undefined,
         timer: undefined,
         starting: undefined,
+        servedElsewhereUntil: 0,
       };
+      if (store && !(await store.insert(recordOf(instance)))) {
+        throw new ConflictError(`Offer '${offer.id}' is not rentable any more`, { extra: { field: "offer_id" } });
+      }
       instances.set(instance.id, instance);
       schedule(instance);
       return view(instance);
     },
 
     async getInstance(id) {
+      await refresh();
       const instance = instances.get(id);
       return instance && view(instance);
     },
 
     async listInstances(labelPrefix) {
+      await refresh();
       return [...instances.values()].filter((i) => i.request.label.startsWith(labelPrefix)).map(view);
     },
 
     async destroyInstance(id) {
+      await refresh();
+      await store?.remove(id);
       const instance = instances.get(id);
       if (!instance) return;
       instances.delete(id);
@@ -196,6 +287,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
     },
 
     async close() {
+      // Only this process's servers stop: with a store, the instances outlive it.
       closed = true;
       await Promise.all([...instances.values()].map(bringDown));
     },
@@ -204,25 +296,31 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
     setOffline: (id) => halt(id, "offline"),
 
     async restartInstance(id) {
+      await refresh();
       const instance = find(id);
       if (!instance.halted) throw new ConflictError(`Instance '${id}' is ${statusOf(instance)}, not exited`);
       instance.halted = undefined;
       instance.runningAt = Math.max(Date.now(), instance.createdAt + options.creatingMs);
+      await persist(instance);
       schedule(instance);
     },
 
     async stopModelServer(id) {
+      await refresh();
       const instance = find(id);
       instance.serverWanted = false;
+      await persist(instance);
       await bringDown(instance);
     },
 
     async startModelServer(id) {
+      await refresh();
       const instance = find(id);
       if (instance.request.llmModelName === undefined) {
         throw new ConflictError(`Instance '${id}' was created without a model`);
       }
       instance.serverWanted = true;
+      await persist(instance);
       if (statusOf(instance) === "running") await bringUp(instance);
       else schedule(instance);
     },

@@ -26,6 +26,11 @@ describe("marketplace configuration", () => {
       apiKey: undefined,
       timeoutMs: 10_000,
       retries: 3,
+      vastApiKey: undefined,
+      vastApiUrl: "https://console.vast.ai",
+      vastMinIntervalMs: 1_000,
+      vastRetries: 8,
+      vastBackoffMs: 500,
       simCreatingMs: 5_000,
       simLoadingMs: 10_000,
       simModelServerStartMs: 5_000,
@@ -33,6 +38,13 @@ describe("marketplace configuration", () => {
   });
 
   it.each([
+    [{ MARKETPLACE: "vastai" }, /VAST_API_KEY is required when MARKETPLACE=vastai/],
+    [{ MARKETPLACE: "vastai", VAST_API_KEY: "k", VAST_API_URL: "console.vast.ai" }, /VAST_API_URL/],
+    [{ MARKETPLACE: "vastai", VAST_API_KEY: "k", VAST_API_URL: "ftp://console.vast.ai" }, /VAST_API_URL/],
+    [{ MARKETPLACE: "vastai", VAST_API_KEY: "k", VAST_MIN_INTERVAL_MS: "-5" }, /VAST_MIN_INTERVAL_MS/],
+    [{ MARKETPLACE: "vastai", VAST_API_KEY: "k", VAST_RETRIES: "100" }, /VAST_RETRIES/],
+    [{ GPU_DEPLOYMENT_ID: "prod/eu" }, /GPU_DEPLOYMENT_ID must be 1 to 40 letters/],
+    [{ GPU_STATUS_CACHE_MS: "soon" }, /GPU_STATUS_CACHE_MS must be an integer/],
     [{ MARKETPLACE: "remote", MARKETPLACE_URL: "http://m.example" }, /MARKETPLACE_API_KEY is required/],
     [{ MARKETPLACE: "remote", MARKETPLACE_API_KEY: "k" }, /MARKETPLACE_URL is required/],
     [{ MARKETPLACE: "cloud" }, /MARKETPLACE must be one of simulated, remote/],

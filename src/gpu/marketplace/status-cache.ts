@@ -1,0 +1,48 @@
+import type { Marketplace, MarketInstance } from "./marketplace.js";
+
+// Status reads of one instance within a couple of seconds reuse the last answer (SPEC.md section
+// 2, "Request economy"): a dashboard polling an instance, or a basic and an enhanced read in a
+// row, cost one marketplace call. Concurrent reads of one instance share one call. A listing
+// refreshes the answers of every instance it holds; a destroy or a failed read forgets one.
+
+export function withStatusCache(market: Marketplace, ttlMs: number): Marketplace {
+  const answers = new Map<string, { at: number; answer: Promise<MarketInstance | undefined> }>();
+
+  function remember(id: string, answer: Promise<MarketInstance | undefined>, at = Date.now()): void {
+    answers.set(id, { at, answer });
+    answer.catch(() => {
+      if (answers.get(id)?.answer === answer) answers.delete(id);
+    });
+  }
+
+  return {
+    listOffers: (signal) => market.listOffers(signal),
+    searchOffers: (filter, signal) => market.searchOffers(filter, signal),
+    createInstance: (request, signal) => market.createInstance(request, signal),
+    close: () => market.close(),
+
+    getInstance(id, signal) {
+      const cached = answers.get(id);
+      if (cached && Date.now() - cached.at < ttlMs) return cached.answer;
+      const answer = market.getInstance(id, signal);
+      remember(id, answer);
+      return answer;
+    },
+
+    async listInstances(labelPrefix, signal) {
+      const at = Date.now();
+      const listed = await market.listInstances(labelPrefix, signal);
+      for (const instance of listed) remember(instance.id, Promise.resolve(instance), at);
+      return listed;
+    },
+
+    async destroyInstance(id, signal) {
+      answers.delete(id);
+      try {
+        await market.destroyInstance(id, signal);
+      } finally {
+        answers.delete(id);
+      }
+    },
+  };
+}

@@ -1,0 +1,208 @@
+import { OperationFailedError } from "../../errors.js";
+import type { CreateMarketInstanceRequest, MarketInstance, MarketOffer, MarketStatus, OfferFilter, OfferOrder } from "./marketplace.js";
+
+// vast.ai's JSON (docs/marketplace-vastai.md) and its mapping to the port's types. Units: vast.ai's
+// gpu_ram is MB per GPU as the host reports it (24564 for a 24 GB card), ours GB; ids are integers
+// there and strings here. Answers are checked field by field, so a changed wire format fails with
+// a clear error instead of putting NaN prices into the database.
+
+type Json = Record<string, unknown>;
+
+/** vast.ai's names of the models the service's users rent; a gpu_name filter is pushed as `in` these. */
+export const VAST_GPU_NAMES = [
+  "A10", "A100 PCIE", "A100 SXM4", "A100X", "A40", "A800 PCIE", "B200", "GH200 SXM", "GTX 1080 Ti", "H100 NVL",
+  "H100 PCIE", "H100 SXM", "H200", "H200 NVL", "L4", "L40", "L40S", "Q RTX 8000", "RTX 2080 Ti", "RTX 3060",
+  "RTX 3070", "RTX 3080", "RTX 3090", "RTX 3090 Ti", "RTX 4060 Ti", "RTX 4070", "RTX 4080", "RTX 4090", "RTX 5090",
+  "RTX 6000Ada", "RTX A4000", "RTX A5000", "RTX A6000", "Tesla P100", "Tesla T4", "Tesla V100",
+] as const;
+
+/** Disk asked for when the request names none, GB (vast.ai's documented minimum is 8). */
+export const DEFAULT_DISK_GB = 16;
+
+const ORDER: Record<OfferOrder, [string, "asc" | "desc"]> = {
+  price: ["dph_total", "asc"],
+  gpu_ram: ["gpu_ram", "desc"],
+  num_gpus: ["num_gpus", "desc"],
+  // vast.ai has no price-per-GPU column; the cheapest machines come first and the adapter re-sorts.
+  price_per_gpu: ["dph_total", "asc"],
+};
+
+const normalized = (name: string) => name.toLowerCase().replace(/[\s_-]+/g, "");
+
+/**
+ * The body of POST /api/v0/bundles/ for a filter. Every bound goes to vast.ai; the adapter checks
+ * the answer again with the port's own rules (substring GPU names, GB rounding).
+ */
+export function toSearchBody(filter: OfferFilter): Json {
+  const body: Json = {
+    verified: { eq: true },
+    // Without a rentable bound vast.ai applies {eq: true}; a named offer is looked up either way.
+    rentable: filter.rentable === undefined ? { in: [true, false] } : { eq: filter.rentable },
+    type: "on-demand",
+    order: [ORDER[filter.order ?? "price"]],
+    allocated_storage: filter.diskGb ?? DEFAULT_DISK_GB,
+  };
+  if (filter.offerId !== undefined) body.id = { eq: Number(filter.offerId) };
+  if (filter.gpuName) body.gpu_name = gpuNameBound(filter.gpuName);
+  if (filter.maxPrice !== undefined) body.dph_total = { lte: filter.maxPrice };
+  // round(mb / 1024) >= g exactly when mb >= (g - 0.5) * 1024.
+  if (filter.minGpuRam !== undefined && filter.minGpuRam > 0) body.gpu_ram = { gte: (filter.minGpuRam - 0.5) * 1024 };
+  if (filter.numGpus !== undefined) body.num_gpus = { eq: filter.numGpus };
+  if (filter.limit !== undefined) body.limit = filter.limit;
+  return body;
+}
+
+/** vast.ai matches names exactly: the known names containing the text, else the text itself. */
+function gpuNameBound(name: string): Json {
+  const wanted = normalized(name);
+  const known = VAST_GPU_NAMES.filter((n) => normalized(n).includes(wanted));
+  return known.length > 0 ? { in: known } : { eq: name.replace(/_/g, " ") };
+}
+
+export function parseOffers(body: unknown): MarketOffer[] {
+  return array(object(body, "answer").offers, "offers").map((item, i) => parseOffer(item, `offers[${i}]`));
+}
+
+function parseOffer(value: unknown, where: string): MarketOffer {
+  const o = object(value, where);
+  return {
+    id: String(integer(o.id, `${where}.id`)),
+    gpuName: string(o.gpu_name, `${where}.gpu_name`),
+    numGpus: integer(o.num_gpus, `${where}.num_gpus`),
+    gpuRam: gigabytes(number(o.gpu_ram, `${where}.gpu_ram`)),
+    dphTotal: number(o.dph_total, `${where}.dph_total`),
+    rentable: boolean(o.rentable, `${where}.rentable`),
+    location: typeof o.geolocation === "string" ? o.geolocation : "",
+  };
+}
+
+/** The body of PUT /api/v0/asks/{id}/: an on-demand rental of the ask. */
+export function toCreateBody(request: CreateMarketInstanceRequest): Json {
+  const env: Record<string, string> = { ...request.env };
+  // vast.ai takes port mappings as Docker flags among the env keys.
+  if (request.llmPort !== undefined) env[`-p ${request.llmPort}:${request.llmPort}`] = "1";
+  const body: Json = {
+    client_id: "me",
+    image: request.image,
+    disk: request.diskGb ?? DEFAULT_DISK_GB,
+    label: request.label,
+    env,
+    cancel_unavail: true,
+  };
+  if (request.startCommand === "") return { ...body, runtype: "ssh" };
+  // In the args launch mode `onstart` replaces the image's entrypoint and `args` follow it, so the
+  // start command runs under a shell whatever entrypoint the image has.
+  return { ...body, runtype: "args", onstart: "/bin/sh", args: ["-c", request.startCommand] };
+}
+
+/** The instance of GET /api/v0/instances/{id}/; undefined when vast.ai answers `instances: null`. */
+export function parseShownInstance(body: unknown): MarketInstance | undefined {
+  const row = object(body, "answer").instances;
+  return row === null || row === undefined ? undefined : parseInstance(row, "instances");
+}
+
+/** One page of GET /api/v1/instances/. */
+export function parseInstancePage(body: unknown): { instances: MarketInstance[]; nextToken: string | undefined } {
+  const o = object(body, "answer");
+  const instances = array(o.instances, "instances").map((item, i) => parseInstance(item, `instances[${i}]`));
+  const next = o.next_token;
+  return { instances, nextToken: typeof next === "string" && next !== "" ? next : undefined };
+}
+
+export function parseInstance(value: unknown, where: string): MarketInstance {
+  const o = object(value, where);
+  const ports = portMappingsOf(o.ports);
+  const failure = failureOf(o);
+  return {
+    id: String(integer(o.id, `${where}.id`)),
+    // vast.ai's instance rows do not name the ask they rented; the create fills it in.
+    offerId: "",
+    label: typeof o.label === "string" ? o.label : "",
+    status: marketStatusOf(o),
+    publicIp: typeof o.public_ipaddr === "string" ? o.public_ipaddr.trim() : "",
+    sshPort: typeof o.ssh_port === "number" ? o.ssh_port : 0,
+    portMappings: ports,
+    gpuName: string(o.gpu_name, `${where}.gpu_name`),
+    numGpus: integer(o.num_gpus, `${where}.num_gpus`),
+    gpuRam: gigabytes(number(o.gpu_ram, `${where}.gpu_ram`)),
+    dphTotal: number(o.dph_total, `${where}.dph_total`),
+    ...(failure !== undefined && { failure }),
+  };
+}
+
+/**
+ * The port's status of a vast.ai instance row (the table of docs/marketplace-vastai.md):
+ * a failed start and a stop the owner asked for read as exited, no heartbeat as offline.
+ */
+export function marketStatusOf(row: Json): MarketStatus {
+  const actual = typeof row.actual_status === "string" ? row.actual_status : "";
+  if (failureOf(row) !== undefined) return "exited";
+  if (row.intended_status === "stopped" || row.cur_state === "stopped") return actual === "offline" || actual === "unknown" ? "offline" : "exited";
+  switch (actual) {
+    case "":
+    case "created":
+    case "scheduling":
+      return "creating";
+    case "loading":
+      return "loading";
+    case "running":
+      return "running";
+    case "exited":
+    case "stopped":
+      return "exited";
+    default:
+      return "offline"; // "offline", "unknown": the host sends no heartbeat.
+  }
+}
+
+/** A container that could not start: vast.ai leaves it `created` with the runtime's error in status_msg. */
+function failureOf(row: Json): string | undefined {
+  const message = typeof row.status_msg === "string" ? row.status_msg : "";
+  const failed = /OCI runtime|Error response from daemon/i.test(message) && row.actual_status !== "running";
+  return failed ? message.slice(0, 300) : undefined;
+}
+
+/** `{"8000/tcp": [{"HostIp": "0.0.0.0", "HostPort": "33526"}]}` -> `{"8000/tcp": 33526}`. */
+function portMappingsOf(value: unknown): Record<string, number> {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return {};
+  const mappings: Record<string, number> = {};
+  for (const [key, bindings] of Object.entries(value as Json)) {
+    const first = Array.isArray(bindings) ? (bindings[0] as Json | undefined) : undefined;
+    const port = Number(first?.HostPort);
+    if (Number.isInteger(port) && port > 0) mappings[key] = port;
+  }
+  return mappings;
+}
+
+/** MB as the host reports it to whole GB: 24564 MB is a 24 GB card. */
+export function gigabytes(mb: number): number {
+  return Math.round(mb / 1024);
+}
+
+function object(value: unknown, where: string): Json {
+  return typeof value === "object" && value !== null && !Array.isArray(value) ? (value as Json) : malformed(where, "an object");
+}
+
+function array(value: unknown, where: string): unknown[] {
+  return Array.isArray(value) ? value : malformed(where, "an array");
+}
+
+function string(value: unknown, where: string): string {
+  return typeof value === "string" ? value : malformed(where, "a string");
+}
+
+function number(value: unknown, where: string): number {
+  return typeof value === "number" && Number.isFinite(value) ? value : malformed(where, "a number");
+}
+
+function integer(value: unknown, where: string): number {
+  return Number.isInteger(value) ? (value as number) : malformed(where, "an integer");
+}
+
+function boolean(value: unknown, where: string): boolean {
+  return typeof value === "boolean" ? value : malformed(where, "a boolean");
+}
+
+function malformed(where: string, expected: string): never {
+  throw new OperationFailedError(`vast.ai sent a malformed answer: ${where} is not ${expected}`);
+}

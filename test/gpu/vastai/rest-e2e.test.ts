@@ -1,0 +1,137 @@
+import pino from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadConfig } from "../../../src/config.js";
+import { createMarketplace, type Marketplace } from "../../../src/gpu/marketplace/index.js";
+import { LLM_DISK_GB } from "../../../src/gpu/launch-plan.js";
+import { dphTotal } from "../../support/vastai/catalogue.js";
+import { startVastEmulator, type VastEmulator } from "../../support/vastai/emulator.js";
+import { createTestElasticsearch } from "../../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
+import { startTestServer, type TestServer } from "../../support/server.js";
+import { rest, waitFor } from "../helpers.js";
+
+// GpuService with MARKETPLACE=vastai, end to end through its REST API against the vast.ai
+// emulator: the adapter is built from the configuration exactly as `npm start` builds it.
+
+const API_KEY = "vast-e2e-key-0123456789";
+
+let vast: VastEmulator;
+let db: TestDatabase;
+let marketplace: Marketplace;
+let server: TestServer;
+
+beforeAll(async () => {
+  vast = await startVastEmulator({ apiKey: API_KEY, provisioningMs: 200, loadingMs: 200, minIntervalMs: 10 });
+  db = await createTestDatabase();
+  const env = {
+    MARKETPLACE: "vastai",
+    VAST_API_KEY: API_KEY,
+    VAST_API_URL: vast.url,
+    VAST_MIN_INTERVAL_MS: "15",
+    VAST_BACKOFF_MS: "10",
+    GPU_STATUS_SYNC_MS: "50",
+    GPU_PROBE_TIMEOUT_MS: "500",
+  };
+  marketplace = createMarketplace(loadConfig(env), pino({ level: "silent" }));
+  server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace, env });
+});
+
+afterAll(async () => {
+  await server?.close();
+  await marketplace?.close();
+  await db?.drop();
+  await vast?.close();
+});
+
+const record = (id: string) => db.knex("gpu_instances").where({ instance_id: id }).first();
+
+describe("MARKETPLACE=vastai through the REST API", () => {
+  it("searches, creates from a template on the cheapest offer within its limits, runs the model, costs, logs and destroys", async () => {
+    const search = await rest<{ offers: Array<{ id: string; gpu_name: string; gpu_ram: number; dph_total: number }> }>(
+      server.url,
+      "POST",
+      "/api/gpu/search-offers",
+      { gpu_name: "4090", max_price: 2, sort_by: "price", limit: 5 },
+    );
+    expect(search.status).toBe(200);
+    expect(search.body.offers.length).toBeGreaterThan(0);
+    expect(search.body.offers.every((o) => o.gpu_name === "RTX 4090" && o.gpu_ram === 24 && o.dph_total <= 2)).toBe(true);
+
+    // research: >= 16 GB per GPU, <= $1/h at the disk the create asks for.
+    const fitting = vast.asks
+      .filter((a) => a.verified && vast.isRentable(a.id) && Math.round(a.gpu_ram / 1024) >= 16 && dphTotal(a, LLM_DISK_GB) <= 1)
+      .sort((a, b) => dphTotal(a, LLM_DISK_GB) - dphTotal(b, LLM_DISK_GB) || a.id - b.id);
+    const cheapest = fitting[0]!;
+    const searchesBefore = vast.requests.filter((r) => r.path === "/api/v0/bundles/").length;
+
+    const created = await rest<{ instance_id: string; status: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=research");
+    expect(created.status).toBe(200);
+    const id = created.body.instance_id;
+    const searches = vast.requests.filter((r) => r.path === "/api/v0/bundles/").slice(searchesBefore);
+    expect(searches).toHaveLength(1); // one search within the template's limits, not the catalogue
+    expect(searches[0]!.body).toMatchObject({ dph_total: { lte: 1 }, gpu_ram: { gte: 15.5 * 1024 }, rentable: { eq: true }, allocated_storage: LLM_DISK_GB });
+    const row = await record(id);
+    expect(row).toMatchObject({ offer_id: String(cheapest.id), cost_per_hour: dphTotal(cheapest, LLM_DISK_GB) });
+    expect(vast.isRentable(cheapest.id)).toBe(false);
+    const machine = vast.instances.get(Number(row.market_instance_id))!;
+    expect(machine.label).toContain(id);
+
+    await waitFor("running_llm", async () => ((await record(id)).status === "running_llm" ? true : undefined), 15_000);
+    const enhanced = await rest<{ data: { llm_status: { running: boolean }; basic_status: { public_ip: string } } }>(
+      server.url,
+      "GET",
+      `/api/gpu/instances/${id}/enhanced`,
+    );
+    expect(enhanced.body.data.llm_status.running).toBe(true);
+    expect(enhanced.body.data.basic_status.public_ip).toBe("127.0.0.1");
+
+    const cost = await rest<{ cost_per_hour: number }>(server.url, "GET", `/api/gpu/instances/${id}/cost-analysis`);
+    expect(cost.status).toBe(200);
+    expect(cost.body.cost_per_hour).toBeCloseTo(dphTotal(cheapest, LLM_DISK_GB), 4);
+
+    const logs = await rest<{ logs: Array<{ operation: string; result: string }> }>(server.url, "GET", `/api/gpu/instances/${id}/logs`);
+    expect(logs.body.logs.map((l) => l.operation)).toContain("create_instance");
+    expect(logs.body.logs.some((l) => l.operation === "status_change" && l.result.endsWith("running_llm"))).toBe(true);
+
+    const destroyed = await rest<{ success: boolean; status: string }>(server.url, "DELETE", `/api/gpu/instances/${id}`);
+    expect(destroyed.body).toMatchObject({ success: true, status: "destroyed" });
+    expect(vast.instances.has(machine.id)).toBe(false);
+    expect(vast.isRentable(cheapest.id)).toBe(true);
+    expect((await record(id)).status).toBe("destroyed");
+  });
+
+  it("answers 404 for an unknown offer and 409 for one rented meanwhile, leaving no active record", async () => {
+    const active = async () => (await db.knex("gpu_instances").whereIn("status", ["creating", "loading", "running", "running_llm"])).length;
+    const activeBefore = await active();
+    const unknown = await rest(server.url, "POST", "/api/gpu/instances", { offer_id: "4299999" });
+    expect(unknown.status).toBe(404);
+    const rival = vast.addForeignInstance("someone-else");
+    const taken = vast.instances.get(rival)!.askId;
+    const conflict = await rest(server.url, "POST", "/api/gpu/instances", { offer_id: String(taken) });
+    expect(conflict.status).toBe(409);
+    expect(await active()).toBe(activeBefore);
+  });
+
+  it("rides out a burst of 429s on the create", async () => {
+    vast.throttle(4);
+    const created = await rest<{ instance_id: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget");
+    expect(created.status).toBe(200);
+    expect((await record(created.body.instance_id)).status).not.toBe("failed");
+    await rest(server.url, "DELETE", `/api/gpu/instances/${created.body.instance_id}`);
+  });
+
+  it("fails a record whose container cannot start and gives its machine back", async () => {
+    vast.failNextStart();
+    const created = await rest<{ instance_id: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget");
+    expect(created.status).toBe(200);
+    const machineId = Number((await record(created.body.instance_id)).market_instance_id);
+    await waitFor("failed", async () => ((await record(created.body.instance_id)).status === "failed" ? true : undefined), 10_000);
+    await waitFor("the machine destroyed", async () => (vast.instances.has(machineId) ? undefined : true), 10_000);
+  });
+
+  it("never touches a machine labelled by someone else", async () => {
+    const foreign = vast.addForeignInstance("my-training-run");
+    await new Promise((resolve) => setTimeout(resolve, 500)); // several sync and reconcile rounds
+    expect(vast.instances.has(foreign)).toBe(true);
+  });
+});

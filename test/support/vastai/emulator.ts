@@ -1,0 +1,283 @@
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { setTimeout as sleep } from "node:timers/promises";
+import { createAsks, dphTotal, type VastAsk } from "./catalogue.js";
+import { createInstances, type EmulatedInstance } from "./instances.js";
+import { matchesQuery, sortRows, SEARCH_CONTROLS } from "./query.js";
+
+// A vast.ai emulator written from vast.ai's published API reference (docs/marketplace-vastai.md
+// lists the documents): the endpoints GpuService calls, their field names and units, Bearer auth,
+// the error bodies ({success, error, msg}), the plain-text 429 "API requests too frequent" with no
+// Retry-After, the v1 instance list paged by next_token and the deprecated v0 list (410).
+// Instances move null -> loading -> running on a clock, and one that maps port 8000 gets a real
+// model server on loopback. Switches inject 429s, delays, failures and a per-endpoint rate limit.
+
+export interface EmulatorRequest {
+  method: string;
+  /** The path without query. */
+  path: string;
+  query: URLSearchParams;
+  body: unknown;
+  at: number;
+}
+
+export interface EmulatorOptions {
+  apiKey: string;
+  /** How long actual_status stays null, then "loading", ms. */
+  provisioningMs?: number;
+  loadingMs?: number;
+  /** Answer 429 when one endpoint is called again within this interval (0: no limit). */
+  minIntervalMs?: number;
+}
+
+export interface VastEmulator {
+  readonly url: string;
+  readonly requests: EmulatorRequest[];
+  readonly asks: VastAsk[];
+  readonly instances: Map<number, EmulatedInstance>;
+  /** The next `count` requests answer 429; as JSON `{success, error, msg}` when asked, else plain text. */
+  throttle(count: number, json?: boolean): void;
+  /** The next `count` requests answer this status without being handled. */
+  failNext(count: number, status: number): void;
+  /** Every request waits this long before it is handled. */
+  delay(ms: number): void;
+  /** Runs when a create request arrives, before it is handled (e.g. to kill the caller meanwhile). */
+  onCreate(hook: (() => Promise<void> | void) | undefined): void;
+  /** The next create rents the machine but its container fails to start (OCI runtime error). */
+  failNextStart(): void;
+  /** A machine somebody else created on this account, with their label. */
+  addForeignInstance(label: string): number;
+  /** actual_status of an instance becomes this (e.g. "exited", "offline"). */
+  setStatus(id: number, actualStatus: string): void;
+  /** The ask is rentable right now (no instance holds it and the host offers it). */
+  isRentable(askId: number): boolean;
+  close(): Promise<void>;
+}
+
+const TOO_FREQUENT = "API requests too frequent endpoint threshold=1.0";
+
+export async function startVastEmulator(options: EmulatorOptions): Promise<VastEmulator> {
+  const asks = createAsks();
+  const instances = createInstances({ provisioningMs: options.provisioningMs ?? 100, loadingMs: options.loadingMs ?? 100 });
+  const requests: EmulatorRequest[] = [];
+  const lastCall = new Map<string, number>();
+  const switches = { throttle: 0, throttleJson: false, fail: 0, failStatus: 503, delayMs: 0, failStart: false };
+  let createHook: (() => Promise<void> | void) | undefined;
+
+  const isRentable = (ask: VastAsk) => ask.rentable && ![...instances.all.values()].some((i) => i.askId === ask.id);
+  const offerView = (ask: VastAsk, storageGb: number) => ({
+    ...ask,
+    ask_contract_id: ask.id,
+    dph_total: dphTotal(ask, storageGb),
+    rentable: isRentable(ask),
+    rented: false,
+    external: false,
+    verification: ask.verified ? "verified" : "unverified",
+  });
+
+  const server = createServer((req, res) => {
+    void serve(req, res).catch((err: unknown) => send(res, 500, error("internal", String(err))));
+  });
+
+  async function serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? "/", "http://vast");
+    const method = req.method ?? "";
+    const raw = await readBody(req);
+    let body: unknown;
+    try {
+      body = raw === "" ? undefined : JSON.parse(raw);
+    } catch {
+      return send(res, 400, error("invalid_args", `error 400/1782: Invalid args: invalid json: ${raw.slice(0, 40)}`));
+    }
+    requests.push({ method, path: url.pathname, query: url.searchParams, body, at: Date.now() });
+    if (switches.delayMs > 0) await sleep(switches.delayMs);
+    if (req.headers.authorization !== `Bearer ${options.apiKey}`) {
+      return send(res, 401, error("auth_error", "Invalid user key"));
+    }
+    if (switches.throttle > 0) {
+      switches.throttle--;
+      return switches.throttleJson ? send(res, 429, error("rate_limit_exceeded", TOO_FREQUENT)) : sendText(res, 429, TOO_FREQUENT);
+    }
+    if (switches.fail > 0) {
+      switches.fail--;
+      return sendText(res, switches.failStatus, "<html><body>upstream unavailable</body></html>");
+    }
+    const route = routeOf(method, url.pathname);
+    if (!route) return send(res, 404, { detail: "Not Found" });
+    if (options.minIntervalMs) {
+      const last = lastCall.get(route.endpoint);
+      lastCall.set(route.endpoint, Date.now());
+      if (last !== undefined && Date.now() - last < options.minIntervalMs) return sendText(res, 429, TOO_FREQUENT);
+    }
+    const [status, answer] = await route.handle(body, url.searchParams);
+    send(res, status, answer);
+  }
+
+  type Handler = (body: unknown, query: URLSearchParams) => Promise<[number, unknown]> | [number, unknown];
+
+  function routeOf(method: string, path: string): { endpoint: string; handle: Handler } | undefined {
+    const id = (pattern: RegExp) => Number(pattern.exec(path)?.[1]);
+    if (method === "POST" && path === "/api/v0/bundles/") return { endpoint: "search", handle: search };
+    if (method === "PUT" && /^\/api\/v0\/asks\/\d+\/$/.test(path)) {
+      return { endpoint: "ask", handle: (body) => create(id(/asks\/(\d+)/), body) };
+    }
+    if (method === "GET" && path === "/api/v1/instances/") return { endpoint: "list", handle: (_b, query) => list(query) };
+    if (method === "GET" && path === "/api/v0/instances/") {
+      return { endpoint: "list-v0", handle: () => [410, error("deprecated", "This endpoint is deprecated; use /api/v1/instances/")] };
+    }
+    const one = /^\/api\/v0\/instances\/(\d+)\/$/;
+    if (method === "GET" && one.test(path)) return { endpoint: "show", handle: () => show(id(one)) };
+    if (method === "DELETE" && one.test(path)) return { endpoint: "destroy", handle: () => destroy(id(one)) };
+    return undefined;
+  }
+
+  function search(body: unknown): [number, unknown] {
+    if (!isObject(body)) return [400, error("invalid_args", "error 400/1782: Invalid args: invalid json: {}")];
+    const storage = body.allocated_storage ?? 8;
+    if (typeof storage !== "number" || storage <= 0) return [400, error("invalid_args", "allocated_storage must be a positive number")];
+    const filters = { verified: { eq: true }, rentable: { eq: true }, rented: { eq: false }, ...body };
+    const rows = asks.map((ask) => offerView(ask, storage));
+    const matched = matchesQuery(rows, filters, SEARCH_CONTROLS);
+    if (typeof matched === "string") return [400, error("invalid_args", matched)];
+    const order = Array.isArray(body.order) ? body.order : [["score", "desc"]];
+    const sorted = sortRows(matched, order.map((o: unknown) => (Array.isArray(o) ? { col: o[0], dir: o[1] } : {})));
+    const limit = typeof body.limit === "number" ? body.limit : 64;
+    return [200, { offers: sorted.slice(0, limit) }];
+  }
+
+  async function create(askId: number, body: unknown): Promise<[number, unknown]> {
+    await createHook?.();
+    const invalid = createBodyProblem(body);
+    if (invalid) return [400, { ...error("invalid_args", `error 400/3467: Invalid args: ${invalid}`), ask_id: askId }];
+    const ask = asks.find((a) => a.id === askId);
+    if (!ask) return [404, { ...error("invalid_args", `error 404/3603: no_such_ask Instance type by id ${askId} is not available.`), ask_id: askId }];
+    if (!isRentable(ask)) {
+      return [410, { ...error("no_such_ask", `error 410/3907: no_such_ask Instance type ${askId} is no longer available.`), ask_id: askId }];
+    }
+    const request = body as Record<string, unknown>;
+    const instance = await instances.rent(ask, request, switches.failStart);
+    switches.failStart = false;
+    return [200, { success: true, new_contract: instance.id, instance_api_key: `ik-${instance.id}` }];
+  }
+
+  function list(query: URLSearchParams): [number, unknown] {
+    const limit = Math.min(25, Number(query.get("limit") ?? 25) > 0 ? Number(query.get("limit") ?? 25) : 5);
+    let after = 0;
+    const token = query.get("after_token");
+    if (token) {
+      const decoded = decodeToken(token);
+      if (decoded === undefined) return [400, error("invalid_args", "invalid after_token")];
+      after = decoded;
+    }
+    const filters = parseJsonParam(query.get("select_filters")) ?? {};
+    const rows = [...instances.all.values()].map((i) => instances.row(i));
+    const matched = matchesQuery(rows, filters, new Set());
+    if (typeof matched === "string") return [400, error("invalid_args", matched)];
+    const all = matched.sort((a, b) => Number(a.id) - Number(b.id));
+    const page = all.filter((r) => Number(r.id) > after).slice(0, limit);
+    const more = all.some((r) => Number(r.id) > Number(page.at(-1)?.id ?? Infinity));
+    const labelCounts: Record<string, number> = {};
+    for (const r of all) labelCounts[String(r.label ?? "")] = (labelCounts[String(r.label ?? "")] ?? 0) + 1;
+    return [
+      200,
+      {
+        success: true,
+        instances_found: page.length,
+        total_instances: all.length,
+        label_counts: labelCounts,
+        next_token: more ? Buffer.from(JSON.stringify({ values: { id: page.at(-1)!.id } })).toString("base64") : null,
+        instances: page,
+      },
+    ];
+  }
+
+  function show(id: number): [number, unknown] {
+    const instance = instances.all.get(id);
+    return [200, { instances: instance ? instances.row(instance) : null }];
+  }
+
+  async function destroy(id: number): Promise<[number, unknown]> {
+    if (!instances.all.has(id)) return [404, error("not_found", "Instance not found")];
+    await instances.remove(id);
+    return [200, { success: true, msg: "Instance destroyed successfully" }];
+  }
+
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    asks,
+    instances: instances.all,
+    throttle: (count, json = false) => Object.assign(switches, { throttle: count, throttleJson: json }),
+    failNext: (count, status) => Object.assign(switches, { fail: count, failStatus: status }),
+    delay: (ms) => void (switches.delayMs = ms),
+    onCreate: (hook) => void (createHook = hook),
+    failNextStart: () => void (switches.failStart = true),
+    addForeignInstance: (label) => instances.foreign(asks.find(isRentable)!, label).id,
+    setStatus: (id, actualStatus) => instances.setStatus(id, actualStatus),
+    isRentable: (askId) => isRentable(asks.find((a) => a.id === askId)!),
+    async close() {
+      await instances.close();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/** What vast.ai's documented input validation of a create refuses, or undefined. */
+function createBodyProblem(body: unknown): string | undefined {
+  if (!isObject(body)) return "invalid json";
+  if (typeof body.image !== "string" || body.image === "" || body.image.length > 1024) return "'image' must be a docker image name";
+  if (body.disk !== undefined && !(typeof body.disk === "number" && body.disk >= 8)) return "'disk' must be at least 8 GB";
+  if (body.label !== undefined && body.label !== null && !(typeof body.label === "string" && body.label.length <= 256)) return "'label' is too long";
+  if (body.env !== undefined && !isObject(body.env) && typeof body.env !== "string") return "'env' must be an object or a string";
+  if (body.args !== undefined && !(Array.isArray(body.args) && body.args.every((a) => typeof a === "string"))) return "'args' must be a list of strings";
+  return undefined;
+}
+
+function decodeToken(token: string): number | undefined {
+  try {
+    const id = (JSON.parse(Buffer.from(token, "base64").toString()) as { values?: { id?: unknown } }).values?.id;
+    return typeof id === "number" ? id : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function parseJsonParam(value: string | null): Record<string, unknown> | undefined {
+  if (value === null) return undefined;
+  try {
+    const parsed: unknown = JSON.parse(value);
+    return isObject(parsed) ? parsed : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function error(code: string, msg: string) {
+  return { success: false, error: code, msg };
+}
+
+function send(res: ServerResponse, status: number, body: unknown): void {
+  res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
+}
+
+function sendText(res: ServerResponse, status: number, text: string): void {
+  res.writeHead(status, { "content-type": "text/plain" }).end(text);
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let text = "";
+    req.setEncoding("utf8");
+    req.on("data", (chunk: string) => (text += chunk));
+    req.on("end", () => resolve(text));
+    req.on("error", reject);
+  });
+}

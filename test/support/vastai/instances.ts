@@ -1,0 +1,150 @@
+import { startModelServer, type ModelServer } from "../../../src/gpu/marketplace/model-server.js";
+import { dphTotal, type VastAsk } from "./catalogue.js";
+
+// The emulator's rented machines and their rows in vast.ai's wire format
+// (api-reference/openapi/yaml/show_instance.yaml): actual_status is null while the machine is
+// provisioned, "loading" while the image downloads, then "running" with `ports` (Docker's
+// {"8000/tcp": [{HostIp, HostPort}]}). A container whose start failed stays "created" with the
+// runtime's error in status_msg. A machine that maps port 8000 and runs `vllm serve <model>` gets
+// a real model server on loopback once running.
+
+export interface EmulatedInstance {
+  id: number;
+  askId: number;
+  ask: VastAsk;
+  label: string;
+  image: string;
+  disk: number;
+  dphTotal: number;
+  createdAt: number;
+  /** Set by a control: the actual_status from then on. */
+  forcedStatus: string | undefined;
+  startFailed: boolean;
+  model: string | undefined;
+  mapsLlmPort: boolean;
+  server: ModelServer | undefined;
+  starting: Promise<void> | undefined;
+}
+
+export interface Clock {
+  provisioningMs: number;
+  loadingMs: number;
+}
+
+export function createInstances(clock: Clock) {
+  const all = new Map<number, EmulatedInstance>();
+  let nextId = 31_000_001;
+
+  function actualStatus(i: EmulatedInstance): string | null {
+    if (i.forcedStatus !== undefined) return i.forcedStatus;
+    const age = Date.now() - i.createdAt;
+    if (age < clock.provisioningMs) return null;
+    if (i.startFailed) return "created";
+    return age < clock.provisioningMs + clock.loadingMs ? "loading" : "running";
+  }
+
+  /** Starts the model server the first time a running instance is looked at. */
+  function ensureServer(i: EmulatedInstance): void {
+    if (i.server || i.starting || !i.mapsLlmPort || !i.model) return;
+    i.starting = startModelServer({ model: i.model, host: "127.0.0.1" }).then((server) => {
+      if (all.has(i.id) && actualStatus(i) === "running") i.server = server;
+      else void server.close();
+      i.starting = undefined;
+    });
+  }
+
+  function row(i: EmulatedInstance): Record<string, unknown> {
+    const status = actualStatus(i);
+    if (status === "running") ensureServer(i);
+    const running = status === "running";
+    const ports: Record<string, Array<{ HostIp: string; HostPort: string }>> = {};
+    if (running) ports["22/tcp"] = [{ HostIp: "0.0.0.0", HostPort: String(40_000 + (i.id % 1000)) }];
+    if (running && i.server) ports["8000/tcp"] = [{ HostIp: "0.0.0.0", HostPort: String(i.server.port) }];
+    return {
+      id: i.id,
+      machine_id: i.ask.machine_id,
+      actual_status: status,
+      intended_status: i.forcedStatus === "exited" ? "stopped" : "running",
+      cur_state: i.forcedStatus === "exited" ? "stopped" : "running",
+      next_state: "running",
+      label: i.label,
+      image_uuid: i.image,
+      status_msg: i.startFailed && status === "created" ? "Error response from daemon: failed to create task for container: OCI runtime create failed: runc create failed" : running ? `success, running ${i.image}` : null,
+      public_ipaddr: running ? "127.0.0.1" : "",
+      ssh_host: `ssh${i.id % 10}.vast.ai`,
+      ssh_port: 20_000 + (i.id % 1000),
+      ports: running ? ports : null,
+      gpu_name: i.ask.gpu_name,
+      num_gpus: i.ask.num_gpus,
+      gpu_ram: i.ask.gpu_ram,
+      gpu_totalram: i.ask.gpu_total_ram,
+      disk_space: i.disk,
+      dph_base: i.ask.dph_base,
+      dph_total: i.dphTotal,
+      storage_cost: i.ask.storage_cost,
+      geolocation: i.ask.geolocation,
+      start_date: i.createdAt / 1000,
+      extra_env: [],
+    };
+  }
+
+  function add(ask: VastAsk, fields: Partial<EmulatedInstance>): EmulatedInstance {
+    const disk = fields.disk ?? 8;
+    const instance: EmulatedInstance = {
+      id: nextId++,
+      askId: ask.id,
+      ask,
+      label: "",
+      image: "",
+      disk,
+      dphTotal: dphTotal(ask, disk),
+      createdAt: Date.now(),
+      forcedStatus: undefined,
+      startFailed: false,
+      model: undefined,
+      mapsLlmPort: false,
+      server: undefined,
+      starting: undefined,
+      ...fields,
+    };
+    all.set(instance.id, instance);
+    return instance;
+  }
+
+  return {
+    all,
+    row,
+    async rent(ask: VastAsk, request: Record<string, unknown>, startFails: boolean): Promise<EmulatedInstance> {
+      const env = typeof request.env === "object" && request.env !== null ? Object.keys(request.env) : [];
+      const args = Array.isArray(request.args) ? request.args.join(" ") : "";
+      return add(ask, {
+        label: typeof request.label === "string" ? request.label : "",
+        image: String(request.image),
+        disk: typeof request.disk === "number" ? request.disk : 8,
+        startFailed: startFails,
+        model: /vllm serve (\S+)/.exec(args)?.[1],
+        mapsLlmPort: env.some((key) => /^-p 8000:8000$/.test(key.trim())),
+      });
+    },
+    foreign(ask: VastAsk, label: string): EmulatedInstance {
+      return add(ask, { label, image: "pytorch/pytorch:latest" });
+    },
+    setStatus(id: number, status: string): void {
+      const i = all.get(id);
+      if (!i) return;
+      i.forcedStatus = status;
+      if (status !== "running") void i.server?.close().then(() => (i.server = undefined));
+    },
+    async remove(id: number): Promise<void> {
+      const i = all.get(id);
+      all.delete(id);
+      await i?.starting;
+      await i?.server?.close();
+    },
+    async close(): Promise<void> {
+      await Promise.all([...all.keys()].map((id) => this.remove(id)));
+    },
+  };
+}
+
+export type EmulatedInstances = ReturnType<typeof createInstances>;
