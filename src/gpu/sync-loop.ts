@@ -38,7 +38,7 @@ export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncL
     const worker = async () => {
       for (let record = queue.shift(); record; record = queue.shift()) {
         await syncRecord(ctx, record).catch((err: unknown) =>
-          ctx.logger.warn({ err, instanceId: record.instanceId }, "status sync failed; retrying next round"),
+          ctx.logger.warn({ err, instance_id: record.instanceId }, "status sync failed; retrying next round"),
         );
       }
     };
