@@ -1,13 +1,20 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { IndexGoodsResponseSchema, IndexingService } from "../../gen/search/v1/indexing_service_pb.js";
 import type { IndexingConfig } from "../config.js";
-import { DomainError, OperationFailedError, UnavailableError } from "../errors.js";
+import { DomainError, InvalidInputError, OperationFailedError, UnavailableError } from "../errors.js";
+import type { BatchLogStore } from "./batch/batch-log.js";
+import { batchLogMessage } from "./batch/batch-log-message.js";
+import type { BatchService } from "./batch/batch-service.js";
 import { IndexingError, messageOf } from "./indexing-error.js";
 import { parseInterval } from "./interval.js";
+import { isUnreachable } from "./pipeline/bulk-sender.js";
+import { lastRuns } from "./index-runs.js";
+import { measureDrift } from "./index-status.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
 import type { JobLock } from "./job-lock.js";
 import { runGoodsIndexing, type IndexingResult } from "./modes.js";
@@ -20,12 +27,15 @@ export interface IndexingServiceDeps {
   /** The one lock of every indexing job and the batch. */
   jobLock: JobLock;
   metrics?: IndexingMetrics;
+  batch: BatchService;
+  batchLogs: BatchLogStore;
 }
 
-type IndexingRpcs = Partial<ServiceImpl<typeof IndexingService>>;
+const DEFAULT_LOG_LIMIT = 20;
+const MAX_LOG_LIMIT = 1000;
 
-/** IndexingService RPCs; the batch RPCs are spread in from src/indexing/batch/. */
-export function createIndexingService(deps: IndexingServiceDeps, batchRpcs: IndexingRpcs = {}): IndexingRpcs {
+/** Every IndexingService RPC; each one is a thin call into the module that does its job. */
+export function createIndexingService(deps: IndexingServiceDeps): ServiceImpl<typeof IndexingService> {
   return {
     async indexGoods(request) {
       const { mode, intervalMinutes } = parseInterval(request.interval);
@@ -41,13 +51,33 @@ export function createIndexingService(deps: IndexingServiceDeps, batchRpcs: Inde
           signal,
         }).catch(
           (err: unknown) => {
-            throw signal.aborted ? stoppedError(mode, signal, err) : toDomainError(err, deps.logger);
+            throw signal.aborted ? stoppedError(mode, signal, err) : toDomainError(err);
           },
         ),
       );
       return indexGoodsResponse(result, deps.indexing.goodsIndex);
     },
-    ...batchRpcs,
+    async getIndexStatus() {
+      const [drift, runs] = await Promise.all([
+        measureDrift(deps.knex, deps.elasticsearch, deps.indexing.goodsIndex).catch((err: unknown) => {
+          throw isUnreachable(err) ? new UnavailableError("Elasticsearch is unreachable: cannot count the goods index", { cause: err }) : err;
+        }),
+        lastRuns(deps.knex),
+      ]);
+      deps.metrics?.driftMeasured(drift);
+      return {
+        ...drift,
+        lastRuns: runs.map((run) => ({ ...run, startedAt: timestampFromDate(run.startedAt), finishedAt: timestampFromDate(run.finishedAt) })),
+      };
+    },
+    runProductBatch: (req) => deps.batch.run({ intervalMinutes: req.intervalMinutes, chunkSize: req.chunkSize }),
+    async listBatchLogs(req) {
+      const limit = req.limit ?? DEFAULT_LOG_LIMIT;
+      if (limit < 1 || limit > MAX_LOG_LIMIT) {
+        throw new InvalidInputError(`limit must be from 1 to ${MAX_LOG_LIMIT}, got ${limit}`, { extra: { field: "limit" } });
+      }
+      return { logs: (await deps.batchLogs.list(limit)).map(batchLogMessage) };
+    },
   };
 }
 
@@ -59,6 +89,7 @@ export function pipelineSizes(config: IndexingConfig) {
     bulkSize: config.bulkSize,
     bulkMaxBytes: config.bulkMaxBytes,
     bulksInFlight: config.bulksInFlight,
+    analyzer: config.goodsAnalyzer,
     channelCapacity: config.channelCapacity > 0 ? config.channelCapacity : undefined,
   };
 }
@@ -66,13 +97,15 @@ export function pipelineSizes(config: IndexingConfig) {
 function indexGoodsResponse(result: IndexingResult, index: string): MessageInitShape<typeof IndexGoodsResponseSchema> {
   const success = result.failedCount === 0;
   const failed = success ? "" : `, ${result.failedCount} rejected (their rows stay to be indexed again)`;
+  const removed = result.removedCount > 0 ? `, removed ${result.removedCount}` : "";
   return {
     success,
     mode: result.mode,
-    message: `${result.mode} indexing into '${index}': fetched ${result.fetchedCount}, indexed ${result.indexedCount}${failed} in ${result.elapsedMs} ms`,
+    message: `${result.mode} indexing into '${index}': fetched ${result.fetchedCount}, indexed ${result.indexedCount}${removed}${failed} in ${result.elapsedMs} ms`,
     fetchedCount: result.fetchedCount,
     indexedCount: result.indexedCount,
     failedCount: result.failedCount,
+    removedCount: result.removedCount,
     elapsedMs: result.elapsedMs,
   };
 }
@@ -85,11 +118,10 @@ function stoppedError(mode: string, signal: AbortSignal, cause: unknown): Unavai
   return new UnavailableError(`${mode} indexing stopped before it finished: ${messageOf(signal.reason)}; run it again`, { cause });
 }
 
-/** IndexingError codes travel in the message and as `code` in the REST body. */
-export function toDomainError(err: unknown, logger: Logger): unknown {
+/** IndexingError codes travel in the message and as `code` in the REST body; the run logged the failure. */
+export function toDomainError(err: unknown): unknown {
   if (err instanceof DomainError) return err;
   if (err instanceof IndexingError) {
-    logger.error({ err, code: err.code }, "indexing failed");
     const ErrorType = err.unavailable ? UnavailableError : OperationFailedError;
     return new ErrorType(err.message, { cause: err, extra: { code: err.code } });
   }
