@@ -10,9 +10,8 @@ import { DomainError, InvalidInputError, OperationFailedError, UnavailableError 
 import type { BatchLogStore } from "./batch/batch-log.js";
 import { batchLogMessage } from "./batch/batch-log-message.js";
 import type { BatchService } from "./batch/batch-service.js";
-import { IndexingError, messageOf } from "./indexing-error.js";
+import { IndexingError, isUnreachable, messageOf } from "./indexing-error.js";
 import { parseInterval } from "./interval.js";
-import { isUnreachable } from "./pipeline/bulk-sender.js";
 import { lastRuns } from "./index-runs.js";
 import { measureDrift } from "./index-status.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
