@@ -2,6 +2,7 @@ import type { ApiHints } from "../server/openapi/api-hints.js";
 import type { BatchStatus } from "./batch/batch-log.js";
 import { DEFAULT_CHUNK_SIZE } from "./batch/chunk-size.js";
 import type { IndexingMode } from "./goods-rows.js";
+import { DEFAULT_LOG_LIMIT, MAX_LOG_LIMIT } from "./indexing-service.js";
 
 // What IndexingService's code knows beyond the protos (src/server/openapi/api-hints.ts).
 
@@ -14,6 +15,7 @@ export const INDEXING_API_HINTS: ApiHints = {
     "search.v1.RunProductBatchRequest.interval_minutes": { minimum: 1 },
     "search.v1.RunProductBatchRequest.chunk_size": { default: DEFAULT_CHUNK_SIZE },
     "search.v1.BatchExecutionResponse.status": { enum: [...BATCH_STATUSES] },
+    "search.v1.ListBatchLogsRequest.limit": { minimum: 1, maximum: MAX_LOG_LIMIT, default: DEFAULT_LOG_LIMIT },
   },
   errors: {
     "search.v1.IndexingService.IndexGoods": [409],

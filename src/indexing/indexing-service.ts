@@ -30,8 +30,8 @@ export interface IndexingServiceDeps {
   batchLogs: BatchLogStore;
 }
 
-const DEFAULT_LOG_LIMIT = 20;
-const MAX_LOG_LIMIT = 1000;
+export const DEFAULT_LOG_LIMIT = 20;
+export const MAX_LOG_LIMIT = 1000;
 
 /** Every IndexingService RPC; each one is a thin call into the module that does its job. */
 export function createIndexingService(deps: IndexingServiceDeps): ServiceImpl<typeof IndexingService> {
