@@ -3,11 +3,14 @@ import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { Config } from "./config.js";
 import type { CreationHooks } from "./gpu/creation.js";
+import { GPU_API_HINTS } from "./gpu/api-hints.js";
 import { createGpuModule } from "./gpu/gpu-module.js";
 import type { Marketplace } from "./gpu/marketplace/marketplace.js";
+import { INDEXING_API_HINTS } from "./indexing/api-hints.js";
 import { createIndexingModule } from "./indexing/indexing-module.js";
 import { createAppHandler, type NodeHandler, type ServiceRegistration } from "./server/app.js";
 import { createMetrics, type Metrics } from "./server/metrics.js";
+import { mergeApiHints } from "./server/openapi/api-hints.js";
 
 export interface AppDeps {
   config: Config;
@@ -49,6 +52,7 @@ export function createApp(deps: AppDeps): App {
     authTokens: config.authTokens,
     maxBodyBytes: config.maxBodyBytes,
     metrics,
+    apiHints: mergeApiHints(GPU_API_HINTS, INDEXING_API_HINTS),
     readiness: {
       database: async () => {
         await knex.raw("select 1");

@@ -119,7 +119,7 @@ async function completeOrRelease(
     throw new OperationFailedError(`The creation of '${record.instanceId}' was settled elsewhere as ${current?.status ?? "missing"}`);
   } catch (err) {
     const reason = err instanceof DomainError ? err.message : "the record could not be completed";
-    ctx.logger.error({ err, instanceId: record.instanceId }, "creation not completed; destroying the rented machine");
+    ctx.logger.error({ err, instance_id: record.instanceId }, "creation not completed; destroying the rented machine");
     await releaseMachine(ctx, record, market, reason, started);
     throw err;
   }

@@ -44,7 +44,7 @@ export async function destroyRecord(
     try {
       await ctx.marketplace.destroyInstance(record.marketInstanceId);
     } catch (err) {
-      ctx.logger.warn({ err, instanceId: record.instanceId }, "marketplace did not confirm a destroy");
+      ctx.logger.warn({ err, instance_id: record.instanceId }, "marketplace did not confirm a destroy");
       await ctx.logs.append({
         instanceId: record.instanceId,
         operation,

@@ -22,7 +22,7 @@ export async function releaseMachine(
   try {
     await failCreation(ctx, record, `${reason}; the rented marketplace instance ${machine.id} is destroyed`, started, machine);
   } catch (err) {
-    ctx.logger.error({ err, instanceId: record.instanceId }, "could not mark a failed creation failed");
+    ctx.logger.error({ err, instance_id: record.instanceId }, "could not mark a failed creation failed");
   }
   const destroyStarted = Date.now();
   const error = await destroyWithRetries(ctx, machine.id);
@@ -38,7 +38,7 @@ export async function releaseMachine(
       success: error === undefined,
       metadata: { market_instance_id: machine.id, cost_per_hour: machine.dphTotal, reason },
     })
-    .catch((err: unknown) => ctx.logger.error({ err, instanceId: record.instanceId }, "could not log the destroy of a failed creation"));
+    .catch((err: unknown) => ctx.logger.error({ err, instance_id: record.instanceId }, "could not log the destroy of a failed creation"));
 }
 
 /** Undefined once the marketplace confirmed; the last error when every attempt failed. */

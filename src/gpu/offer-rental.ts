@@ -45,7 +45,7 @@ export async function rentOffer(ctx: GpuContext, request: RentalRequest): Promis
         await failCreation(ctx, record, error.message, request.started);
         throw error;
       }
-      ctx.logger.info({ instanceId: record.instanceId, offerId: taken }, "offer rented by someone else meanwhile; trying the next one");
+      ctx.logger.info({ instance_id: record.instanceId, offer_id: taken }, "offer rented by someone else meanwhile; trying the next one");
     }
   }
 }

@@ -61,7 +61,7 @@ export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncL
       for (let record = queue.shift(); record; record = queue.shift()) {
         await syncRecord(ctx, record, byId.get(record.marketInstanceId ?? ""))
           .then(({ record: synced }) => enforceLimits(ctx, synced))
-          .catch((err: unknown) => ctx.logger.warn({ err, instanceId: record.instanceId }, "status sync failed; retrying next round"));
+          .catch((err: unknown) => ctx.logger.warn({ err, instance_id: record.instanceId }, "status sync failed; retrying next round"));
       }
     };
     await Promise.all(Array.from({ length: Math.min(concurrency, records.length) }, worker));

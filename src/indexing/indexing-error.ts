@@ -1,3 +1,5 @@
+import { errors } from "@elastic/elasticsearch";
+import { UnavailableError } from "../errors.js";
 // Failures of an indexing run, each tagged with the contract's error code (SPEC.md section 3) so
 // that the REST body, the batch log and the logs all carry the same `code`.
 
@@ -19,4 +21,19 @@ export class IndexingError extends Error {
 /** The text of any thrown value, for messages and logs. */
 export function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
+}
+
+/** Whether Elasticsearch could not be reached at all (as opposed to answering with an error). */
+export function isUnreachable(err: unknown): boolean {
+  return err instanceof errors.ConnectionError || err instanceof errors.TimeoutError || err instanceof errors.NoLivingConnectionsError;
+}
+
+/**
+ * The code a failed run is logged and counted under (metric label `outcome`): its IndexingError
+ * code, UNAVAILABLE when a dependency could not be reached, INTERNAL for anything unexpected.
+ */
+export function errorCodeOf(err: unknown): string {
+  if (err instanceof IndexingError) return err.code;
+  if (err instanceof UnavailableError || isUnreachable(err)) return "UNAVAILABLE";
+  return "INTERNAL";
 }

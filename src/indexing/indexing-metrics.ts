@@ -20,7 +20,7 @@ export interface IndexingMetrics {
 export function createIndexingMetrics(registry: Registry, jobLock: Pick<JobLock, "current">): IndexingMetrics {
   const runs = new Counter({
     name: "indexing_runs_total",
-    help: "Indexing runs by mode and outcome (ok, or the error code)",
+    help: "Indexing runs by mode and outcome: ok, or the error code (e.g. BULK_FAILED, UNAVAILABLE, INTERNAL)",
     labelNames: ["mode", "outcome"],
     registers: [registry],
   });

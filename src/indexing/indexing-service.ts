@@ -10,9 +10,8 @@ import { DomainError, InvalidInputError, OperationFailedError, UnavailableError 
 import type { BatchLogStore } from "./batch/batch-log.js";
 import { batchLogMessage } from "./batch/batch-log-message.js";
 import type { BatchService } from "./batch/batch-service.js";
-import { IndexingError, messageOf } from "./indexing-error.js";
+import { IndexingError, isUnreachable, messageOf } from "./indexing-error.js";
 import { parseInterval } from "./interval.js";
-import { isUnreachable } from "./pipeline/bulk-sender.js";
 import { lastRuns } from "./index-runs.js";
 import { measureDrift } from "./index-status.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
@@ -31,8 +30,8 @@ export interface IndexingServiceDeps {
   batchLogs: BatchLogStore;
 }
 
-const DEFAULT_LOG_LIMIT = 20;
-const MAX_LOG_LIMIT = 1000;
+export const DEFAULT_LOG_LIMIT = 20;
+export const MAX_LOG_LIMIT = 1000;
 
 /** Every IndexingService RPC; each one is a thin call into the module that does its job. */
 export function createIndexingService(deps: IndexingServiceDeps): ServiceImpl<typeof IndexingService> {

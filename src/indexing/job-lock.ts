@@ -56,7 +56,7 @@ export function createJobLock({ databaseUrl, logger }: JobLockOptions): JobLock 
         try {
           return await work(controller.signal);
         } finally {
-          await release().catch((err: unknown) => logger.warn({ err, jobName }, "releasing the advisory lock failed"));
+          await release().catch((err: unknown) => logger.warn({ err, job: jobName }, "releasing the advisory lock failed"));
         }
       } finally {
         running = undefined;

@@ -14,7 +14,7 @@ import {
 import { goodsItem, goodsQuery, removalItem, removalQuery, type GoodsKey, type GoodsRow, type IndexingMode, type RemovalRow } from "./goods-rows.js";
 import { databaseNow, recordRun } from "./index-runs.js";
 import { measureDrift } from "./index-status.js";
-import { IndexingError, messageOf } from "./indexing-error.js";
+import { errorCodeOf, IndexingError, messageOf } from "./indexing-error.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
 import type { BulkItem, BulkStats } from "./pipeline/bulk-sender.js";
 import { runPipeline, type PipelineResult } from "./pipeline/pipeline.js";
@@ -110,9 +110,13 @@ export async function runGoodsIndexing(options: GoodsIndexingOptions): Promise<I
       },
       "indexing finished",
     );
+    logger.debug(
+      { max_reader_buffered: result.maxReaderBuffered, max_channel_size: result.maxChannelSize, max_rows_held: result.maxRowsHeld },
+      "indexing pipeline high-water marks",
+    );
     return result;
   } catch (err) {
-    const code = err instanceof IndexingError ? err.code : "error";
+    const code = errorCodeOf(err);
     options.metrics?.runFailed(mode, code);
     logger.error({ err, code, elapsed_ms: Math.round(performance.now() - started) }, "indexing failed");
     await record(options, logger, { success: false, startedAt });

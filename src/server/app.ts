@@ -5,6 +5,8 @@ import { createAuthInterceptor, createTokenCheck, UNAUTHENTICATED_MESSAGE } from
 import { createErrorInterceptor } from "./error-interceptor.js";
 import { createHealthHandler, type ReadinessChecks } from "./health.js";
 import type { Metrics } from "./metrics.js";
+import type { ApiHints } from "./openapi/api-hints.js";
+import { createApiDocs } from "./openapi/api-docs.js";
 import { createInProcessCaller } from "./rest/in-process-caller.js";
 import { createRpcHandler } from "./rpc-handler.js";
 import { createRestHandler, sendJson, type NodeRequest, type NodeResponse } from "./rest/rest-handler.js";
@@ -29,14 +31,17 @@ export interface AppOptions {
   readiness: ReadinessChecks;
   maxBodyBytes: number;
   metrics: Metrics;
+  /** What the services' code knows about their REST contract beyond the protos (OpenAPI document). */
+  apiHints?: ApiHints;
 }
 
 export type NodeHandler = (req: NodeRequest, res: NodeResponse) => void;
 
 /**
  * One Node request handler for everything the port serves: Connect, gRPC and gRPC-Web through
- * the RPC handler (rpc-handler.ts), and, for anything it does not match, health checks, metrics
- * and the REST routes derived from the google.api.http annotations.
+ * the RPC handler (rpc-handler.ts), and, for anything it does not match, health checks, metrics,
+ * the API docs (/openapi.json, /docs) and the REST routes derived from the google.api.http
+ * annotations.
  */
 export function createAppHandler(options: AppOptions): NodeHandler {
   const { services, logger, metrics } = options;
@@ -46,6 +51,11 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     for (const service of services) service.route(router);
   };
   const handleHealth = createHealthHandler(options.readiness);
+  const apiDocs = createApiDocs({
+    services: services.map((s) => s.desc),
+    hints: options.apiHints ?? {},
+    authEnabled: options.authTokens.length > 0,
+  });
   const handleRest = createRestHandler({
     services: services.map((s) => s.desc),
     call: createInProcessCaller(services, interceptors),
@@ -67,6 +77,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
       res.end(body);
       return path;
     }
+    if (apiDocs.handle(req, res, path)) return path.startsWith("/docs/") ? "/docs/*" : path;
     const route = await handleRest(req, res);
     if (route !== undefined) return route;
     sendJson(res, 404, { detail: `no route for ${req.method} ${path}` });

@@ -92,7 +92,7 @@ export function createMarketplaceHttp(options: MarketplaceHttpOptions): Marketpl
         throw new UnavailableError(`The marketplace is unavailable: ${what} (${attemptNo + 1} attempts)`);
       }
       const delayMs = waitMs ?? jitter(Math.min(maxBackoffMs, backoffMs * 2 ** attemptNo));
-      logger?.warn({ method, path: url.pathname, attempt: attemptNo + 1, outcome: what, delayMs }, "marketplace call retried");
+      logger?.warn({ method, path: url.pathname, attempt: attemptNo + 1, outcome: what, delay_ms: delayMs }, "marketplace call retried");
       await sleep(delayMs, undefined, call.signal ? { signal: call.signal } : undefined);
     }
   };

@@ -1,5 +1,5 @@
 import { errors, type Client } from "@elastic/elasticsearch";
-import { IndexingError, messageOf } from "../indexing-error.js";
+import { IndexingError, isUnreachable, messageOf } from "../indexing-error.js";
 
 // Sends documents to Elasticsearch in bulk requests bounded by document count and by bytes, with
 // at most `concurrency` requests in flight; the reading loop waits for a free slot, so a slow
@@ -162,10 +162,6 @@ async function sendOnce<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions
 function drop<Meta>(entry: Entry<Meta>, failure: BulkFailure, options: BulkSenderOptions<Meta>, stats: BulkStats): void {
   stats.failed++;
   options.onDrop?.({ id: entry.id, meta: entry.meta }, failure);
-}
-
-export function isUnreachable(err: unknown): boolean {
-  return err instanceof errors.ConnectionError || err instanceof errors.TimeoutError || err instanceof errors.NoLivingConnectionsError;
 }
 
 function describe(err: unknown): string {

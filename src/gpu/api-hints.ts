@@ -1,0 +1,56 @@
+import type { JsonObject } from "@bufbuild/protobuf";
+import type { ApiHints } from "../server/openapi/api-hints.js";
+import { MARKET_STATUSES } from "./marketplace/marketplace.js";
+import { DEFAULT_LIMIT, MAX_LIMIT, OFFER_SORT_KEYS } from "./offers.js";
+import { INSTANCE_SORT_KEYS } from "./page-token.js";
+import { STORED_STATUSES } from "./status.js";
+import { listTemplates } from "./templates.js";
+
+// What GpuService's validation enforces beyond the protos, from the constants it enforces it with
+// (src/server/openapi/api-hints.ts).
+
+const limit: JsonObject = { minimum: 1, maximum: MAX_LIMIT, default: DEFAULT_LIMIT };
+const nonNegative: JsonObject = { minimum: 0 };
+const templateNames: JsonObject = { examples: listTemplates().map((t) => t.name) };
+
+/** The keys custom_config accepts (custom-config.ts), with the bounds it checks. */
+export const CUSTOM_CONFIG_SCHEMA: JsonObject = {
+  type: "object",
+  properties: {
+    llm_max_model_len: { type: "integer", exclusiveMinimum: 0, maximum: 2 ** 31 - 1, description: "Only with a template." },
+    llm_gpu_memory_utilization: { type: "number", exclusiveMinimum: 0, maximum: 1, description: "Only with a template." },
+    auto_destroy: { type: "boolean", description: "Destroy the instance as soon as it is seen exited." },
+  },
+  additionalProperties: false,
+};
+
+export const GPU_API_HINTS: ApiHints = {
+  fields: {
+    "gpu.v1.ListOffersRequest.max_price": nonNegative,
+    "gpu.v1.SearchOffersRequest.max_price": nonNegative,
+    "gpu.v1.SearchOffersRequest.min_gpu_ram": nonNegative,
+    "gpu.v1.SearchOffersRequest.num_gpus": { minimum: 1 },
+    "gpu.v1.SearchOffersRequest.sort_by": { enum: [...OFFER_SORT_KEYS], default: "price" },
+    "gpu.v1.SearchOffersRequest.limit": limit,
+    "gpu.v1.SortInfo.sort_by": { enum: [...OFFER_SORT_KEYS] },
+    "gpu.v1.SortInfo.order": { enum: ["ascending", "descending"] },
+    "gpu.v1.GetTemplateRequest.template_name": templateNames,
+    "gpu.v1.CreateInstanceFromTemplateRequest.template_name": templateNames,
+    "gpu.v1.CreateInstanceRequest.template_name": templateNames,
+    "gpu.v1.FromTemplateBody.custom_config": CUSTOM_CONFIG_SCHEMA,
+    "gpu.v1.CreateInstanceRequest.custom_config": CUSTOM_CONFIG_SCHEMA,
+    "gpu.v1.Instance.status": { enum: [...STORED_STATUSES] },
+    "gpu.v1.ListInstancesRequest.status_filter": { enum: [...STORED_STATUSES] },
+    "gpu.v1.ListInstancesRequest.sort_by": { enum: [...INSTANCE_SORT_KEYS], default: "created_at" },
+    "gpu.v1.ListInstancesRequest.limit": limit,
+    "gpu.v1.BasicStatus.status": { enum: [...MARKET_STATUSES] },
+    "gpu.v1.EnhancedBasicStatus.status": { enum: [...MARKET_STATUSES] },
+    "gpu.v1.DbInfo.status": { enum: [...STORED_STATUSES] },
+    "gpu.v1.ListInstanceLogsRequest.limit": limit,
+  },
+  requiredParams: ["gpu.v1.CreateInstanceFromTemplateRequest.template_name"],
+  errors: {
+    "gpu.v1.GpuService.CreateInstanceFromTemplate": [404, 409, 429],
+    "gpu.v1.GpuService.CreateInstance": [404, 409, 429],
+  },
+};
