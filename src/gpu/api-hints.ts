@@ -20,6 +20,8 @@ export const CUSTOM_CONFIG_SCHEMA: JsonObject = {
     llm_max_model_len: { type: "integer", exclusiveMinimum: 0, maximum: 2 ** 31 - 1, description: "Only with a template." },
     llm_gpu_memory_utilization: { type: "number", exclusiveMinimum: 0, maximum: 1, description: "Only with a template." },
     auto_destroy: { type: "boolean", description: "Destroy the instance as soon as it is seen exited." },
+    max_hours: { type: "number", exclusiveMinimum: 0, description: "The sync loop destroys the instance once its uptime reaches this many hours." },
+    max_cost: { type: "number", exclusiveMinimum: 0, description: "The sync loop destroys the instance once its total cost reaches this many dollars." },
   },
   additionalProperties: false,
 };

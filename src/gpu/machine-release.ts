@@ -51,7 +51,7 @@ async function destroyWithRetries(ctx: GpuContext, marketInstanceId: string): Pr
       return undefined;
     } catch (err) {
       last = err instanceof Error ? err : new Error(String(err));
-      ctx.logger.warn({ err, marketInstanceId }, "marketplace did not confirm the destroy of a failed creation's instance");
+      ctx.logger.warn({ err, market_instance_id: marketInstanceId }, "marketplace did not confirm the destroy of a failed creation's instance");
     }
   }
   return last;

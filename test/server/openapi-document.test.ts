@@ -1,5 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
+import { CUSTOM_CONFIG_SCHEMA } from "../../src/gpu/api-hints.js";
+import { CUSTOM_CONFIG_KEYS } from "../../src/gpu/custom-config.js";
 import type { ApiHints } from "../../src/server/openapi/api-hints.js";
 import { createOpenApiDocument } from "../../src/server/openapi/openapi-document.js";
 import { loadProtoComments } from "../../src/server/openapi/proto-comments.js";
@@ -19,6 +21,10 @@ describe("proto comments", () => {
 });
 
 describe("API hints", () => {
+  it("document exactly the custom_config keys the service accepts", () => {
+    expect(Object.keys(CUSTOM_CONFIG_SCHEMA.properties as object).sort()).toEqual([...CUSTOM_CONFIG_KEYS].sort());
+  });
+
   it("must name fields and methods that exist, so they cannot outlive what they describe", () => {
     expect(() => build({ fields: { "gpu.v1.SearchOffersRequest.limt": { minimum: 1 } } })).toThrow(/gpu.v1.SearchOffersRequest.limt/);
     expect(() => build({ requiredParams: ["gpu.v1.Nope.x"] })).toThrow(/gpu.v1.Nope.x/);

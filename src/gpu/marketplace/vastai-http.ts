@@ -90,7 +90,7 @@ export function createVastHttp(options: VastHttpOptions): VastHttp {
         throw new UnavailableError(`vast.ai is unavailable: ${what}${bodyText(outcome)} (${attemptNo + 1} attempts)`);
       }
       const delayMs = jitter(Math.min(options.maxBackoffMs, options.backoffMs * 2 ** attemptNo));
-      options.logger?.warn({ endpoint: call.endpoint, attempt: attemptNo + 1, outcome: what, delayMs }, "vast.ai call retried");
+      options.logger?.warn({ endpoint: call.endpoint, attempt: attemptNo + 1, outcome: what, delay_ms: delayMs }, "vast.ai call retried");
       await sleep(delayMs, undefined, call.signal ? { signal: call.signal } : undefined);
     }
   };
