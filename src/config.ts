@@ -1,3 +1,4 @@
+import { accessSync, constants as fsConstants } from "node:fs";
 import { validate as validateCron } from "node-cron";
 
 // Configuration is read from the environment once, validated, and frozen. A bad variable fails
@@ -90,6 +91,10 @@ const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"
 
 export function loadConfig(env: Env = process.env): Config {
   const authTokens = list(env, "AUTH_TOKENS");
+  // Unset means "no auth, loopback only"; set to nothing but separators is a mistake, not a choice.
+  if (env.AUTH_TOKENS !== undefined && authTokens.length === 0) {
+    throw new ConfigError("AUTH_TOKENS is set but holds no token (unset it to run without auth on loopback)");
+  }
   const requestedHost = text(env, "HOST") ?? (authTokens.length > 0 ? "0.0.0.0" : "127.0.0.1");
   const config: Config = {
     port: integer(env, "PORT", 8080, 0, 65535),
@@ -114,6 +119,8 @@ export function loadConfig(env: Env = process.env): Config {
   if ((config.tlsCertFile === undefined) !== (config.tlsKeyFile === undefined)) {
     throw new ConfigError("TLS_CERT_FILE and TLS_KEY_FILE must be set together");
   }
+  readableFile("TLS_CERT_FILE", config.tlsCertFile);
+  readableFile("TLS_KEY_FILE", config.tlsKeyFile);
   return Object.freeze(config);
 }
 
@@ -213,6 +220,16 @@ function indexName(env: Env, name: string, fallback: string): string {
     throw new ConfigError(`${name} must be a lower-case Elasticsearch index name, got '${value}'`);
   }
   return value;
+}
+
+/** Checked at start-up, before any migration runs, so that a typo is named instead of failing later. */
+function readableFile(name: string, path: string | undefined): void {
+  if (path === undefined) return;
+  try {
+    accessSync(path, fsConstants.R_OK);
+  } catch (err) {
+    throw new ConfigError(`${name} cannot be read: ${(err as NodeJS.ErrnoException).code ?? "error"} ${path}`);
+  }
 }
 
 function url(env: Env, name: string, protocols: string[]): string | undefined {

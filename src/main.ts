@@ -2,6 +2,7 @@ import { Client } from "@elastic/elasticsearch";
 import { createApp } from "./app.js";
 import { ConfigError, hostNarrowedToLoopback, loadConfig } from "./config.js";
 import { startEmbeddedPostgres } from "./db/embedded-postgres.js";
+import { databaseErrorText } from "./db/database-errors.js";
 import { createKnex, migrateToLatest } from "./db/knex.js";
 import { createMarketplace } from "./gpu/marketplace/index.js";
 import { createLogger, redactUrl } from "./logger.js";
@@ -32,7 +33,12 @@ async function main(): Promise<void> {
   const databaseUrl = config.databaseUrl ?? embedded!.url;
   logger.info({ database: embedded ? `embedded (${config.dataDir})` : redactUrl(databaseUrl) }, "database");
   const knex = createKnex(databaseUrl, { poolMax: embedded ? 1 : 10, logger });
-  await migrateToLatest(knex);
+  try {
+    await migrateToLatest(knex);
+  } catch (err) {
+    const where = embedded ? `the embedded database (${config.dataDir})` : `DATABASE_URL (${redactUrl(databaseUrl)})`;
+    throw new Error(`${where} unreachable or not migratable: ${databaseErrorText(err)} ${firstLine(err)}`);
+  }
 
   const elasticsearch = new Client({ node: config.elasticsearchUrl, requestTimeout: 60_000, maxRetries: 2 });
   const marketplace = createMarketplace(config, logger);
@@ -67,6 +73,10 @@ async function main(): Promise<void> {
   };
   process.once("SIGTERM", () => void shutdown("SIGTERM"));
   process.once("SIGINT", () => void shutdown("SIGINT"));
+}
+
+function firstLine(err: unknown): string {
+  return (err instanceof Error ? err.message : String(err)).split("\n", 1)[0]!.slice(0, 200);
 }
 
 main().catch((err: unknown) => {

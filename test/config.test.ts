@@ -23,6 +23,10 @@ describe("loadConfig", () => {
     [{ ELASTICSEARCH_URL: "not a url" }, /ELASTICSEARCH_URL is not a valid URL/],
     [{ LOG_LEVEL: "loud" }, /LOG_LEVEL must be one of/],
     [{ TLS_CERT_FILE: "cert.pem" }, /TLS_CERT_FILE and TLS_KEY_FILE/],
+    [{ TLS_CERT_FILE: "/nonexistent/cert.pem", TLS_KEY_FILE: "/nonexistent/key.pem" }, /^TLS_CERT_FILE cannot be read: ENOENT \/nonexistent\/cert.pem$/],
+    [{ AUTH_TOKENS: "," }, /AUTH_TOKENS is set but holds no token/],
+    [{ AUTH_TOKENS: "" }, /AUTH_TOKENS is set but holds no token/],
+    [{ AUTH_TOKENS: " , ,, " }, /AUTH_TOKENS is set but holds no token/],
   ])("fails on %o with a message naming the variable", (env, message) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(message);

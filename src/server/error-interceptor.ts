@@ -2,6 +2,7 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { StructSchema } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
+import { databaseErrorText, isDatabaseUnavailable } from "../db/database-errors.js";
 import {
   ConflictError,
   DomainError,
@@ -51,6 +52,11 @@ export function toConnectError(err: unknown, logger: Logger, rpc: string): Conne
       ? [{ desc: StructSchema, value: fromJson(StructSchema, err.extra as JsonObject) }]
       : [];
     return new ConnectError(err.message, code, undefined, details, err);
+  }
+  if (isDatabaseUnavailable(err)) {
+    // Expected while PostgreSQL restarts or refuses connections: one line, no stack, no SQL.
+    logger.warn({ rpc, database: databaseErrorText(err) }, "database unavailable");
+    return new ConnectError("the database is unavailable; try again shortly", Code.Unavailable);
   }
   if (isUnstorableTextError(err)) {
     return new ConnectError("the request contains text the database cannot store (such as a NUL character)", Code.InvalidArgument);
