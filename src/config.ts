@@ -1,5 +1,6 @@
 import { accessSync, constants as fsConstants } from "node:fs";
 import { validate as validateCron } from "node-cron";
+import { DEFAULT_TIMEOUTS, type ConnectionTimeouts } from "./server/listen.js";
 
 // Configuration is read from the environment once, validated, and frozen. A bad variable fails
 // start-up with a message naming it.
@@ -22,6 +23,8 @@ export interface Config {
   readonly tlsKeyFile: string | undefined;
   /** Largest accepted REST request body, in bytes. */
   readonly maxBodyBytes: number;
+  /** When slow or idle clients are cut off (src/server/listen.ts). */
+  readonly timeouts: ConnectionTimeouts;
   readonly marketplace: MarketplaceConfig;
   readonly gpu: GpuConfig;
 }
@@ -109,6 +112,12 @@ export function loadConfig(env: Env = process.env): Config {
     tlsCertFile: text(env, "TLS_CERT_FILE"),
     tlsKeyFile: text(env, "TLS_KEY_FILE"),
     maxBodyBytes: integer(env, "MAX_BODY_BYTES", 1024 * 1024, 1, 64 * 1024 * 1024),
+    timeouts: Object.freeze({
+      headersMs: integer(env, "HTTP_HEADERS_TIMEOUT_MS", DEFAULT_TIMEOUTS.headersMs, 100, 600_000),
+      requestMs: integer(env, "HTTP_REQUEST_TIMEOUT_MS", DEFAULT_TIMEOUTS.requestMs, 100, 3_600_000),
+      keepAliveMs: integer(env, "HTTP_KEEP_ALIVE_TIMEOUT_MS", DEFAULT_TIMEOUTS.keepAliveMs, 100, 600_000),
+      http2IdleMs: integer(env, "HTTP2_IDLE_TIMEOUT_MS", DEFAULT_TIMEOUTS.http2IdleMs, 100, 86_400_000),
+    }),
     marketplace: marketplaceConfig(env),
     gpu: Object.freeze({
       statusSyncMs: integer(env, "GPU_STATUS_SYNC_MS", 15_000, 10, 86_400_000),

@@ -48,6 +48,7 @@ async function main(): Promise<void> {
     host: config.host,
     port: config.port,
     tls: config.tlsCertFile && config.tlsKeyFile ? { certFile: config.tlsCertFile, keyFile: config.tlsKeyFile } : undefined,
+    timeouts: config.timeouts,
   });
   await app.start();
   logger.info({ url: server.url, elasticsearch: redactUrl(config.elasticsearchUrl) }, "listening");
