@@ -4,12 +4,12 @@ import { parseArgs } from "node:util";
 import { Client } from "@elastic/elasticsearch";
 import pino from "pino";
 import { createKnex, migrateToLatest } from "../src/db/knex.js";
-import { sendBulks, type BulkItem } from "../src/indexing/bulk-sender.js";
+import { sendBulks, type BulkItem } from "../src/indexing/pipeline/bulk-sender.js";
 import { generateGoods } from "../src/indexing/goods-generator.js";
 import { GOODS_MAPPING } from "../src/indexing/goods-index.js";
 import { goodsItem, goodsQuery, type GoodsKey, type GoodsRow } from "../src/indexing/goods-rows.js";
 import { runGoodsIndexing } from "../src/indexing/modes.js";
-import { readRows } from "../src/indexing/row-reader.js";
+import { readRows } from "../src/indexing/pipeline/row-reader.js";
 import { admin, databaseUrl } from "./support.js";
 
 // npm run bench:index [-- --rows N]

@@ -1,6 +1,6 @@
 import { errors, type Client } from "@elastic/elasticsearch";
 import { UnavailableError } from "../errors.js";
-import { isUnreachable } from "./bulk-sender.js";
+import { isUnreachable } from "./pipeline/bulk-sender.js";
 import { IndexingError } from "./indexing-error.js";
 
 // The goods index: explicit mapping, created when missing, and the settings dance of full mode.

@@ -1,7 +1,7 @@
 // Failures of an indexing run, each tagged with the contract's error code (SPEC.md section 3) so
 // that the REST body, the batch log and the logs all carry the same `code`.
 
-export type IndexingErrorCode = "OPTIMIZE_FAILED" | "DB_STREAM_ERROR" | "FINALIZE_FAILED" | "BULK_FAILED";
+export type IndexingErrorCode = "OPTIMIZE_FAILED" | "DB_STREAM_ERROR" | "FINALIZE_FAILED" | "BULK_FAILED" | "ALIAS_SWAP_FAILED";
 
 export class IndexingError extends Error {
   readonly code: IndexingErrorCode;

@@ -13,7 +13,16 @@ export function createIndexingModule(deps: ModuleDeps): ServiceModule {
   const jobLock = createJobLock({ databaseUrl: config.databaseUrl, logger });
   const metrics = createIndexingMetrics(deps.metrics.registry, jobLock);
   const batch = createBatchWiring({ knex, elasticsearch, logger, indexing: config.indexing, batch: config.batch, jobLock, metrics });
-  const service = createIndexingService({ knex, elasticsearch, logger, indexing: config.indexing, jobLock, metrics }, batch.rpcs);
+  const service = createIndexingService({
+    knex,
+    elasticsearch,
+    logger,
+    indexing: config.indexing,
+    jobLock,
+    metrics,
+    batch: batch.batch,
+    batchLogs: batch.logs,
+  });
   return {
     service: registration(IndexingService, service),
     async start() {

@@ -5,7 +5,10 @@ import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { IndexGoodsResponseSchema, IndexingService } from "../../gen/search/v1/indexing_service_pb.js";
 import type { IndexingConfig } from "../config.js";
-import { DomainError, OperationFailedError, UnavailableError } from "../errors.js";
+import { DomainError, InvalidInputError, OperationFailedError, UnavailableError } from "../errors.js";
+import type { BatchLogStore } from "./batch/batch-log.js";
+import { batchLogMessage } from "./batch/batch-log-message.js";
+import type { BatchService } from "./batch/batch-service.js";
 import { IndexingError, messageOf } from "./indexing-error.js";
 import { parseInterval } from "./interval.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
@@ -20,12 +23,15 @@ export interface IndexingServiceDeps {
   /** The one lock of every indexing job and the batch. */
   jobLock: JobLock;
   metrics?: IndexingMetrics;
+  batch: BatchService;
+  batchLogs: BatchLogStore;
 }
 
-type IndexingRpcs = Partial<ServiceImpl<typeof IndexingService>>;
+const DEFAULT_LOG_LIMIT = 20;
+const MAX_LOG_LIMIT = 1000;
 
-/** IndexingService RPCs; the batch RPCs are spread in from src/indexing/batch/. */
-export function createIndexingService(deps: IndexingServiceDeps, batchRpcs: IndexingRpcs = {}): IndexingRpcs {
+/** Every IndexingService RPC; each one is a thin call into the module that does its job. */
+export function createIndexingService(deps: IndexingServiceDeps): ServiceImpl<typeof IndexingService> {
   return {
     async indexGoods(request) {
       const { mode, intervalMinutes } = parseInterval(request.interval);
@@ -47,7 +53,14 @@ export function createIndexingService(deps: IndexingServiceDeps, batchRpcs: Inde
       );
       return indexGoodsResponse(result, deps.indexing.goodsIndex);
     },
-    ...batchRpcs,
+    runProductBatch: (req) => deps.batch.run({ intervalMinutes: req.intervalMinutes, chunkSize: req.chunkSize }),
+    async listBatchLogs(req) {
+      const limit = req.limit ?? DEFAULT_LOG_LIMIT;
+      if (limit < 1 || limit > MAX_LOG_LIMIT) {
+        throw new InvalidInputError(`limit must be from 1 to ${MAX_LOG_LIMIT}, got ${limit}`, { extra: { field: "limit" } });
+      }
+      return { logs: (await deps.batchLogs.list(limit)).map(batchLogMessage) };
+    },
   };
 }
 

@@ -3,13 +3,13 @@ import type { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
 import { AcceptedKeysStore } from "./accepted-keys-store.js";
-import { isUnreachable, type BulkStats } from "./bulk-sender.js";
+import { isUnreachable, type BulkStats } from "./pipeline/bulk-sender.js";
 import { ensureGoodsIndex, optimizeForBulk, restoreAfterBulk, restoreIfLeftOptimized } from "./goods-index.js";
 import { goodsItem, goodsQuery, type GoodsKey, type GoodsRow, type IndexingMode } from "./goods-rows.js";
 import { IndexingError, messageOf } from "./indexing-error.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
-import { runPipeline, type PipelineResult } from "./pipeline.js";
-import { readRows } from "./row-reader.js";
+import { runPipeline, type PipelineResult } from "./pipeline/pipeline.js";
+import { readRows } from "./pipeline/row-reader.js";
 
 // The indexing modes over the one pipeline, without any lock: callers (the IndexGoods RPC, the
 // batch, the cron runner) take the job lock around it.

@@ -9,14 +9,17 @@ import { createInProcessCaller } from "./rest/in-process-caller.js";
 import { createRpcHandler } from "./rpc-handler.js";
 import { createRestHandler, sendJson, type NodeRequest, type NodeResponse } from "./rest/rest-handler.js";
 
-export interface ServiceRegistration<T extends DescService = DescService> {
-  desc: T;
-  /** RPCs left out answer `unimplemented` (HTTP 501). */
-  impl: Partial<ServiceImpl<T>>;
+export interface ServiceRegistration {
+  desc: DescService;
+  /** The RPC implementations by local name, for the in-process REST caller. */
+  impl: object;
+  /** Registers the implementation on the Connect router, typed against its own descriptor. */
+  route(router: ConnectRouter): void;
 }
 
+/** RPCs left out answer `unimplemented` (HTTP 501); the product's services implement every one. */
 export function registration<T extends DescService>(desc: T, impl: Partial<ServiceImpl<T>>): ServiceRegistration {
-  return { desc, impl } as unknown as ServiceRegistration;
+  return { desc, impl, route: (router) => router.service(desc, impl) };
 }
 
 export interface AppOptions {
@@ -40,7 +43,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
   const isAuthorized = createTokenCheck(options.authTokens);
   const interceptors: Interceptor[] = [createErrorInterceptor(logger), createAuthInterceptor(isAuthorized)];
   const routes = (router: ConnectRouter) => {
-    for (const { desc, impl } of services) router.service(desc, impl);
+    for (const service of services) service.route(router);
   };
   const handleHealth = createHealthHandler(options.readiness);
   const handleRest = createRestHandler({

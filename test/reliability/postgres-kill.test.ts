@@ -55,7 +55,7 @@ describe("PostgreSQL connection killed mid-stream", () => {
 
     expect(killed.status).toBe(500);
     expect(killed.body).toMatchObject({ code: "DB_STREAM_ERROR" });
-    expect(killed.body.detail).toBe("DB_STREAM_ERROR: reading goods rows from the database failed");
+    expect(killed.body.detail).toBe("DB_STREAM_ERROR: reading rows from the database failed");
     const partial = await documentCount(es, index);
     expect(partial).toBeGreaterThan(0);
     expect(partial).toBeLessThan(ELIGIBLE);

@@ -7,12 +7,12 @@ import type { JobLock } from "../job-lock.js";
 import { runGoodsIndexing } from "../modes.js";
 import { createCronRunner, type CronJob, type CronRunner } from "../schedule.js";
 import { BatchLogStore } from "./batch-log.js";
-import { createBatchRpcs } from "./batch-rpc.js";
 import { PRODUCT_BATCH_JOB } from "./batch-record.js";
-import { createBatchService, type CursorIndexer } from "./batch-service.js";
+import { createBatchService, type BatchService, type CursorIndexer } from "./batch-service.js";
 
-// Builds the batch RPCs and the cron runner over the indexing module's dependencies and its job
-// lock, so that the module only has to spread the RPCs in and start and stop the runner.
+// Builds the batch service, its log store and the cron runner over the indexing module's
+// dependencies and its job lock, so that the module only has to hand them to IndexingService and
+// start and stop the runner.
 
 export interface BatchWiringDeps {
   knex: Knex;
@@ -24,7 +24,13 @@ export interface BatchWiringDeps {
   metrics?: IndexingMetrics;
 }
 
-export function createBatchWiring(deps: BatchWiringDeps): { rpcs: ReturnType<typeof createBatchRpcs>; cron: CronRunner } {
+export interface BatchWiring {
+  batch: BatchService;
+  logs: BatchLogStore;
+  cron: CronRunner;
+}
+
+export function createBatchWiring(deps: BatchWiringDeps): BatchWiring {
   const { knex, elasticsearch, logger, indexing, jobLock, metrics } = deps;
   const pipeline = {
     knex,
@@ -53,5 +59,5 @@ export function createBatchWiring(deps: BatchWiringDeps): { rpcs: ReturnType<typ
     },
   ];
   const cron = createCronRunner({ jobs: deps.batch.cronEnabled ? jobs : [], logger: logger.child({ component: "cron" }) });
-  return { rpcs: createBatchRpcs({ batch, logs }), cron };
+  return { batch, logs, cron };
 }

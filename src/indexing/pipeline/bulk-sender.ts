@@ -1,5 +1,5 @@
 import { errors, type Client } from "@elastic/elasticsearch";
-import { IndexingError, messageOf } from "./indexing-error.js";
+import { IndexingError, messageOf } from "../indexing-error.js";
 
 // Sends documents to Elasticsearch in bulk requests bounded by document count and by bytes, with
 // at most `concurrency` requests in flight; the reading loop waits for a free slot, so a slow

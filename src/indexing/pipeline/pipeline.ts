@@ -1,7 +1,7 @@
 import type { Logger } from "pino";
 import { emptyBulkStats, sendBulks, type BulkItem, type BulkSenderOptions, type BulkStats } from "./bulk-sender.js";
 import { createChannel } from "./channel.js";
-import { IndexingError } from "./indexing-error.js";
+import { IndexingError } from "../indexing-error.js";
 
 // The one indexing pipeline, generic over rows and documents: a reader (any async iterable of
 // rows) and a bulk sender run concurrently, joined by a bounded channel. Modes and the batch only
@@ -79,7 +79,7 @@ async function produce<Row, Meta>(
   } catch (err) {
     // A rejected push means the consumer stopped first; its error is the one to report.
     if (pushing) return undefined;
-    const error = new IndexingError("DB_STREAM_ERROR", "reading goods rows from the database failed", { cause: err });
+    const error = new IndexingError("DB_STREAM_ERROR", "reading rows from the database failed", { cause: err });
     channel.cancel(error);
     return error;
   }

@@ -1,9 +1,9 @@
 import { Client } from "@elastic/elasticsearch";
 import { afterAll, describe, expect, it } from "vitest";
-import { sendBulks, type BulkFailure, type BulkItem } from "../../src/indexing/bulk-sender.js";
-import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../support/elasticsearch.js";
-import { startThrottlingProxy } from "../support/throttling-proxy.js";
-import { documentCount } from "./helpers.js";
+import { sendBulks, type BulkFailure, type BulkItem } from "../../../src/indexing/pipeline/bulk-sender.js";
+import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../../support/elasticsearch.js";
+import { startThrottlingProxy } from "../../support/throttling-proxy.js";
+import { documentCount } from "../helpers.js";
 
 const es = createTestElasticsearch();
 const indices: string[] = [];

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { createChannel } from "../../src/indexing/channel.js";
+import { createChannel } from "../../../src/indexing/pipeline/channel.js";
 
 describe("bounded channel", () => {
   it("makes the producer wait while it is full and delivers every item in order", async () => {
