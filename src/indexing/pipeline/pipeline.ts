@@ -82,10 +82,15 @@ async function produce<Row, Meta>(
     // A rejected push means the consumer stopped first; its error is the one to report.
     if (stage === "pushing") return undefined;
     // A mapper that throws is a bug in the mapping, not a database failure: the run fails with it.
-    const error = stage === "mapping" ? err : new IndexingError("DB_STREAM_ERROR", "reading rows from the database failed", { cause: err });
+    const error =
+      stage === "mapping" ? toError(err) : new IndexingError("DB_STREAM_ERROR", "reading rows from the database failed", { cause: err });
     channel.cancel(error);
     return error;
   }
+}
+
+function toError(err: unknown): Error {
+  return err instanceof Error ? err : new Error(String(err));
 }
 
 function startProgressLog(logger: Logger, intervalMs: number, counters: { fetched: number }, stats: BulkStats): NodeJS.Timeout {
