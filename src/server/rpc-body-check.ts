@@ -25,7 +25,9 @@ export function withBodyCheck(handler: UniversalHandler, readMaxBytes: number): 
     try {
       bytes = await readAllBytes(req.body as AsyncIterable<Uint8Array>, limit, req.header.get("content-length"));
     } catch (err) {
-      return errorResponse(protocol, req, ConnectError.from(err, Code.ResourceExhausted));
+      // Over the limit; anything else (the client left mid-upload) is the caller's to handle.
+      if (!(err instanceof ConnectError)) throw err;
+      return errorResponse(protocol, req, err);
     }
     const message = protocol === "connect" ? bytes : uncompressedMessage(bytes);
     if (message !== undefined) {

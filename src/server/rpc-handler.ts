@@ -7,6 +7,7 @@ import {
 } from "@connectrpc/connect-node";
 import type { Logger } from "pino";
 import type { NodeRequest, NodeResponse } from "./rest/rest-handler.js";
+import { CLIENT_LEFT_MESSAGE, clientLeft } from "./client-gone.js";
 import { withBodyCheck } from "./rpc-body-check.js";
 
 export interface RpcHandlerOptions {
@@ -42,7 +43,10 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
     handler(universalRequestFromNodeRequest(req, res, undefined, undefined))
       .then((uRes) => universalResponseToNodeResponse(uRes, res))
       .catch((err: unknown) => {
-        if (ConnectError.from(err).code === Code.Aborted) return;
+        if (clientLeft(req, err) || ConnectError.from(err).code === Code.Aborted) {
+          logger.info({ rpc: handler.method.name }, CLIENT_LEFT_MESSAGE);
+          return;
+        }
         logger.error({ err, rpc: handler.method.name }, "rpc handler failed");
       });
   };
