@@ -13,6 +13,7 @@ export interface Config {
   /** PostgreSQL URL; absent means the embedded PostgreSQL persisted under dataDir. */
   readonly databaseUrl: string | undefined;
   readonly dataDir: string;
+  /** One Elasticsearch node URL, or several separated by commas. */
   readonly elasticsearchUrl: string;
   readonly indexing: IndexingConfig;
   readonly batch: BatchConfig;
@@ -104,7 +105,7 @@ export function loadConfig(env: Env = process.env): Config {
     host: authTokens.length > 0 ? requestedHost : "127.0.0.1",
     databaseUrl: url(env, "DATABASE_URL", ["postgres:", "postgresql:"]),
     dataDir: text(env, "DATA_DIR") ?? "./data",
-    elasticsearchUrl: url(env, "ELASTICSEARCH_URL", ["http:", "https:"]) ?? "http://127.0.0.1:9200",
+    elasticsearchUrl: urlList(env, "ELASTICSEARCH_URL", ["http:", "https:"]) ?? "http://127.0.0.1:9200",
     indexing: indexingConfig(env),
     batch: batchConfig(env),
     authTokens,
@@ -239,6 +240,14 @@ function readableFile(name: string, path: string | undefined): void {
   } catch (err) {
     throw new ConfigError(`${name} cannot be read: ${(err as NodeJS.ErrnoException).code ?? "error"} ${path}`);
   }
+}
+
+/** One URL or a comma-separated list of them, each checked; returned as given. */
+function urlList(env: Env, name: string, protocols: string[]): string | undefined {
+  const items = list(env, name);
+  if (items.length === 0) return undefined;
+  for (const item of items) url({ [name]: item }, name, protocols);
+  return items.join(",");
 }
 
 function url(env: Env, name: string, protocols: string[]): string | undefined {

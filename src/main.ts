@@ -1,7 +1,7 @@
-import { Client } from "@elastic/elasticsearch";
 import { createApp } from "./app.js";
 import { ConfigError, hostNarrowedToLoopback, loadConfig } from "./config.js";
 import { startEmbeddedPostgres } from "./db/embedded-postgres.js";
+import { createElasticsearchClient, splitNodeUrls } from "./elasticsearch-client.js";
 import { databaseErrorText } from "./db/database-errors.js";
 import { createKnex, migrateToLatest } from "./db/knex.js";
 import { createMarketplace } from "./gpu/marketplace/index.js";
@@ -40,7 +40,7 @@ async function main(): Promise<void> {
     throw new Error(`${where} unreachable or not migratable: ${databaseErrorText(err)} ${firstLine(err)}`);
   }
 
-  const elasticsearch = new Client({ node: config.elasticsearchUrl, requestTimeout: 60_000, maxRetries: 2 });
+  const elasticsearch = createElasticsearchClient(config.elasticsearchUrl);
   const marketplace = createMarketplace(config, logger);
   const app = createApp({ config, logger, knex, elasticsearch, marketplace });
   const server = await listen({
@@ -51,7 +51,7 @@ async function main(): Promise<void> {
     timeouts: config.timeouts,
   });
   await app.start();
-  logger.info({ url: server.url, elasticsearch: redactUrl(config.elasticsearchUrl) }, "listening");
+  logger.info({ url: server.url, elasticsearch: splitNodeUrls(config.elasticsearchUrl).map(redactUrl) }, "listening");
 
   let stopping = false;
   const shutdown = async (signal: string) => {

@@ -32,6 +32,11 @@ describe("loadConfig", () => {
     expect(() => loadConfig(env)).toThrow(message);
   });
 
+  it("takes a comma-separated list of Elasticsearch nodes, each checked", () => {
+    expect(loadConfig({ ELASTICSEARCH_URL: "http://es1:9200, http://es2:9200" }).elasticsearchUrl).toBe("http://es1:9200,http://es2:9200");
+    expect(() => loadConfig({ ELASTICSEARCH_URL: "http://es1:9200,ftp://es2" })).toThrow(/ELASTICSEARCH_URL must start with http:\/\/ or https:\/\//);
+  });
+
   it("never echoes a database URL, which may hold a password", () => {
     expect(() => loadConfig({ DATABASE_URL: "postgres://u:secret@db:99999/x" })).toThrow(/^DATABASE_URL is not a valid URL$/);
   });

@@ -102,7 +102,8 @@ function stoppedError(mode: string, signal: AbortSignal, cause: unknown): Unavai
 export function toDomainError(err: unknown, logger: Logger): unknown {
   if (err instanceof DomainError) return err;
   if (err instanceof IndexingError) {
-    logger.error({ err, code: err.code }, "indexing failed");
+    if (err.unavailable) logger.warn({ code: err.code, reason: messageOf(err.cause) }, "indexing failed: a dependency is unavailable");
+    else logger.error({ err, code: err.code }, "indexing failed");
     const ErrorType = err.unavailable ? UnavailableError : OperationFailedError;
     return new ErrorType(err.message, { cause: err, extra: { code: err.code } });
   }

@@ -45,9 +45,9 @@ export function toConnectError(err: unknown, logger: Logger, rpc: string): Conne
   }
   if (err instanceof DomainError) {
     const code = codeOfDomainError.get(err.constructor as new () => DomainError) ?? Code.Internal;
-    if (code === Code.Internal || code === Code.Unavailable) {
-      logger.error({ err, rpc }, "rpc failed");
-    }
+    if (code === Code.Internal) logger.error({ err, rpc }, "rpc failed");
+    // A dependency that is down is expected now and then: one line, no stack trace.
+    if (code === Code.Unavailable) logger.warn({ rpc, reason: err.message }, "dependency unavailable");
     const details = err.extra
       ? [{ desc: StructSchema, value: fromJson(StructSchema, err.extra as JsonObject) }]
       : [];
