@@ -6,7 +6,7 @@ import pino from "pino";
 import { createKnex, migrateToLatest } from "../src/db/knex.js";
 import { sendBulks, type BulkItem } from "../src/indexing/pipeline/bulk-sender.js";
 import { generateGoods } from "../src/indexing/goods-generator.js";
-import { GOODS_MAPPING } from "../src/indexing/goods-index.js";
+import { goodsMapping } from "../src/indexing/goods-index.js";
 import { goodsItem, goodsQuery, type GoodsKey, type GoodsRow } from "../src/indexing/goods-rows.js";
 import { runGoodsIndexing } from "../src/indexing/modes.js";
 import { readRows } from "../src/indexing/pipeline/row-reader.js";
@@ -143,7 +143,7 @@ async function streamOnly(knex: ReturnType<typeof createKnex>) {
 async function bulkOnly(knex: ReturnType<typeof createKnex>, client: Client, index: string) {
   const items: BulkItem<GoodsKey>[] = [];
   for await (const row of readRows<GoodsRow>({ knex, query: goodsQuery("full"), fetchSize: SIZES.fetchSize })) items.push(goodsItem(row));
-  await client.indices.create({ index, mappings: GOODS_MAPPING, settings: { refresh_interval: "-1", number_of_replicas: 0 } });
+  await client.indices.create({ index, mappings: goodsMapping(), settings: { refresh_interval: "-1", number_of_replicas: 0 } });
   async function* fromMemory() {
     yield* items;
   }

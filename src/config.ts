@@ -75,7 +75,11 @@ export interface IndexingConfig {
   readonly bulksInFlight: number;
   /** Documents the reader-to-sender channel holds; 0 means 2 x the bulk size. */
   readonly channelCapacity: number;
+  /** Analyzer of GOODS_NM, BRAND_NM and CATE_PATH; takes effect with the next full run. */
+  readonly goodsAnalyzer: GoodsAnalyzer;
 }
+
+export type GoodsAnalyzer = "cjk" | "nori" | "standard";
 
 /** The product batch's log index and the cron runner (SPEC.md section 3). */
 export interface BatchConfig {
@@ -87,8 +91,10 @@ export interface BatchConfig {
   readonly cronBatch: string;
   /** node-cron expression (Asia/Seoul) of the incremental indexing run, or "off". */
   readonly cronIncremental: string;
-  /** The interval, in minutes, that the scheduled incremental run indexes. */
+  /** The least window, in minutes, of the scheduled incremental run. */
   readonly cronIncrementalMinutes: number;
+  /** Minutes added before the last successful run's start, for transactions that commit late. */
+  readonly cronIncrementalOverlapMinutes: number;
 }
 
 const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
@@ -184,13 +190,14 @@ export function integer(env: Env, name: string, fallback: number, min: number, m
   return Number(value);
 }
 
-export function oneOf(env: Env, name: string, allowed: string[], fallback: string): string {
+export function oneOf<T extends string>(env: Env, name: string, allowed: readonly T[], fallback: T): T {
   const value = text(env, name);
   if (value === undefined) return fallback;
-  if (!allowed.includes(value)) {
+  const found = allowed.find((candidate) => candidate === value);
+  if (found === undefined) {
     throw new ConfigError(`${name} must be one of ${allowed.join(", ")}, got '${value}'`);
   }
-  return value;
+  return found;
 }
 
 function indexingConfig(env: Env): IndexingConfig {
@@ -201,6 +208,7 @@ function indexingConfig(env: Env): IndexingConfig {
     bulkMaxBytes: integer(env, "INDEX_BULK_MAX_BYTES", 10 * 1024 * 1024, 1024, 100 * 1024 * 1024),
     bulksInFlight: integer(env, "INDEX_BULKS_IN_FLIGHT", 2, 1, 16),
     channelCapacity: integer(env, "INDEX_CHANNEL_CAPACITY", 0, 0, 1_000_000),
+    goodsAnalyzer: oneOf(env, "GOODS_ANALYZER", ["cjk", "nori", "standard"] as const, "cjk"),
   });
 }
 
@@ -211,6 +219,7 @@ function batchConfig(env: Env): BatchConfig {
     cronBatch: cronExpression(env, "CRON_BATCH", "0 1 * * *"),
     cronIncremental: cronExpression(env, "CRON_INCREMENTAL", "*/30 * * * *"),
     cronIncrementalMinutes: integer(env, "CRON_INCREMENTAL_MINUTES", 30, 2, 10_080),
+    cronIncrementalOverlapMinutes: integer(env, "CRON_INCREMENTAL_OVERLAP_MINUTES", 5, 0, 1_440),
   });
 }
 

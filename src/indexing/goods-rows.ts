@@ -29,6 +29,15 @@ export interface GoodsKey {
   readonly goodsNo: string;
   /** SYS_MOD_DTM as read, RFC 3339 text (exact: the column has millisecond precision). */
   readonly modDtm: string;
+  /** What was read: an eligible row, a USE_YN='N' row, or a record of goods_index_deleted (modDtm is then its deleted_at). */
+  readonly source: "row" | "delisted" | "deleted";
+}
+
+/** A product whose document must leave the index, as the removal query reads it. */
+export interface RemovalRow {
+  GOODS_NO: string;
+  STAMP: string;
+  SOURCE: "delisted" | "deleted";
 }
 
 // Timestamps leave PostgreSQL as RFC 3339 UTC text with milliseconds: the document needs that
@@ -47,11 +56,26 @@ export function goodsQuery(mode: IndexingMode, intervalMinutes?: number): RowQue
     case "cursor":
       return { sql: `${from} and "INDEX_YN" = 'N'` };
     case "incremental":
-      if (intervalMinutes === undefined || !Number.isInteger(intervalMinutes) || intervalMinutes < 1) {
-        throw new RangeError(`incremental mode needs a whole number of minutes, got ${intervalMinutes}`);
-      }
-      return { sql: `${from} and "SYS_MOD_DTM" >= now() - make_interval(mins => $1)`, bindings: [intervalMinutes] };
+      return { sql: `${from} and "SYS_MOD_DTM" >= now() - make_interval(mins => $1)`, bindings: [minutesOf(intervalMinutes)] };
   }
+}
+
+/**
+ * Products of the mode's window that left the index: USE_YN='N' rows (cursor: not yet handled;
+ * incremental: modified in the window) and deleted rows recorded by the delete trigger whose
+ * GOODS_NO has not come back. Full mode rebuilds, so it has none.
+ */
+export function removalQuery(mode: "cursor" | "incremental", intervalMinutes?: number): RowQuery {
+  const window = mode === "cursor" ? `"INDEX_YN" = 'N'` : `"SYS_MOD_DTM" >= now() - make_interval(mins => $1)`;
+  return {
+    sql: `select "GOODS_NO", to_char("SYS_MOD_DTM" at time zone 'UTC', ${ISO}) as "STAMP", 'delisted' as "SOURCE"
+            from "PR_GOODS_SEARCH_INTF" where "USE_YN" = 'N' and ${window}
+          union all
+          select d.goods_no, to_char(d.deleted_at at time zone 'UTC', ${ISO}), 'deleted'
+            from goods_index_deleted d
+           where not exists (select 1 from "PR_GOODS_SEARCH_INTF" g where g."GOODS_NO" = d.goods_no)`,
+    bindings: mode === "incremental" ? [minutesOf(intervalMinutes)] : undefined,
+  };
 }
 
 export function goodsItem(row: GoodsRow): BulkItem<GoodsKey> {
@@ -59,6 +83,18 @@ export function goodsItem(row: GoodsRow): BulkItem<GoodsKey> {
     id: row.GOODS_NO,
     // The row is already the document: same field names, timestamps as text.
     document: row as unknown as Record<string, unknown>,
-    meta: { goodsNo: row.GOODS_NO, modDtm: row.SYS_MOD_DTM },
+    meta: { goodsNo: row.GOODS_NO, modDtm: row.SYS_MOD_DTM, source: "row" },
   };
+}
+
+/** A delete of the product's document. */
+export function removalItem(row: RemovalRow): BulkItem<GoodsKey> {
+  return { id: row.GOODS_NO, meta: { goodsNo: row.GOODS_NO, modDtm: row.STAMP, source: row.SOURCE } };
+}
+
+function minutesOf(intervalMinutes: number | undefined): number {
+  if (intervalMinutes === undefined || !Number.isInteger(intervalMinutes) || intervalMinutes < 1) {
+    throw new RangeError(`incremental mode needs a whole number of minutes, got ${intervalMinutes}`);
+  }
+  return intervalMinutes;
 }

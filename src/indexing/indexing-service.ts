@@ -1,4 +1,5 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
@@ -11,6 +12,9 @@ import { batchLogMessage } from "./batch/batch-log-message.js";
 import type { BatchService } from "./batch/batch-service.js";
 import { IndexingError, messageOf } from "./indexing-error.js";
 import { parseInterval } from "./interval.js";
+import { isUnreachable } from "./pipeline/bulk-sender.js";
+import { lastRuns } from "./index-runs.js";
+import { measureDrift } from "./index-status.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
 import type { JobLock } from "./job-lock.js";
 import { runGoodsIndexing, type IndexingResult } from "./modes.js";
@@ -47,11 +51,24 @@ export function createIndexingService(deps: IndexingServiceDeps): ServiceImpl<ty
           signal,
         }).catch(
           (err: unknown) => {
-            throw signal.aborted ? stoppedError(mode, signal, err) : toDomainError(err, deps.logger);
+            throw signal.aborted ? stoppedError(mode, signal, err) : toDomainError(err);
           },
         ),
       );
       return indexGoodsResponse(result, deps.indexing.goodsIndex);
+    },
+    async getIndexStatus() {
+      const [drift, runs] = await Promise.all([
+        measureDrift(deps.knex, deps.elasticsearch, deps.indexing.goodsIndex).catch((err: unknown) => {
+          throw isUnreachable(err) ? new UnavailableError("Elasticsearch is unreachable: cannot count the goods index", { cause: err }) : err;
+        }),
+        lastRuns(deps.knex),
+      ]);
+      deps.metrics?.driftMeasured(drift);
+      return {
+        ...drift,
+        lastRuns: runs.map((run) => ({ ...run, startedAt: timestampFromDate(run.startedAt), finishedAt: timestampFromDate(run.finishedAt) })),
+      };
     },
     runProductBatch: (req) => deps.batch.run({ intervalMinutes: req.intervalMinutes, chunkSize: req.chunkSize }),
     async listBatchLogs(req) {
@@ -72,6 +89,7 @@ export function pipelineSizes(config: IndexingConfig) {
     bulkSize: config.bulkSize,
     bulkMaxBytes: config.bulkMaxBytes,
     bulksInFlight: config.bulksInFlight,
+    analyzer: config.goodsAnalyzer,
     channelCapacity: config.channelCapacity > 0 ? config.channelCapacity : undefined,
   };
 }
@@ -79,13 +97,15 @@ export function pipelineSizes(config: IndexingConfig) {
 function indexGoodsResponse(result: IndexingResult, index: string): MessageInitShape<typeof IndexGoodsResponseSchema> {
   const success = result.failedCount === 0;
   const failed = success ? "" : `, ${result.failedCount} rejected (their rows stay to be indexed again)`;
+  const removed = result.removedCount > 0 ? `, removed ${result.removedCount}` : "";
   return {
     success,
     mode: result.mode,
-    message: `${result.mode} indexing into '${index}': fetched ${result.fetchedCount}, indexed ${result.indexedCount}${failed} in ${result.elapsedMs} ms`,
+    message: `${result.mode} indexing into '${index}': fetched ${result.fetchedCount}, indexed ${result.indexedCount}${removed}${failed} in ${result.elapsedMs} ms`,
     fetchedCount: result.fetchedCount,
     indexedCount: result.indexedCount,
     failedCount: result.failedCount,
+    removedCount: result.removedCount,
     elapsedMs: result.elapsedMs,
   };
 }
@@ -98,12 +118,10 @@ function stoppedError(mode: string, signal: AbortSignal, cause: unknown): Unavai
   return new UnavailableError(`${mode} indexing stopped before it finished: ${messageOf(signal.reason)}; run it again`, { cause });
 }
 
-/** IndexingError codes travel in the message and as `code` in the REST body. */
-export function toDomainError(err: unknown, logger: Logger): unknown {
+/** IndexingError codes travel in the message and as `code` in the REST body; the run logged the failure. */
+export function toDomainError(err: unknown): unknown {
   if (err instanceof DomainError) return err;
   if (err instanceof IndexingError) {
-    if (err.unavailable) logger.warn({ code: err.code, reason: messageOf(err.cause) }, "indexing failed: a dependency is unavailable");
-    else logger.error({ err, code: err.code }, "indexing failed");
     const ErrorType = err.unavailable ? UnavailableError : OperationFailedError;
     return new ErrorType(err.message, { cause: err, extra: { code: err.code } });
   }

@@ -3,11 +3,11 @@ import type { IndexingMode } from "./goods-rows.js";
 
 /**
  * The `interval` parameter of IndexGoods (SPEC.md section 3): absent or empty is full, "1" is
- * cursor (not one minute), a whole number N >= 2 is incremental over the last N minutes. Surrounding
- * spaces are tolerated; signs, decimals, exponents, leading zeros and words are not.
+ * cursor (not one minute), a whole number N >= 2 is incremental over the last N minutes. The value
+ * is taken exactly as sent: spaces, signs, decimals, exponents, leading zeros and words are 400.
  */
 export function parseInterval(interval: string | undefined): { mode: IndexingMode; intervalMinutes?: number } {
-  const value = interval?.trim() ?? "";
+  const value = interval ?? "";
   if (value === "") return { mode: "full" };
   if (/^[1-9]\d{0,6}$/.test(value)) {
     const minutes = Number(value);

@@ -1,18 +1,28 @@
-import { randomUUID } from "node:crypto";
 import type { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
-import { AcceptedKeysStore } from "./accepted-keys-store.js";
-import { isUnreachable, type BulkStats } from "./pipeline/bulk-sender.js";
-import { ensureGoodsIndex, optimizeForBulk, restoreAfterBulk, restoreIfLeftOptimized } from "./goods-index.js";
-import { goodsItem, goodsQuery, type GoodsKey, type GoodsRow, type IndexingMode } from "./goods-rows.js";
+import type { GoodsAnalyzer } from "../config.js";
+import { clearDeletedBefore, finalizeRebuilt, finalizeSettled } from "./goods-finalize.js";
+import {
+  createBuildIndex,
+  deleteIndex,
+  deleteLeftoverBuilds,
+  ensureGoodsAlias,
+  restoreBuildIndex,
+  swapAlias,
+} from "./goods-index.js";
+import { goodsItem, goodsQuery, removalItem, removalQuery, type GoodsKey, type GoodsRow, type IndexingMode, type RemovalRow } from "./goods-rows.js";
+import { databaseNow, recordRun } from "./index-runs.js";
+import { measureDrift } from "./index-status.js";
 import { IndexingError, messageOf } from "./indexing-error.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
+import type { BulkItem, BulkStats } from "./pipeline/bulk-sender.js";
 import { runPipeline, type PipelineResult } from "./pipeline/pipeline.js";
-import { readRows } from "./pipeline/row-reader.js";
+import { readRows, type RowQuery } from "./pipeline/row-reader.js";
 
 // The indexing modes over the one pipeline, without any lock: callers (the IndexGoods RPC, the
-// batch, the cron runner) take the job lock around it.
+// batch, the cron runner) take the job lock around it. Full mode, and cursor mode when the batch
+// asks for a rebuild, fill a new physical index and move the alias; the others write through it.
 
 export interface GoodsIndexingOptions {
   knex: Knex;
@@ -21,7 +31,13 @@ export interface GoodsIndexingOptions {
   mode: IndexingMode;
   /** Incremental mode only: the SYS_MOD_DTM window in minutes. */
   intervalMinutes?: number;
+  /** Cursor mode: build a new physical index and move the alias (the batch's full load). */
+  rebuild?: boolean;
+  /** The job name in logs; default index_goods_<mode>. */
+  job?: string;
+  /** The alias searches use (GOODS_INDEX). */
   index: string;
+  analyzer?: GoodsAnalyzer;
   /** Rows per round trip of the server-side cursor. */
   fetchSize: number;
   /** Documents per bulk request. */
@@ -35,7 +51,7 @@ export interface GoodsIndexingOptions {
   signal?: AbortSignal;
   /** Called after every settled bulk; lets tests act between bulks deterministically. */
   onBulkSettled?: (stats: Readonly<BulkStats>) => Promise<void> | void;
-  metrics?: Pick<IndexingMetrics, "runSucceeded" | "runFailed">;
+  metrics?: Pick<IndexingMetrics, "runSucceeded" | "runFailed" | "driftMeasured">;
 }
 
 export interface IndexingResult {
@@ -43,149 +59,223 @@ export interface IndexingResult {
   fetchedCount: number;
   indexedCount: number;
   failedCount: number;
+  /** Documents removed because their product left the index (a delete answered 404 is not counted). */
+  removedCount: number;
   elapsedMs: number;
   /** Cursor mode: rows flipped to INDEX_YN='Y' (rows changed meanwhile are not). */
   finalizedCount?: number;
+  /** eligible rows - documents, measured at the end of the run; undefined when it could not be measured. */
+  drift?: number;
   /** Bound checks: most rows held by the reader, most items in the channel, most rows between reader and settled bulks. */
   maxReaderBuffered: number;
   maxChannelSize: number;
   maxRowsHeld: number;
 }
 
+interface Run {
+  options: GoodsIndexingOptions;
+  logger: Logger;
+  /** The index the pass writes: the alias, or the physical index being built. */
+  target: string;
+  reader: { maxBuffered: number };
+  finalized: { count: number };
+  /** Cursor mode through the alias: flip INDEX_YN as each bulk settles. */
+  flip: boolean;
+  /** GOODS_NO of documents Elasticsearch rejected (few: each is logged). */
+  rejected: Set<string>;
+}
+
 export async function runGoodsIndexing(options: GoodsIndexingOptions): Promise<IndexingResult> {
+  const { mode, index, knex } = options;
+  const job = options.job ?? `index_goods_${mode}`;
+  const logger = options.logger.child({ job, mode, index });
+  const started = performance.now();
+  const startedAt = await databaseNow(knex).catch(() => new Date());
+  logger.info({ rebuild: rebuilds(options) }, "indexing started");
   try {
-    const result = await indexOnce(options);
+    const result = await indexOnce(options, logger, startedAt, started);
     options.metrics?.runSucceeded(result);
+    await record(options, logger, { success: result.failedCount === 0, startedAt, result });
+    const docsPerS = result.elapsedMs > 0 ? Math.round((result.indexedCount * 1000) / result.elapsedMs) : 0;
+    logger.info(
+      {
+        fetched_count: result.fetchedCount,
+        indexed_count: result.indexedCount,
+        failed_count: result.failedCount,
+        removed_count: result.removedCount,
+        finalized_count: result.finalizedCount,
+        elapsed_ms: result.elapsedMs,
+        docs_per_s: docsPerS,
+        drift: result.drift,
+      },
+      "indexing finished",
+    );
     return result;
   } catch (err) {
-    options.metrics?.runFailed(options.mode, err instanceof IndexingError ? err.code : "error");
+    const code = err instanceof IndexingError ? err.code : "error";
+    options.metrics?.runFailed(mode, code);
+    const elapsed = Math.round(performance.now() - started);
+    // A dependency that is down is expected now and then: one warn line, no stack trace.
+    if (err instanceof IndexingError && err.unavailable) logger.warn({ code, reason: messageOf(err.cause), elapsed_ms: elapsed }, "indexing failed: a dependency is unavailable");
+    else logger.error({ err, code, elapsed_ms: elapsed }, "indexing failed");
+    await record(options, logger, { success: false, startedAt });
     throw err;
   }
 }
 
-async function indexOnce(options: GoodsIndexingOptions): Promise<IndexingResult> {
-  const { elasticsearch, index, mode, logger } = options;
-  const startedAt = performance.now();
-  await ensureGoodsIndex(elasticsearch, index);
-  if (mode === "full") await optimizeForBulk(elasticsearch, index);
-  else await healLeftoverSettings(options);
+function rebuilds(options: GoodsIndexingOptions): boolean {
+  return options.mode === "full" || (options.mode === "cursor" && options.rebuild === true);
+}
+
+async function indexOnce(options: GoodsIndexingOptions, logger: Logger, startedAt: Date, started: number): Promise<IndexingResult> {
+  const { elasticsearch: client, index } = options;
   const reader = { maxBuffered: 0 };
-  let outcome: { pipeline: PipelineResult; finalizedCount?: number } | undefined;
-  try {
-    outcome = mode === "cursor" ? await runCursor(options, reader) : { pipeline: await runSelection(options, reader, undefined) };
-  } finally {
-    await settleIndex(options, outcome !== undefined);
+  const finalized = { count: 0 };
+  let removal: PipelineResult | undefined;
+  // Full mode and the batch's rebuild remove by leaving vanished products out of the new index.
+  let pipeline: PipelineResult;
+  // Under the job lock no build is in progress: any unaliased build index is a dead run's leftover.
+  const leftovers = await deleteLeftoverBuilds(client, index);
+  if (leftovers.length > 0) logger.warn({ deleted: leftovers }, "deleted partial indices left by an earlier run");
+  if (rebuilds(options)) {
+    const build = await createBuildIndex(client, index, options.analyzer ?? "cjk", logger);
+    let live = false;
+    const rejected = new Set<string>();
+    try {
+      // A rebuild cannot resume (its partial index is deleted), so it flips nothing per bulk.
+      const run: Run = { options, logger, target: build, reader, finalized, flip: false, rejected };
+      pipeline = await indexPass(run);
+      await restoreBuildIndex(client, build);
+      await swapAlias(client, index, build);
+      live = true;
+      logger.info({ physical_index: build }, "alias moved to the new index");
+    } finally {
+      if (!live) await deleteIndex(client, build).catch((err: unknown) => logger.warn({ err: messageOf(err), physical_index: build }, "deleting the partial index failed"));
+    }
+    if (options.mode === "cursor") finalized.count = await finalizeRebuilt(options.knex, startedAt, [...rejected]);
+    await clearDeletedBefore(options.knex, startedAt);
+  } else {
+    await ensureGoodsAlias(client, index, options.analyzer ?? "cjk", logger);
+    const run: Run = { options, logger, target: index, reader, finalized, flip: options.mode === "cursor", rejected: new Set() };
+    removal = await removalPass(run);
+    pipeline = await indexPass(run);
+    await refresh(client, index);
   }
-  const { pipeline, finalizedCount } = outcome;
   const result: IndexingResult = {
-    mode,
+    mode: options.mode,
     fetchedCount: pipeline.fetched,
     indexedCount: pipeline.stats.successful,
     failedCount: pipeline.stats.failed,
-    elapsedMs: Math.round(performance.now() - startedAt),
-    finalizedCount,
+    removedCount: removal ? removal.stats.successful - removal.stats.missing : 0,
+    elapsedMs: 0,
+    finalizedCount: options.mode === "cursor" ? finalized.count : undefined,
     maxReaderBuffered: reader.maxBuffered,
     maxChannelSize: pipeline.maxChannelSize,
     maxRowsHeld: pipeline.maxRowsHeld,
   };
-  logger.info({ index, ...result }, "indexing finished");
+  result.drift = await drift(options, logger);
+  result.elapsedMs = Math.round(performance.now() - started);
   return result;
 }
 
-/** Reads the mode's rows and sends them; accepted keys go to `onAccepted`. */
-function runSelection(
-  options: GoodsIndexingOptions,
-  readerStats: { maxBuffered: number },
-  onAccepted: ((keys: GoodsKey[]) => Promise<void>) | undefined,
-) {
-  const { knex, elasticsearch, logger, mode, index, bulkSize } = options;
+/** The mode's eligible rows into the target; cursor mode flips them as bulks settle. */
+function indexPass(run: Run): Promise<PipelineResult> {
+  const { mode, intervalMinutes } = run.options;
+  return pass<GoodsRow>(run, goodsQuery(mode, intervalMinutes), goodsItem);
+}
+
+/** Deletes the documents of products that left the index (none in a full run). */
+function removalPass(run: Run): Promise<PipelineResult> {
+  const { mode, intervalMinutes } = run.options;
+  return pass<RemovalRow>(run, removalQuery(mode === "incremental" ? "incremental" : "cursor", intervalMinutes), removalItem);
+}
+
+async function pass<Row>(run: Run, query: RowQuery, toItem: (row: Row) => BulkItem<GoodsKey>): Promise<PipelineResult> {
+  const { options, logger, target } = run;
+  const { knex, elasticsearch, bulkSize } = options;
+  // With a single-connection pool (embedded PostgreSQL) the reader holds the only connection:
+  // keys of settled bulks then wait in memory until the stream has ended.
+  const deferred: GoodsKey[] | undefined = poolMax(knex) <= 1 ? [] : undefined;
+  const { flip } = run;
+  const settle = async (keys: GoodsKey[]) => {
+    if (deferred) {
+      deferred.push(...keys);
+      return;
+    }
+    // Read the count after the await: two bulks in flight settle concurrently.
+    const flipped = await finalizeSettled(knex, keys, { flip });
+    run.finalized.count += flipped;
+  };
   let dropsLogged = 0;
-  return runPipeline<GoodsRow, GoodsKey>({
-    source: readRows<GoodsRow>({ knex, query: goodsQuery(mode, options.intervalMinutes), fetchSize: options.fetchSize, stats: readerStats }),
-    toItem: goodsItem,
+  const result = await runPipeline<Row, GoodsKey>({
+    source: readRows<Row>({ knex, query, fetchSize: options.fetchSize, stats: run.reader }),
+    toItem,
     channelCapacity: options.channelCapacity ?? 2 * bulkSize,
     logger,
     progressIntervalMs: options.progressIntervalMs ?? 10_000,
     signal: options.signal,
     sender: {
       client: elasticsearch,
-      index,
+      index: target,
       bulkSize,
       maxBytes: options.bulkMaxBytes,
       concurrency: options.bulksInFlight,
-      onAccepted,
+      onAccepted: settle,
       onBulkSettled: options.onBulkSettled,
       onDrop: (item, failure) => {
+        run.rejected.add(item.id);
         // Every drop is counted in the result; the first ones are logged with their reason.
-        if (dropsLogged++ < 20) logger.warn({ goods_no: item.id, index, ...failure }, "document rejected by Elasticsearch");
+        if (dropsLogged++ < 20) logger.warn({ goods_no: item.id, physical_index: target, ...failure }, "document rejected by Elasticsearch");
       },
     },
   });
+  if (deferred) {
+    const flipped = await finalizeSettled(knex, deferred, { flip });
+    run.finalized.count += flipped;
+  }
+  return result;
 }
 
-/**
- * Cursor mode: accepted keys are recorded as bulk responses arrive, then one statement flips
- * exactly those rows. With a single-connection pool (embedded PostgreSQL) the reader holds the
- * only connection, so keys wait in memory until the stream has ended.
- */
-async function runCursor(
+/** Cursor and incremental documents are searchable when the run answers. */
+async function refresh(client: Client, index: string): Promise<void> {
+  try {
+    await client.indices.refresh({ index });
+  } catch (err) {
+    throw new IndexingError("BULK_FAILED", `refreshing '${index}' after the run failed`, { cause: err });
+  }
+}
+
+/** The drift at the end of the run; a failed measurement does not fail a run that indexed. */
+async function drift(options: GoodsIndexingOptions, logger: Logger): Promise<number | undefined> {
+  try {
+    const measured = await measureDrift(options.knex, options.elasticsearch, options.index);
+    options.metrics?.driftMeasured(measured);
+    return measured.drift;
+  } catch (err) {
+    logger.warn({ err: messageOf(err) }, "measuring the drift failed");
+    return undefined;
+  }
+}
+
+async function record(
   options: GoodsIndexingOptions,
-  readerStats: { maxBuffered: number },
-): Promise<{ pipeline: PipelineResult; finalizedCount: number }> {
-  const store = AcceptedKeysStore.create({ knex: options.knex });
-  const runId = randomUUID();
-  const deferred: GoodsKey[] | undefined = poolMax(options.knex) <= 1 ? [] : undefined;
-  await finalizeStep(() => store.clear(), "clearing accepted keys of earlier runs failed");
-  const record = async (keys: GoodsKey[]) => {
-    if (deferred) deferred.push(...keys);
-    else await finalizeStep(() => store.record(runId, keys), "recording accepted rows failed");
-  };
+  logger: Logger,
+  run: { success: boolean; startedAt: Date; result?: IndexingResult },
+): Promise<void> {
+  const { result } = run;
   try {
-    const pipeline = await runSelection(options, readerStats, record);
-    if (deferred) await finalizeStep(() => store.record(runId, deferred), "recording accepted rows failed");
-    const finalizedCount = await finalizeStep(() => store.finalize(runId), "flipping INDEX_YN to 'Y' failed");
-    return { pipeline, finalizedCount };
-  } finally {
-    await store.clear(runId).catch((err: unknown) => options.logger.warn({ err: messageOf(err) }, "clearing accepted keys failed"));
-  }
-}
-
-async function finalizeStep<T>(step: () => Promise<T>, message: string): Promise<T> {
-  try {
-    return await step();
-  } catch (err) {
-    if (err instanceof IndexingError) throw err;
-    throw new IndexingError("FINALIZE_FAILED", message, { cause: err });
-  }
-}
-
-/**
- * After every run: full mode restores refresh 1s / replicas 1 whether or not it failed; other
- * modes refresh so that the run's documents are searchable at once. A failed restore after a
- * successful run fails the run (OPTIMIZE_FAILED): an index left unrefreshed must not go unnoticed.
- */
-async function settleIndex(options: GoodsIndexingOptions, succeeded: boolean): Promise<void> {
-  const { elasticsearch, index, logger, mode } = options;
-  try {
-    if (mode === "full") await restoreAfterBulk(elasticsearch, index);
-    else await elasticsearch.indices.refresh({ index });
-  } catch (err) {
-    logger.error({ err: messageOf(err), index, mode }, "restoring index settings failed");
-    if (succeeded && mode === "full") {
-      throw new IndexingError("OPTIMIZE_FAILED", `restoring refresh_interval 1s and replicas 1 on '${index}' failed`, { cause: err });
-    }
-  }
-}
-
-/** A full run that died or failed to restore must not leave the index unrefreshed for good. */
-async function healLeftoverSettings({ elasticsearch, index, logger }: GoodsIndexingOptions): Promise<void> {
-  try {
-    if (await restoreIfLeftOptimized(elasticsearch, index)) logger.warn({ index }, "restored refresh 1s / replicas 1 left behind by an earlier full run");
-  } catch (err) {
-    throw new IndexingError("OPTIMIZE_FAILED", `restoring refresh_interval 1s and replicas 1 on '${index}' failed`, {
-      cause: err,
-      unavailable: isUnreachable(err),
+    await recordRun(options.knex, {
+      mode: options.mode,
+      success: run.success,
+      startedAt: run.startedAt,
+      finishedAt: await databaseNow(options.knex),
+      fetchedCount: result?.fetchedCount ?? 0,
+      indexedCount: result?.indexedCount ?? 0,
+      failedCount: result?.failedCount ?? 0,
+      removedCount: result?.removedCount ?? 0,
     });
+  } catch (err) {
+    logger.warn({ err: messageOf(err) }, "recording the run failed");
   }
 }
 

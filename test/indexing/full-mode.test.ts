@@ -6,7 +6,7 @@ import { runGoodsIndexing } from "../../src/indexing/modes.js";
 import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { startTcpProxy } from "../support/tcp-proxy.js";
-import { documentCount, indexSettings, testRunOptions } from "./helpers.js";
+import { documentCount, indexSettings, testRunOptions, deleteGoodsIndices } from "./helpers.js";
 
 let db: TestDatabase;
 const es = createTestElasticsearch();
@@ -24,7 +24,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  if (indices.length > 0) await es.indices.delete({ index: indices, ignore_unavailable: true });
+  await deleteGoodsIndices(es, ...indices);
   await db?.drop();
   await es.close();
 });
@@ -53,7 +53,8 @@ describe("full mode", () => {
   it("creates the index with the explicit mapping: codes and flags keyword, names text, prices numeric, dates", async () => {
     const index = newIndex();
     await runGoodsIndexing({ ...testRunOptions(db.knex, es, index), mode: "full" });
-    const mapping = (await es.indices.getMapping({ index }))[index]?.mappings.properties ?? {};
+    // Keyed by the physical index behind the alias.
+    const mapping = Object.values(await es.indices.getMapping({ index }))[0]?.mappings.properties ?? {};
     expect(mapping.USE_YN?.type).toBe("keyword");
     expect(mapping.GOODS_NO?.type).toBe("keyword");
     expect(mapping.CATE_CD?.type).toBe("keyword");
@@ -62,8 +63,10 @@ describe("full mode", () => {
     expect(mapping.SYS_MOD_DTM?.type).toBe("date");
   });
 
-  it("restores refresh 1s / replicas 1 when Elasticsearch breaks midway, and reports BULK_FAILED", async () => {
+  it("leaves the alias on the previous index and deletes its partial index when Elasticsearch breaks midway (BULK_FAILED)", async () => {
     const index = newIndex();
+    await runGoodsIndexing({ ...testRunOptions(db.knex, es, index), mode: "full" });
+    const before = await physicalIndices(index);
     const proxy = await startTcpProxy(elasticsearchUrl());
     const client = new Client({ node: proxy.url, maxRetries: 0, requestTimeout: 10_000 });
     try {
@@ -78,24 +81,46 @@ describe("full mode", () => {
       expect(error).toBeInstanceOf(IndexingError);
       expect((error as IndexingError).code).toBe("BULK_FAILED");
       expect(proxy.severedNext).toBe(1);
-      expect(await documentCount(es, index)).toBeLessThan(900);
-      expect(await indexSettings(es, index)).toEqual({ refresh: "1s", replicas: "1" });
+      expect(Object.keys(await es.indices.getAlias({ name: index }))).toEqual(before);
+      expect(await physicalIndices(index)).toEqual(before);
+      expect(await documentCount(es, index)).toBe(900);
     } finally {
       await client.close();
       await proxy.close();
     }
   });
 
-  it("stops with OPTIMIZE_FAILED before reading when the settings cannot be changed", async () => {
+  it("replaces an older install's concrete index of the alias's name in place, with its data", async () => {
+    const index = newIndex();
+    await es.indices.create({ index });
+    await es.index({ index, id: "STALE", document: { GOODS_NO: "STALE" }, refresh: true });
+
+    await runGoodsIndexing({ ...testRunOptions(db.knex, es, index), mode: "full" });
+
+    expect(await es.indices.existsAlias({ name: index })).toBe(true);
+    const [physical] = Object.keys(await es.indices.getAlias({ name: index }));
+    expect(physical).toMatch(new RegExp(`^${index}_\\d{14}$`));
+    expect(await documentCount(es, index)).toBe(900);
+    expect(await es.exists({ index, id: "STALE" })).toBe(false);
+  });
+
+  it("fails with ALIAS_SWAP_FAILED, keeps the concrete index it could not replace and leaves no partial index", async () => {
     const index = newIndex();
     await es.indices.create({ index, settings: { "index.blocks.read_only": true } });
     try {
       const error = await runGoodsIndexing({ ...testRunOptions(db.knex, es, index), mode: "full" }).catch((err: unknown) => err);
       expect(error).toBeInstanceOf(IndexingError);
-      expect((error as IndexingError).code).toBe("OPTIMIZE_FAILED");
-      expect(await documentCount(es, index)).toBe(0);
+      expect((error as IndexingError).code).toBe("ALIAS_SWAP_FAILED");
+      expect(await es.indices.existsAlias({ name: index })).toBe(false);
+      expect(await physicalIndices(index)).toEqual([]);
     } finally {
       await es.indices.putSettings({ index, settings: { "index.blocks.read_only": false } });
     }
   });
 });
+
+/** The physical indices of the alias's naming pattern, whether the alias points to them or not. */
+async function physicalIndices(alias: string): Promise<string[]> {
+  const found = await es.indices.get({ index: `${alias}_*`, allow_no_indices: true });
+  return Object.keys(found).sort();
+}

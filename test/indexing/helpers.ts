@@ -12,7 +12,8 @@ export function testRunOptions(knex: Knex, elasticsearch: Client, index: string)
 
 export async function indexSettings(client: Client, index: string): Promise<{ refresh: string | undefined; replicas: string | undefined }> {
   const response = await client.indices.getSettings({ index });
-  const settings = response[index]?.settings?.index;
+  // Keyed by the physical index, whether `index` names it or an alias pointing to it.
+  const settings = Object.values(response)[0]?.settings?.index;
   return { refresh: settings?.refresh_interval as string | undefined, replicas: settings?.number_of_replicas as string | undefined };
 }
 
@@ -39,4 +40,13 @@ export async function otherSessions(knex: Knex): Promise<Array<{ state: string; 
     `select state, query from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()`,
   );
   return rows;
+}
+
+/** Deletes a goods alias's indices: the physical ones behind it or left by builds, or an older concrete one. */
+export async function deleteGoodsIndices(client: Client, ...aliases: string[]): Promise<void> {
+  for (const alias of aliases) {
+    const found = await client.indices.get({ index: [alias, `${alias}_*`], allow_no_indices: true, ignore_unavailable: true });
+    const names = Object.keys(found);
+    if (names.length > 0) await client.indices.delete({ index: names, ignore_unavailable: true });
+  }
 }

@@ -3,7 +3,7 @@ import { generateGoods } from "../../src/indexing/goods-generator.js";
 import { runGoodsIndexing } from "../../src/indexing/modes.js";
 import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { documentCount, testRunOptions } from "./helpers.js";
+import { documentCount, testRunOptions, deleteGoodsIndices } from "./helpers.js";
 
 const es = createTestElasticsearch();
 const index = uniqueIndexName("goods_incremental");
@@ -18,7 +18,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await es.indices.delete({ index, ignore_unavailable: true });
+  await deleteGoodsIndices(es, index);
   await db?.drop();
   await es.close();
 });

@@ -10,6 +10,7 @@ describe("indexing configuration", () => {
       bulkMaxBytes: 10 * 1024 * 1024,
       bulksInFlight: 2,
       channelCapacity: 0,
+      goodsAnalyzer: "cjk",
     });
   });
 
@@ -21,8 +22,17 @@ describe("indexing configuration", () => {
       INDEX_BULK_MAX_BYTES: "65536",
       INDEX_BULKS_IN_FLIGHT: "4",
       INDEX_CHANNEL_CAPACITY: "2000",
+      GOODS_ANALYZER: "nori",
     });
-    expect(config.indexing).toEqual({ goodsIndex: "goods_en", fetchSize: 1000, bulkSize: 500, bulkMaxBytes: 65536, bulksInFlight: 4, channelCapacity: 2000 });
+    expect(config.indexing).toEqual({
+      goodsIndex: "goods_en",
+      fetchSize: 1000,
+      bulkSize: 500,
+      bulkMaxBytes: 65536,
+      bulksInFlight: 4,
+      channelCapacity: 2000,
+      goodsAnalyzer: "nori",
+    });
   });
 
   it.each([
@@ -31,6 +41,7 @@ describe("indexing configuration", () => {
     ["INDEX_BULK_SIZE", "lots"],
     ["INDEX_BULKS_IN_FLIGHT", "17"],
     ["INDEX_CHANNEL_CAPACITY", "-1"],
+    ["GOODS_ANALYZER", "korean"],
   ])("refuses %s=%s naming the variable", (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
     expect(() => loadConfig({ [name]: value })).toThrow(name);

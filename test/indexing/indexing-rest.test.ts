@@ -8,7 +8,7 @@ import { createJobLock } from "../../src/indexing/job-lock.js";
 import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { startTestServer, type TestServer } from "../support/server.js";
-import { flagCounts, silentLogger } from "./helpers.js";
+import { flagCounts, silentLogger, deleteGoodsIndices } from "./helpers.js";
 
 const es = createTestElasticsearch();
 const index = uniqueIndexName("goods_rest");
@@ -27,7 +27,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  await es.indices.delete({ index, ignore_unavailable: true });
+  await deleteGoodsIndices(es, index);
   await db?.drop();
   await es.close();
 });
@@ -70,7 +70,20 @@ describe("GET /api/search/v1/index/db/goods", () => {
     expect(body).toMatchObject({ mode: "full", fetched_count: 180 });
   });
 
-  it.each(["abc", "0", "-5", "2.5", "1e3", "01", "+5", "99999999"])("answers 400 for interval=%j and changes nothing", async (interval) => {
+  it("answers the drift on GET .../status: alias, its physical index, counts and the last run of each mode", async () => {
+    const { status, body } = await get("/api/search/v1/index/db/goods/status");
+    expect(status).toBe(200);
+    expect(body).toMatchObject({ alias: index, document_count: 180, eligible_rows: 180 });
+    expect(body.physical_index).toMatch(new RegExp(`^${index}_\\d{14}$`));
+    expect(body.pending_rows ?? 0).toBe(0);
+    expect(body.drift ?? 0).toBe(0);
+    const runs = body.last_runs as Array<Record<string, unknown>>;
+    expect(runs.map((run) => run.mode).sort()).toEqual(["cursor", "full", "incremental"]);
+    expect(runs.find((run) => run.mode === "full")).toMatchObject({ success: true, fetched_count: 180, indexed_count: 180 });
+    expect(typeof runs[0]?.finished_at).toBe("string");
+  });
+
+  it.each(["abc", "0", "-5", "2.5", "1e3", "01", "+5", "+2", " 1", "1 ", " ", "99999999"])("answers 400 for interval=%j and changes nothing", async (interval) => {
     const before = await flagCounts(db.knex);
     const { status, body } = await get(`/api/search/v1/index/db/goods?interval=${encodeURIComponent(interval)}`);
     expect(status).toBe(400);

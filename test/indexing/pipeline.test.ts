@@ -8,12 +8,16 @@ import { runGoodsIndexing } from "../../src/indexing/modes.js";
 import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { startTcpProxy } from "../support/tcp-proxy.js";
-import { otherSessions, testRunOptions } from "./helpers.js";
+import { otherSessions, testRunOptions, deleteGoodsIndices } from "./helpers.js";
 
 const ROWS = 3000;
 const es = createTestElasticsearch();
 const indices: string[] = [];
 let db: TestDatabase;
+
+function latestIndex(): string {
+  return indices.at(-1) ?? "";
+}
 
 function newIndex(): string {
   const name = uniqueIndexName("goods_pipeline");
@@ -27,7 +31,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  if (indices.length > 0) await es.indices.delete({ index: indices, ignore_unavailable: true });
+  await deleteGoodsIndices(es, ...indices);
   await db?.drop();
   await es.close();
 });
@@ -98,8 +102,13 @@ describe("pipeline", () => {
       }).catch((err: unknown) => err);
       expect((error as IndexingError).code).toBe("BULK_FAILED");
       await expectCursorReleased();
-      const flipped = await db.knex("PR_GOODS_SEARCH_INTF").where({ INDEX_YN: "Y" }).count({ n: "*" });
-      expect(flipped[0]).toEqual({ n: "0" });
+      // Rows of the bulks that settled before the cut stay flipped, each with its document; no other row is.
+      const flipped = Number((await db.knex("PR_GOODS_SEARCH_INTF").where({ INDEX_YN: "Y" }).count({ n: "*" }))[0]?.n);
+      expect(flipped).toBeGreaterThan(0);
+      expect(flipped).toBeLessThan(ROWS);
+      const flippedNos = await db.knex("PR_GOODS_SEARCH_INTF").where({ INDEX_YN: "Y" }).pluck("GOODS_NO");
+      const { docs } = await es.mget({ index: latestIndex(), ids: flippedNos as string[] });
+      expect(docs.every((d) => "found" in d && d.found)).toBe(true);
     } finally {
       await client.close();
       await proxy.close();
@@ -142,11 +151,17 @@ describe("pipeline", () => {
       onBulkSettled: () => new Promise((resolve) => setTimeout(resolve, 10)),
     });
     const progress = lines.filter((line) => line.msg === "indexing progress");
+    // Every line of the run names its job, mode and index.
+    expect(progress.every((line) => line.job === "index_goods_full" && line.mode === "full" && line.index === indices.at(-1))).toBe(true);
+    expect(lines.some((line) => line.msg === "indexing started" && line.job === "index_goods_full")).toBe(true);
     expect(progress.length).toBeGreaterThanOrEqual(3);
     const last = progress.at(-1) as { rows_read: number; docs_indexed: number; docs_per_s: number };
     expect(last.rows_read).toBeGreaterThan(0);
     expect(last.docs_indexed).toBeGreaterThan(0);
     expect(last.docs_per_s).toBeGreaterThan(0);
-    expect(lines.some((line) => line.msg === "indexing finished" && line.indexedCount === ROWS)).toBe(true);
+    const finished = lines.find((line) => line.msg === "indexing finished");
+    expect(finished).toMatchObject({ indexed_count: ROWS, failed_count: 0, removed_count: 0, drift: 0 });
+    expect(finished?.docs_per_s).toBeGreaterThan(0);
+    expect(finished?.elapsed_ms).toBeGreaterThan(0);
   });
 });

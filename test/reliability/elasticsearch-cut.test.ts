@@ -36,7 +36,7 @@ afterAll(async () => {
 });
 
 describe("Elasticsearch cut mid full-index", () => {
-  it("answers 503 BULK_FAILED, heals the index settings on the next run, and a rerun indexes every eligible row", async () => {
+  it("answers 503 BULK_FAILED, the next run deletes the partial index it left, and a rerun indexes every eligible row", async () => {
     const run = indexGoods(server);
     // About four bulks of 500 documents: the run is well under way, far from its end.
     await proxy.whenBytesUp(1_000_000);
@@ -45,15 +45,17 @@ describe("Elasticsearch cut mid full-index", () => {
 
     expect(cut.status).toBe(503);
     expect(cut.body).toMatchObject({ code: "BULK_FAILED" });
-    expect(cut.body.detail).toMatch(/^BULK_FAILED: bulk request to index 'goods_cut_[0-9a-f]+' failed: Elasticsearch is unreachable$/);
-    // The restore could not reach Elasticsearch either: the index is still tuned for bulk loading.
-    expect(await indexSettings(es, index)).toEqual({ refresh: "-1", replicas: "0" });
-    expect(await documentCount(es, index)).toBeLessThan(ELIGIBLE);
+    expect(cut.body.detail).toMatch(/^BULK_FAILED: bulk request to index 'goods_cut_[0-9a-f]+_\d{14}' failed: Elasticsearch is unreachable$/);
+    // Its clean-up could not reach Elasticsearch either: the partial index is left, and no alias points to it.
+    const [partial] = Object.keys(await es.indices.get({ index: `${index}_*` }));
+    expect(await indexSettings(es, partial!)).toEqual({ refresh: "-1", replicas: "0" });
+    expect(await es.indices.existsAlias({ name: index })).toBe(false);
 
     proxy.restore();
-    // A run of another mode finds the settings a failed full run left and puts them back first.
+    // The next run of any mode deletes the leftover before it writes.
     const cursor = await indexGoods(server, "?interval=1");
     expect(cursor.status).toBe(200);
+    expect(await es.indices.exists({ index: partial! })).toBe(false);
     expect(await indexSettings(es, index)).toEqual({ refresh: "1s", replicas: "1" });
     expect(cursor.body).toMatchObject({ success: true, mode: "cursor", fetched_count: ELIGIBLE, indexed_count: ELIGIBLE });
     expect(await flagCounts(db.knex)).toEqual({ Y: ELIGIBLE });

@@ -2,6 +2,7 @@ import type { Client } from "@elastic/elasticsearch";
 import { generateGoods } from "../../src/indexing/goods-generator.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { startTestServer, type TestServer } from "../support/server.js";
+import { deleteGoodsIndices } from "../indexing/helpers.js";
 
 /** A fresh database holding `rows` generated goods, one in ten of them unused. */
 export async function createGoodsDatabase(rows: number): Promise<TestDatabase> {
@@ -40,8 +41,7 @@ export async function indexGoods(server: TestServer, query = ""): Promise<{ stat
  * run is left writing; `db` is undefined when the setup failed before creating it.
  */
 export async function removeGoods(es: Client, indices: string | string[], db: TestDatabase | undefined): Promise<void> {
-  const names = [indices].flat();
-  if (names.length > 0) await es.indices.delete({ index: names, ignore_unavailable: true });
+  await deleteGoodsIndices(es, ...[indices].flat());
   await db?.drop();
   await es.close();
 }
@@ -51,7 +51,9 @@ export async function removeGoods(es: Client, indices: string | string[], db: Te
  * refreshes off, so `count` would say 0 until it ends.
  */
 export async function documentsWritten(es: Client, index: string): Promise<number> {
-  if (!(await es.indices.exists({ index }))) return 0;
-  const stats = await es.indices.stats({ index, metric: "indexing" });
+  // The alias or concrete index, and the physical indices a rebuild fills before the alias points to them.
+  const names = [index, `${index}_*`];
+  if (!(await es.indices.exists({ index: names, allow_no_indices: true, ignore_unavailable: true }))) return 0;
+  const stats = await es.indices.stats({ index: names, metric: "indexing", allow_no_indices: true, ignore_unavailable: true } as never);
   return stats._all.primaries?.indexing?.index_total ?? 0;
 }

@@ -1,13 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateSources } from "../../src/indexing/batch/source-generator.js";
-import { documentCount, flagCounts } from "../indexing/helpers.js";
+import { documentCount, flagCounts, deleteGoodsIndices } from "../indexing/helpers.js";
 import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { spawnService, type ServiceProcess } from "../support/spawn-service.js";
 import { waitFor } from "../support/wait.js";
 
-// The service process SIGKILLed while the product batch is in step 2 (cursor indexing), then
-// started again: nothing of the dead process may block or lose anything.
+// The service process SIGKILLed while the product batch is in step 2 (a rebuild), or during a
+// cursor run, then started again: nothing of the dead process may block or lose anything, and a
+// cursor run keeps the progress of its settled bulks.
 
 const GOODS = 60_000;
 /** The job lock's advisory key (src/indexing/job-lock.ts). */
@@ -26,18 +27,19 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await Promise.all(started.map((service) => service.stop("SIGKILL")));
-  await es.indices.delete({ index: [goodsIndex, logIndex], ignore_unavailable: true });
+  await deleteGoodsIndices(es, goodsIndex, logIndex);
   await db?.drop();
   await es.close();
 });
 
-async function start(): Promise<ServiceProcess> {
+async function start(env: Record<string, string> = {}): Promise<ServiceProcess> {
   const service = await spawnService({
     DATABASE_URL: db.url,
     ELASTICSEARCH_URL: elasticsearchUrl(),
     GOODS_INDEX: goodsIndex,
     BATCH_LOG_INDEX: logIndex,
     INDEX_FETCH_SIZE: "5000",
+    ...env,
   });
   started.push(service);
   return service;
@@ -46,6 +48,12 @@ async function start(): Promise<ServiceProcess> {
 async function count(sql: string, bindings: readonly number[] = []): Promise<number> {
   const { rows } = await db.knex.raw<{ rows: Array<{ n: number }> }>(sql, bindings);
   return rows[0]!.n;
+}
+
+/** Documents written so far into the matching indices, refreshed or not. */
+async function documentsWritten(pattern: string): Promise<number> {
+  const stats = await es.indices.stats({ index: pattern, metric: "indexing" });
+  return stats._all.primaries?.indexing?.index_total ?? 0;
 }
 
 const advisoryLocksHeld = () =>
@@ -59,12 +67,13 @@ describe("the service SIGKILLed mid-batch", () => {
   it("leaves no lock behind, and after a restart the next cursor run indexes every eligible row", async () => {
     const first = await start();
     const batch = fetch(`${first.url}/api/search/v1/batch/product?chunk_size=10000`, { method: "POST" }).catch((err: unknown) => err);
-    // Step 2 is under way once its first bulk of accepted rows is recorded.
-    await waitFor(async () => (await count("select count(*)::int as n from goods_index_accepted")) > 0, "step 2 to accept a first bulk");
+    // Step 2 is under way once the index it builds has taken a first bulk.
+    await waitFor(async () => (await documentsWritten(`${goodsIndex}_*`)) > 0, "step 2 to write a first bulk");
     expect(await advisoryLocksHeld()).toBe(1);
 
     expect(await first.stop("SIGKILL")).toEqual({ code: null, signal: "SIGKILL" });
     expect(await batch).toBeInstanceOf(Error);
+    // The rebuild never went live: no alias yet, and it flips nothing before its swap.
     // The lock lived on the dead process's connection: PostgreSQL ends that session and frees it.
     await waitFor(async () => (await advisoryLocksHeld()) === 0, "the advisory lock to be released", 30_000);
 
@@ -79,6 +88,36 @@ describe("the service SIGKILLed mid-batch", () => {
     expect(body).toMatchObject({ success: true, mode: "cursor", fetched_count: eligible, indexed_count: eligible });
     expect(await flagCounts(db.knex)).toEqual({ Y: eligible });
     expect(await documentCount(es, goodsIndex)).toBe(eligible);
+    // The dead rebuild's partial index was deleted by the next run's clean-up.
+    expect(Object.keys(await es.indices.get({ index: `${goodsIndex}_*` }))).toEqual(Object.keys(await es.indices.getAlias({ name: goodsIndex })));
     expect(await second.stop("SIGTERM")).toEqual({ code: 0, signal: null });
   }, 120_000);
 });
+
+describe("the service SIGKILLed mid cursor run", () => {
+  it("keeps its settled bulks' rows at 'Y', and the next run indexes only the rest", async () => {
+    // A clean slate: every eligible row pending, behind the alias the batch test left.
+    await db.knex("PR_GOODS_SEARCH_INTF").update({ INDEX_YN: "N" });
+    const eligible = await count(`select count(*)::int as n from "PR_GOODS_SEARCH_INTF" where "USE_YN" = 'Y'`);
+    const first = await start({ INDEX_BULK_SIZE: "1000", INDEX_BULKS_IN_FLIGHT: "1" });
+    const run = fetch(`${first.url}/api/search/v1/index/db/goods?interval=1`).catch((err: unknown) => err);
+    await waitFor(async () => ((await flagCounts(db.knex)).Y ?? 0) >= 5_000, "a few bulks to settle");
+
+    expect(await first.stop("SIGKILL")).toEqual({ code: null, signal: "SIGKILL" });
+    expect(await run).toBeInstanceOf(Error);
+    await waitFor(async () => (await advisoryLocksHeld()) === 0, "the advisory lock to be released", 30_000);
+    const settled = (await flagCounts(db.knex)).Y ?? 0;
+    expect(settled).toBeGreaterThanOrEqual(5_000);
+    expect(settled).toBeLessThan(eligible);
+
+    const second = await start();
+    const res = await fetch(`${second.url}/api/search/v1/index/db/goods?interval=1`);
+    const body = (await res.json()) as Record<string, unknown>;
+    expect(res.status).toBe(200);
+    expect(body).toMatchObject({ success: true, mode: "cursor", fetched_count: eligible - settled, indexed_count: eligible - settled });
+    expect(await flagCounts(db.knex)).toEqual({ Y: eligible });
+    expect(await documentCount(es, goodsIndex)).toBe(eligible);
+    expect(await second.stop("SIGTERM")).toEqual({ code: 0, signal: null });
+  }, 120_000);
+});
+

@@ -27,13 +27,14 @@ afterAll(async () => {
 });
 
 describe("shutdown of the indexing module", () => {
-  it("stops the running full index with settings restored, and refuses to start any job afterwards", async () => {
+  it("stops the running full index, deletes its partial index, and refuses to start any job afterwards", async () => {
     const running = indexGoods(server);
     await waitFor(async () => (await documentsWritten(es, index)) > 0, "the first documents to be written");
 
     await server.app.stop();
 
-    expect(await indexSettings(es, index)).toEqual({ refresh: "1s", replicas: "1" });
+    expect(Object.keys(await es.indices.get({ index: `${index}_*`, allow_no_indices: true }))).toEqual([]);
+    expect(await es.indices.existsAlias({ name: index })).toBe(false);
     expect(await running).toEqual({ status: 503, body: { detail: "full indexing stopped before it finished: shutting down; run it again" } });
     const late = await indexGoods(server, "?interval=1");
     expect(late).toEqual({ status: 503, body: { detail: "the service is shutting down: indexing job 'index_goods_cursor' was not started" } });

@@ -6,6 +6,7 @@ import { generateGoods } from "../../src/indexing/goods-generator.js";
 import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { startTestServer, type TestServer } from "../support/server.js";
+import { deleteGoodsIndices } from "../indexing/helpers.js";
 
 let db: TestDatabase;
 let server: TestServer;
@@ -25,7 +26,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await server?.close();
   await db?.drop();
-  await es.indices.delete({ index: [goodsIndex, logIndex], ignore_unavailable: true });
+  await deleteGoodsIndices(es, goodsIndex, logIndex);
 });
 
 function sample(text: string, name: string, labels: string): number {
@@ -84,4 +85,29 @@ describe("indexing metrics", () => {
     expect(text).toMatch(/# TYPE indexing_job_running gauge/);
     expect(text).not.toMatch(/^indexing_job_running\{/m);
   });
+
+  it("reports the drift figures as last measured: at the end of a run and on GET .../status", async () => {
+    // The batch of the test above truncated the table: these 30 rows are all there is.
+    await generateGoods(db.knex, { rows: 30, firstNo: 80_001, unusedEvery: 0 });
+    expect((await fetch(`${server.url}/api/search/v1/index/db/goods`)).status).toBe(200);
+    const afterRun = await (await fetch(`${server.url}/metrics`)).text();
+    expect(gauge(afterRun, "goods_index_documents")).toBe(30);
+    expect(gauge(afterRun, "goods_index_eligible_rows")).toBe(30);
+    expect(gauge(afterRun, "goods_index_drift")).toBe(0);
+
+    // Rows added behind the index's back show once measured again.
+    await generateGoods(db.knex, { rows: 7, firstNo: 90_001, unusedEvery: 0 });
+    expect((await fetch(`${server.url}/api/search/v1/index/db/goods/status`)).status).toBe(200);
+    const afterStatus = await (await fetch(`${server.url}/metrics`)).text();
+    expect(gauge(afterStatus, "goods_index_drift")).toBe(7);
+    // Full mode does not touch INDEX_YN: its 30 rows are pending for the cursor mode as well.
+    expect(gauge(afterStatus, "goods_index_pending_rows")).toBe(37);
+    expect(gauge(afterStatus, "goods_index_eligible_rows")).toBe(37);
+    expect(gauge(afterStatus, "goods_index_documents")).toBe(30);
+  });
 });
+
+function gauge(text: string, name: string): number | undefined {
+  const line = text.split("\n").find((l) => l.startsWith(`${name} `));
+  return line === undefined ? undefined : Number(line.split(" ").pop());
+}

@@ -51,9 +51,7 @@ export async function startThrottlingProxy(target: string): Promise<ThrottlingPr
 
   /** Forwards the documents `passes` picks, by position, and answers the others 429. */
   async function throttleItems(req: IncomingMessage, res: ServerResponse, body: string, passes: (i: number) => boolean): Promise<void> {
-    // Index operations only: an action line and a document line each.
-    const lines = body.split("\n").filter((line) => line !== "");
-    const pairs = Array.from({ length: lines.length / 2 }, (_, i): [string, string] => [lines[2 * i]!, lines[2 * i + 1]!]);
+    const pairs = operations(body);
     const passed = pairs.filter((_, i) => passes(i));
     let upstreamItems: BulkItemResult[] = [];
     if (passed.length > 0) {
@@ -64,15 +62,15 @@ export async function startThrottlingProxy(target: string): Promise<ThrottlingPr
     const items = pairs.map((pair, i) => {
       if (passes(i)) return upstreamItems[next++]!;
       state.throttledItems++;
-      const id = (JSON.parse(pair[0]) as { index: { _id: string } }).index._id;
-      return { index: { _id: id, status: 429, error: { type: "es_rejected_execution_exception", reason: "rejected execution: write queue full" } } };
+      const [action, meta] = Object.entries(JSON.parse(pair[0]!) as Record<string, { _id: string }>)[0]!;
+      return { [action]: { _id: meta._id, status: 429, error: { type: "es_rejected_execution_exception", reason: "rejected execution: write queue full" } } };
     });
     res.writeHead(200, { "content-type": "application/json", "x-elastic-product": "Elasticsearch" });
     res.end(JSON.stringify({ took: 1, errors: true, items }));
   }
 
   function rejectWhole(res: ServerResponse, body: string): void {
-    state.throttledItems += body.split("\n").filter((line) => line !== "").length / 2;
+    state.throttledItems += operations(body).length;
     const reason = "rejected execution of coordinating operation";
     res.writeHead(429, { "content-type": "application/json", "x-elastic-product": "Elasticsearch" });
     res.end(JSON.stringify({ error: { type: "es_rejected_execution_exception", reason, root_cause: [{ type: "es_rejected_execution_exception", reason }] }, status: 429 }));
@@ -106,4 +104,15 @@ export async function startThrottlingProxy(target: string): Promise<ThrottlingPr
         server.close(() => resolve());
       }),
   };
+}
+
+/** The operations of an NDJSON bulk body: an index has an action and a document line, a delete only its action. */
+function operations(body: string): string[][] {
+  const lines = body.split("\n").filter((line) => line !== "");
+  const result: string[][] = [];
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i]!;
+    result.push(line.startsWith('{"delete"') ? [line] : [line, lines[++i]!]);
+  }
+  return result;
 }

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file search/v1/indexing_service.proto.
  */
 export const file_search_v1_indexing_service: GenFile = /*@__PURE__*/
-  fileDesc("CiBzZWFyY2gvdjEvaW5kZXhpbmdfc2VydmljZS5wcm90bxIJc2VhcmNoLnYxIjcKEUluZGV4R29vZHNSZXF1ZXN0EhUKCGludGVydmFsGAEgASgJSACIAQFCCwoJX2ludGVydmFsIpwBChJJbmRleEdvb2RzUmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBIMCgRtb2RlGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSFQoNZmV0Y2hlZF9jb3VudBgEIAEoBRIVCg1pbmRleGVkX2NvdW50GAUgASgFEhQKDGZhaWxlZF9jb3VudBgGIAEoBRISCgplbGFwc2VkX21zGAcgASgFInQKFlJ1blByb2R1Y3RCYXRjaFJlcXVlc3QSHQoQaW50ZXJ2YWxfbWludXRlcxgBIAEoBUgAiAEBEhcKCmNodW5rX3NpemUYAiABKAVIAYgBAUITChFfaW50ZXJ2YWxfbWludXRlc0INCgtfY2h1bmtfc2l6ZSKGAgoWQmF0Y2hFeGVjdXRpb25SZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEhAKCGJhdGNoX2lkGAIgASgJEg4KBnN0YXR1cxgDIAEoCRIUCgxpc19mdWxsX2xvYWQYBCABKAgSFAoMbG9hZGVkX2NvdW50GAUgASgFEhUKDWZldGNoZWRfY291bnQYBiABKAUSFQoNaW5kZXhlZF9jb3VudBgHIAEoBRIUCgxmYWlsZWRfY291bnQYCCABKAUSEgoKY2h1bmtfc2l6ZRgJIAEoBRIQCgh3YXJuaW5ncxgKIAMoCRISCgplbGFwc2VkX21zGAsgASgFEg8KB21lc3NhZ2UYDCABKAkiNAoUTGlzdEJhdGNoTG9nc1JlcXVlc3QSEgoFbGltaXQYASABKAVIAIgBAUIICgZfbGltaXQiOAoJRXJyb3JJbmZvEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIMCgRzdGVwGAMgASgJIs8CCg9CYXRjaExvZ0RldGFpbHMSFQoNZmV0Y2hlZF9jb3VudBgBIAEoBRIVCg1pbmRleGVkX2NvdW50GAIgASgFEhQKDGZhaWxlZF9jb3VudBgDIAEoBRIZCgxzb3VyY2VfaW5kZXgYBCABKAlIAIgBARIZCgx0YXJnZXRfaW5kZXgYBSABKAlIAYgBARIVCghqb2JfdHlwZRgGIAEoCUgCiAEBEhcKCmNodW5rX3NpemUYByABKAVIA4gBARIUCgdtZXNzYWdlGAggASgJSASIAQESKAoFZXJyb3IYCSABKAsyFC5zZWFyY2gudjEuRXJyb3JJbmZvSAWIAQFCDwoNX3NvdXJjZV9pbmRleEIPCg1fdGFyZ2V0X2luZGV4QgsKCV9qb2JfdHlwZUINCgtfY2h1bmtfc2l6ZUIKCghfbWVzc2FnZUIICgZfZXJyb3Ii4AEKCEJhdGNoTG9nEhAKCGJhdGNoX2lkGAEgASgJEhAKCGpvYl9uYW1lGAIgASgJEg4KBnN0YXR1cxgDIAEoCRIuCgpzdGFydGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKZWxhcHNlZF9tcxgGIAEoBRIrCgdkZXRhaWxzGAcgASgLMhouc2VhcmNoLnYxLkJhdGNoTG9nRGV0YWlscyI6ChVMaXN0QmF0Y2hMb2dzUmVzcG9uc2USIQoEbG9ncxgBIAMoCzITLnNlYXJjaC52MS5CYXRjaExvZzL5AgoPSW5kZXhpbmdTZXJ2aWNlEnAKCkluZGV4R29vZHMSHC5zZWFyY2gudjEuSW5kZXhHb29kc1JlcXVlc3QaHS5zZWFyY2gudjEuSW5kZXhHb29kc1Jlc3BvbnNlIiWC0+STAh8SHS9hcGkvc2VhcmNoL3YxL2luZGV4L2RiL2dvb2RzEn0KD1J1blByb2R1Y3RCYXRjaBIhLnNlYXJjaC52MS5SdW5Qcm9kdWN0QmF0Y2hSZXF1ZXN0GiEuc2VhcmNoLnYxLkJhdGNoRXhlY3V0aW9uUmVzcG9uc2UiJILT5JMCHiIcL2FwaS9zZWFyY2gvdjEvYmF0Y2gvcHJvZHVjdBJ1Cg1MaXN0QmF0Y2hMb2dzEh8uc2VhcmNoLnYxLkxpc3RCYXRjaExvZ3NSZXF1ZXN0GiAuc2VhcmNoLnYxLkxpc3RCYXRjaExvZ3NSZXNwb25zZSIhgtPkkwIbEhkvYXBpL3NlYXJjaC92MS9iYXRjaC9sb2dzYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_timestamp]);
+  fileDesc("CiBzZWFyY2gvdjEvaW5kZXhpbmdfc2VydmljZS5wcm90bxIJc2VhcmNoLnYxIjcKEUluZGV4R29vZHNSZXF1ZXN0EhUKCGludGVydmFsGAEgASgJSACIAQFCCwoJX2ludGVydmFsIrMBChJJbmRleEdvb2RzUmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBIMCgRtb2RlGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSFQoNZmV0Y2hlZF9jb3VudBgEIAEoBRIVCg1pbmRleGVkX2NvdW50GAUgASgFEhQKDGZhaWxlZF9jb3VudBgGIAEoBRISCgplbGFwc2VkX21zGAcgASgFEhUKDXJlbW92ZWRfY291bnQYCCABKAUiFwoVR2V0SW5kZXhTdGF0dXNSZXF1ZXN0IuUBCghJbmRleFJ1bhIMCgRtb2RlGAEgASgJEg8KB3N1Y2Nlc3MYAiABKAgSLgoKc3RhcnRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWZldGNoZWRfY291bnQYBSABKAUSFQoNaW5kZXhlZF9jb3VudBgGIAEoBRIUCgxmYWlsZWRfY291bnQYByABKAUSFQoNcmVtb3ZlZF9jb3VudBgIIAEoBSKwAQoLSW5kZXhTdGF0dXMSDQoFYWxpYXMYASABKAkSFgoOcGh5c2ljYWxfaW5kZXgYAiABKAkSFgoOZG9jdW1lbnRfY291bnQYAyABKAUSFQoNZWxpZ2libGVfcm93cxgEIAEoBRIUCgxwZW5kaW5nX3Jvd3MYBSABKAUSDQoFZHJpZnQYBiABKAUSJgoJbGFzdF9ydW5zGAcgAygLMhMuc2VhcmNoLnYxLkluZGV4UnVuInQKFlJ1blByb2R1Y3RCYXRjaFJlcXVlc3QSHQoQaW50ZXJ2YWxfbWludXRlcxgBIAEoBUgAiAEBEhcKCmNodW5rX3NpemUYAiABKAVIAYgBAUITChFfaW50ZXJ2YWxfbWludXRlc0INCgtfY2h1bmtfc2l6ZSKGAgoWQmF0Y2hFeGVjdXRpb25SZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEhAKCGJhdGNoX2lkGAIgASgJEg4KBnN0YXR1cxgDIAEoCRIUCgxpc19mdWxsX2xvYWQYBCABKAgSFAoMbG9hZGVkX2NvdW50GAUgASgFEhUKDWZldGNoZWRfY291bnQYBiABKAUSFQoNaW5kZXhlZF9jb3VudBgHIAEoBRIUCgxmYWlsZWRfY291bnQYCCABKAUSEgoKY2h1bmtfc2l6ZRgJIAEoBRIQCgh3YXJuaW5ncxgKIAMoCRISCgplbGFwc2VkX21zGAsgASgFEg8KB21lc3NhZ2UYDCABKAkiNAoUTGlzdEJhdGNoTG9nc1JlcXVlc3QSEgoFbGltaXQYASABKAVIAIgBAUIICgZfbGltaXQiOAoJRXJyb3JJbmZvEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIMCgRzdGVwGAMgASgJIpsDCg9CYXRjaExvZ0RldGFpbHMSFQoNZmV0Y2hlZF9jb3VudBgBIAEoBRIVCg1pbmRleGVkX2NvdW50GAIgASgFEhQKDGZhaWxlZF9jb3VudBgDIAEoBRIZCgxzb3VyY2VfaW5kZXgYBCABKAlIAIgBARIZCgx0YXJnZXRfaW5kZXgYBSABKAlIAYgBARIVCghqb2JfdHlwZRgGIAEoCUgCiAEBEhcKCmNodW5rX3NpemUYByABKAVIA4gBARIUCgdtZXNzYWdlGAggASgJSASIAQESKAoFZXJyb3IYCSABKAsyFC5zZWFyY2gudjEuRXJyb3JJbmZvSAWIAQESGgoNcmVtb3ZlZF9jb3VudBgKIAEoBUgGiAEBEhIKBWRyaWZ0GAsgASgFSAeIAQFCDwoNX3NvdXJjZV9pbmRleEIPCg1fdGFyZ2V0X2luZGV4QgsKCV9qb2JfdHlwZUINCgtfY2h1bmtfc2l6ZUIKCghfbWVzc2FnZUIICgZfZXJyb3JCEAoOX3JlbW92ZWRfY291bnRCCAoGX2RyaWZ0IuABCghCYXRjaExvZxIQCghiYXRjaF9pZBgBIAEoCRIQCghqb2JfbmFtZRgCIAEoCRIOCgZzdGF0dXMYAyABKAkSLgoKc3RhcnRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmVsYXBzZWRfbXMYBiABKAUSKwoHZGV0YWlscxgHIAEoCzIaLnNlYXJjaC52MS5CYXRjaExvZ0RldGFpbHMiOgoVTGlzdEJhdGNoTG9nc1Jlc3BvbnNlEiEKBGxvZ3MYASADKAsyEy5zZWFyY2gudjEuQmF0Y2hMb2cy8wMKD0luZGV4aW5nU2VydmljZRJwCgpJbmRleEdvb2RzEhwuc2VhcmNoLnYxLkluZGV4R29vZHNSZXF1ZXN0Gh0uc2VhcmNoLnYxLkluZGV4R29vZHNSZXNwb25zZSIlgtPkkwIfEh0vYXBpL3NlYXJjaC92MS9pbmRleC9kYi9nb29kcxJ9Cg9SdW5Qcm9kdWN0QmF0Y2gSIS5zZWFyY2gudjEuUnVuUHJvZHVjdEJhdGNoUmVxdWVzdBohLnNlYXJjaC52MS5CYXRjaEV4ZWN1dGlvblJlc3BvbnNlIiSC0+STAh4iHC9hcGkvc2VhcmNoL3YxL2JhdGNoL3Byb2R1Y3QSeAoOR2V0SW5kZXhTdGF0dXMSIC5zZWFyY2gudjEuR2V0SW5kZXhTdGF0dXNSZXF1ZXN0GhYuc2VhcmNoLnYxLkluZGV4U3RhdHVzIiyC0+STAiYSJC9hcGkvc2VhcmNoL3YxL2luZGV4L2RiL2dvb2RzL3N0YXR1cxJ1Cg1MaXN0QmF0Y2hMb2dzEh8uc2VhcmNoLnYxLkxpc3RCYXRjaExvZ3NSZXF1ZXN0GiAuc2VhcmNoLnYxLkxpc3RCYXRjaExvZ3NSZXNwb25zZSIhgtPkkwIbEhkvYXBpL3NlYXJjaC92MS9iYXRjaC9sb2dzYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message search.v1.IndexGoodsRequest
@@ -77,6 +77,13 @@ export type IndexGoodsResponse = Message<"search.v1.IndexGoodsResponse"> & {
    * @generated from field: int32 elapsed_ms = 7;
    */
   elapsedMs: number;
+
+  /**
+   * Documents removed because their product left the index (USE_YN='N' or row deleted).
+   *
+   * @generated from field: int32 removed_count = 8;
+   */
+  removedCount: number;
 };
 
 /**
@@ -85,6 +92,134 @@ export type IndexGoodsResponse = Message<"search.v1.IndexGoodsResponse"> & {
  */
 export const IndexGoodsResponseSchema: GenMessage<IndexGoodsResponse> = /*@__PURE__*/
   messageDesc(file_search_v1_indexing_service, 1);
+
+/**
+ * @generated from message search.v1.GetIndexStatusRequest
+ */
+export type GetIndexStatusRequest = Message<"search.v1.GetIndexStatusRequest"> & {
+};
+
+/**
+ * Describes the message search.v1.GetIndexStatusRequest.
+ * Use `create(GetIndexStatusRequestSchema)` to create a new message.
+ */
+export const GetIndexStatusRequestSchema: GenMessage<GetIndexStatusRequest> = /*@__PURE__*/
+  messageDesc(file_search_v1_indexing_service, 2);
+
+/**
+ * The last run of one mode (full, cursor, incremental) or of the batch.
+ *
+ * @generated from message search.v1.IndexRun
+ */
+export type IndexRun = Message<"search.v1.IndexRun"> & {
+  /**
+   * full, cursor, incremental or batch.
+   *
+   * @generated from field: string mode = 1;
+   */
+  mode: string;
+
+  /**
+   * @generated from field: bool success = 2;
+   */
+  success: boolean;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp started_at = 3;
+   */
+  startedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp finished_at = 4;
+   */
+  finishedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: int32 fetched_count = 5;
+   */
+  fetchedCount: number;
+
+  /**
+   * @generated from field: int32 indexed_count = 6;
+   */
+  indexedCount: number;
+
+  /**
+   * @generated from field: int32 failed_count = 7;
+   */
+  failedCount: number;
+
+  /**
+   * @generated from field: int32 removed_count = 8;
+   */
+  removedCount: number;
+};
+
+/**
+ * Describes the message search.v1.IndexRun.
+ * Use `create(IndexRunSchema)` to create a new message.
+ */
+export const IndexRunSchema: GenMessage<IndexRun> = /*@__PURE__*/
+  messageDesc(file_search_v1_indexing_service, 3);
+
+/**
+ * @generated from message search.v1.IndexStatus
+ */
+export type IndexStatus = Message<"search.v1.IndexStatus"> & {
+  /**
+   * GOODS_INDEX, the name searches use.
+   *
+   * @generated from field: string alias = 1;
+   */
+  alias: string;
+
+  /**
+   * The physical index the alias points to; empty when no index exists yet.
+   *
+   * @generated from field: string physical_index = 2;
+   */
+  physicalIndex: string;
+
+  /**
+   * Documents in the index, counted after a refresh.
+   *
+   * @generated from field: int32 document_count = 3;
+   */
+  documentCount: number;
+
+  /**
+   * Rows with USE_YN='Y'.
+   *
+   * @generated from field: int32 eligible_rows = 4;
+   */
+  eligibleRows: number;
+
+  /**
+   * Rows with USE_YN='Y' and INDEX_YN='N'.
+   *
+   * @generated from field: int32 pending_rows = 5;
+   */
+  pendingRows: number;
+
+  /**
+   * eligible_rows - document_count: 0 when the index tells the truth.
+   *
+   * @generated from field: int32 drift = 6;
+   */
+  drift: number;
+
+  /**
+   * @generated from field: repeated search.v1.IndexRun last_runs = 7;
+   */
+  lastRuns: IndexRun[];
+};
+
+/**
+ * Describes the message search.v1.IndexStatus.
+ * Use `create(IndexStatusSchema)` to create a new message.
+ */
+export const IndexStatusSchema: GenMessage<IndexStatus> = /*@__PURE__*/
+  messageDesc(file_search_v1_indexing_service, 4);
 
 /**
  * @generated from message search.v1.RunProductBatchRequest
@@ -110,7 +245,7 @@ export type RunProductBatchRequest = Message<"search.v1.RunProductBatchRequest">
  * Use `create(RunProductBatchRequestSchema)` to create a new message.
  */
 export const RunProductBatchRequestSchema: GenMessage<RunProductBatchRequest> = /*@__PURE__*/
-  messageDesc(file_search_v1_indexing_service, 2);
+  messageDesc(file_search_v1_indexing_service, 5);
 
 /**
  * @generated from message search.v1.BatchExecutionResponse
@@ -186,7 +321,7 @@ export type BatchExecutionResponse = Message<"search.v1.BatchExecutionResponse">
  * Use `create(BatchExecutionResponseSchema)` to create a new message.
  */
 export const BatchExecutionResponseSchema: GenMessage<BatchExecutionResponse> = /*@__PURE__*/
-  messageDesc(file_search_v1_indexing_service, 3);
+  messageDesc(file_search_v1_indexing_service, 6);
 
 /**
  * @generated from message search.v1.ListBatchLogsRequest
@@ -205,14 +340,14 @@ export type ListBatchLogsRequest = Message<"search.v1.ListBatchLogsRequest"> & {
  * Use `create(ListBatchLogsRequestSchema)` to create a new message.
  */
 export const ListBatchLogsRequestSchema: GenMessage<ListBatchLogsRequest> = /*@__PURE__*/
-  messageDesc(file_search_v1_indexing_service, 4);
+  messageDesc(file_search_v1_indexing_service, 7);
 
 /**
  * @generated from message search.v1.ErrorInfo
  */
 export type ErrorInfo = Message<"search.v1.ErrorInfo"> & {
   /**
-   * OPTIMIZE_FAILED, DB_STREAM_ERROR, FINALIZE_FAILED, BULK_FAILED or LOAD_FAILED.
+   * OPTIMIZE_FAILED, DB_STREAM_ERROR, FINALIZE_FAILED, BULK_FAILED, LOAD_FAILED or ALIAS_SWAP_FAILED.
    *
    * @generated from field: string code = 1;
    */
@@ -236,7 +371,7 @@ export type ErrorInfo = Message<"search.v1.ErrorInfo"> & {
  * Use `create(ErrorInfoSchema)` to create a new message.
  */
 export const ErrorInfoSchema: GenMessage<ErrorInfo> = /*@__PURE__*/
-  messageDesc(file_search_v1_indexing_service, 5);
+  messageDesc(file_search_v1_indexing_service, 8);
 
 /**
  * @generated from message search.v1.BatchLogDetails
@@ -286,6 +421,20 @@ export type BatchLogDetails = Message<"search.v1.BatchLogDetails"> & {
    * @generated from field: optional search.v1.ErrorInfo error = 9;
    */
   error?: ErrorInfo | undefined;
+
+  /**
+   * Documents removed by the indexing step (delisted or deleted products).
+   *
+   * @generated from field: optional int32 removed_count = 10;
+   */
+  removedCount?: number | undefined;
+
+  /**
+   * Eligible rows minus documents at the end of the indexing step.
+   *
+   * @generated from field: optional int32 drift = 11;
+   */
+  drift?: number | undefined;
 };
 
 /**
@@ -293,7 +442,7 @@ export type BatchLogDetails = Message<"search.v1.BatchLogDetails"> & {
  * Use `create(BatchLogDetailsSchema)` to create a new message.
  */
 export const BatchLogDetailsSchema: GenMessage<BatchLogDetails> = /*@__PURE__*/
-  messageDesc(file_search_v1_indexing_service, 6);
+  messageDesc(file_search_v1_indexing_service, 9);
 
 /**
  * One document of the batch log index.
@@ -342,7 +491,7 @@ export type BatchLog = Message<"search.v1.BatchLog"> & {
  * Use `create(BatchLogSchema)` to create a new message.
  */
 export const BatchLogSchema: GenMessage<BatchLog> = /*@__PURE__*/
-  messageDesc(file_search_v1_indexing_service, 7);
+  messageDesc(file_search_v1_indexing_service, 10);
 
 /**
  * @generated from message search.v1.ListBatchLogsResponse
@@ -359,7 +508,7 @@ export type ListBatchLogsResponse = Message<"search.v1.ListBatchLogsResponse"> &
  * Use `create(ListBatchLogsResponseSchema)` to create a new message.
  */
 export const ListBatchLogsResponseSchema: GenMessage<ListBatchLogsResponse> = /*@__PURE__*/
-  messageDesc(file_search_v1_indexing_service, 8);
+  messageDesc(file_search_v1_indexing_service, 11);
 
 /**
  * IndexingService copies product rows from PostgreSQL (PR_GOODS_SEARCH_INTF) into
@@ -389,6 +538,17 @@ export const IndexingService: GenService<{
     methodKind: "unary";
     input: typeof RunProductBatchRequestSchema;
     output: typeof BatchExecutionResponseSchema;
+  },
+  /**
+   * How far the goods index is from PR_GOODS_SEARCH_INTF: the alias, its physical index, the
+   * document count against the eligible rows, and the last run of each mode and of the batch.
+   *
+   * @generated from rpc search.v1.IndexingService.GetIndexStatus
+   */
+  getIndexStatus: {
+    methodKind: "unary";
+    input: typeof GetIndexStatusRequestSchema;
+    output: typeof IndexStatusSchema;
   },
   /**
    * Recent batch log documents, newest first.

@@ -23,6 +23,8 @@ export function batchLogMessage(doc: BatchLogDocument): BatchLog {
       chunkSize: details.chunk_size,
       message: details.message,
       error: details.error,
+      removedCount: details.removed_count,
+      drift: details.drift,
     },
   });
 }

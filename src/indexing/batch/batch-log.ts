@@ -25,6 +25,10 @@ export interface BatchLogDetails {
   chunk_size?: number;
   message?: string;
   error?: BatchErrorInfo;
+  /** Documents removed by the indexing step (delisted or deleted products). */
+  removed_count?: number;
+  /** Eligible rows minus documents, measured at the end of the indexing step. */
+  drift?: number;
 }
 
 /** The stored document, in the snake_case of the contract. */
@@ -61,12 +65,17 @@ export const BATCH_LOG_MAPPING: estypes.MappingTypeMapping = {
         chunk_size: integer,
         message: { type: "text" },
         error: { properties: { code: keyword, message: { type: "text" }, step: keyword } },
+        removed_count: integer,
+        drift: integer,
       },
     },
   },
 };
 
 export class BatchLogStore {
+  /** True once this process has made sure the index exists with the current mapping. */
+  private ready = false;
+
   private constructor(
     private readonly elasticsearch: Client,
     private readonly index: string,
@@ -102,13 +111,19 @@ export class BatchLogStore {
   }
 
   private async ensureIndex(): Promise<void> {
-    if (await this.elasticsearch.indices.exists({ index: this.index })) return;
-    try {
-      await this.elasticsearch.indices.create({ index: this.index, mappings: BATCH_LOG_MAPPING });
-    } catch (err) {
-      // Another replica created it between the check and the create: fine.
-      if (!(err instanceof errors.ResponseError && err.body?.error?.type === "resource_already_exists_exception")) throw err;
+    if (this.ready) return;
+    if (await this.elasticsearch.indices.exists({ index: this.index })) {
+      // An index created by an earlier version gains the fields added since (mappings only grow).
+      await this.elasticsearch.indices.putMapping({ index: this.index, ...BATCH_LOG_MAPPING });
+    } else {
+      try {
+        await this.elasticsearch.indices.create({ index: this.index, mappings: BATCH_LOG_MAPPING });
+      } catch (err) {
+        // Another replica created it between the check and the create: fine.
+        if (!(err instanceof errors.ResponseError && err.body?.error?.type === "resource_already_exists_exception")) throw err;
+      }
     }
+    this.ready = true;
   }
 }
 

@@ -1,4 +1,6 @@
+import type { Knex } from "knex";
 import type { Logger } from "pino";
+import { recordRun } from "../index-runs.js";
 import type { BatchErrorInfo, BatchLogDocument, BatchLogStore, BatchStatus } from "./batch-log.js";
 import type { IndexingMetrics } from "../indexing-metrics.js";
 import type { IndexingStats } from "./indexing-failure.js";
@@ -19,6 +21,8 @@ export interface BatchRecordContext {
   goodsIndex: string;
   now: () => Date;
   metrics?: Pick<IndexingMetrics, "batchFinished">;
+  /** Where the batch's run is recorded for the status RPC and the schedule's window. */
+  knex: Knex;
 }
 
 export interface BatchOutcome {
@@ -52,6 +56,8 @@ export function batchLogDocument(context: BatchRecordContext, outcome: BatchOutc
       chunk_size: context.chunkSize,
       message: outcome.message,
       ...(outcome.error ? { error: outcome.error } : {}),
+      ...(outcome.stats ? { removed_count: outcome.stats.removedCount ?? 0 } : {}),
+      ...(outcome.stats?.drift !== undefined ? { drift: outcome.stats.drift } : {}),
     },
   };
 }
@@ -59,11 +65,29 @@ export function batchLogDocument(context: BatchRecordContext, outcome: BatchOutc
 /** Saves the log document; false (and an error line) when it could not be saved. */
 export async function recordBatch(context: BatchRecordContext, outcome: BatchOutcome): Promise<boolean> {
   context.metrics?.batchFinished(outcome.status);
+  await recordBatchRun(context, outcome);
   try {
     await context.logs.save(batchLogDocument(context, outcome, context.now()));
     return true;
   } catch (err) {
     context.logger.error({ err, status: outcome.status }, "saving the batch log failed");
     return false;
+  }
+}
+
+/** The batch as the last "batch" run; it covers the schedule's window only when it indexed everything. */
+async function recordBatchRun(context: BatchRecordContext, outcome: BatchOutcome): Promise<void> {
+  const { stats } = outcome;
+  try {
+    await recordRun(context.knex, {
+      mode: "batch",
+      success: outcome.status === "COMPLETED" && outcome.error === undefined && (stats?.failedCount ?? 0) === 0,
+      startedAt: context.startedAt,
+      finishedAt: context.now(),
+      ...countsOf(stats),
+      removedCount: stats?.removedCount ?? 0,
+    });
+  } catch (err) {
+    context.logger.warn({ err, status: outcome.status }, "recording the batch run failed");
   }
 }

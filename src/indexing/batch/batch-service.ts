@@ -16,7 +16,7 @@ import { loadGoods, LoadStepError, type LoadResult } from "./load-steps.js";
 // anything unexpected is caught, logged as FAILED and answered 500, and the process goes on.
 
 /** Step 2: cursor-mode indexing of the INDEX_YN='N' rows with the given bulk size. */
-export type CursorIndexer = (options: { bulkSize: number; signal: AbortSignal }) => Promise<IndexingStats>;
+export type CursorIndexer = (options: { bulkSize: number; signal: AbortSignal; rebuild: boolean }) => Promise<IndexingStats>;
 
 export interface BatchServiceOptions {
   knex: Knex;
@@ -94,6 +94,7 @@ async function execute(options: BatchServiceOptions, run: Execution): Promise<Ba
     goodsIndex: options.goodsIndex,
     now,
     metrics: options.metrics,
+    knex: options.knex,
   };
   logger.info({ is_full_load: context.isFullLoad, chunk_size: run.chunkSize }, "product batch started");
   try {
@@ -105,7 +106,7 @@ async function execute(options: BatchServiceOptions, run: Execution): Promise<Ba
       warnings.push("the batch log could not be saved");
     }
     const elapsedMs = now().getTime() - startedAt.getTime();
-    logger.info({ ...countsOf(stats), elapsed_ms: elapsedMs, warnings }, "product batch completed");
+    logger.info({ ...snakeCounts(stats), elapsed_ms: elapsedMs, warnings }, "product batch completed");
     const { isFullLoad, chunkSize } = context;
     return { success: true, batchId, status: "COMPLETED", isFullLoad, loadedCount: load.loadedCount, ...countsOf(stats), chunkSize, warnings, elapsedMs, message };
   } catch (err) {
@@ -140,7 +141,8 @@ async function loadStep(options: BatchServiceOptions, run: Execution, context: B
 /** Step 2; a failure the indexer reports comes back as `error`, anything else is rethrown. */
 async function indexStep(options: BatchServiceOptions, run: Execution, logger: Logger) {
   try {
-    return { stats: await options.indexCursor({ bulkSize: run.chunkSize, signal: run.signal }), error: undefined };
+    const rebuild = run.intervalMinutes === undefined;
+    return { stats: await options.indexCursor({ bulkSize: run.chunkSize, signal: run.signal, rebuild }), error: undefined };
   } catch (err) {
     // An abort (shutdown) leaves the loaded rows at N like any indexing failure: not a bug.
     const aborted = run.signal.aborted ? { code: "BULK_FAILED", message: "indexing was aborted: the service is shutting down" } : undefined;
@@ -168,6 +170,11 @@ function summary(load: LoadResult, stats: IndexingStats | undefined, warnings: s
   const indexing = stats ? `indexed ${indexedCount} of ${fetchedCount} rows, ${failedCount} failed` : "indexing failed";
   const noted = warnings.length === 0 ? "" : ` (${warnings.length} warning${warnings.length === 1 ? "" : "s"})`;
   return `${kind} of ${load.loadedCount} rows; ${indexing}${noted}`;
+}
+
+function snakeCounts(stats: IndexingStats | undefined) {
+  const { fetchedCount, indexedCount, failedCount } = countsOf(stats);
+  return { fetched_count: fetchedCount, indexed_count: indexedCount, failed_count: failedCount, removed_count: stats?.removedCount ?? 0, drift: stats?.drift };
 }
 
 function messageOf(err: unknown): string {

@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import type { BatchConfig, IndexingConfig } from "../../config.js";
 import type { IndexingMetrics } from "../indexing-metrics.js";
 import type { JobLock } from "../job-lock.js";
+import { incrementalWindowMinutes } from "../index-runs.js";
 import { runGoodsIndexing } from "../modes.js";
 import { createCronRunner, type CronJob, type CronRunner } from "../schedule.js";
 import { BatchLogStore } from "./batch-log.js";
@@ -41,9 +42,12 @@ export function createBatchWiring(deps: BatchWiringDeps): BatchWiring {
     fetchSize: indexing.fetchSize,
     bulkMaxBytes: indexing.bulkMaxBytes,
     bulksInFlight: indexing.bulksInFlight,
+    analyzer: indexing.goodsAnalyzer,
     channelCapacity: indexing.channelCapacity > 0 ? indexing.channelCapacity : undefined,
   };
-  const indexCursor: CursorIndexer = ({ bulkSize, signal }) => runGoodsIndexing({ ...pipeline, mode: "cursor", bulkSize, signal });
+  // A full load truncated the table: its indexing step rebuilds, so vanished products leave search.
+  const indexCursor: CursorIndexer = ({ bulkSize, signal, rebuild }) =>
+    runGoodsIndexing({ ...pipeline, mode: "cursor", rebuild, job: PRODUCT_BATCH_JOB, bulkSize, signal });
   const logs = BatchLogStore.create({ elasticsearch, index: deps.batch.logIndex });
   const batch = createBatchService({ knex, lock: jobLock, indexCursor, logs, goodsIndex: indexing.goodsIndex, logger, metrics });
 
@@ -52,10 +56,13 @@ export function createBatchWiring(deps: BatchWiringDeps): BatchWiring {
     {
       name: "index_goods_incremental",
       expression: deps.batch.cronIncremental,
+      // Covers since the start of the last successful run (persisted), so a skipped tick or a restart loses no row.
       run: () =>
-        jobLock.run("index_goods_incremental", (signal) =>
-          runGoodsIndexing({ ...pipeline, mode: "incremental", intervalMinutes: deps.batch.cronIncrementalMinutes, bulkSize: indexing.bulkSize, signal }),
-        ),
+        jobLock.run("index_goods_incremental", async (signal) => {
+          const { cronIncrementalMinutes, cronIncrementalOverlapMinutes } = deps.batch;
+          const intervalMinutes = await incrementalWindowMinutes(knex, cronIncrementalMinutes, cronIncrementalOverlapMinutes);
+          return runGoodsIndexing({ ...pipeline, mode: "incremental", intervalMinutes, bulkSize: indexing.bulkSize, signal });
+        }),
     },
   ];
   const cron = createCronRunner({ jobs: deps.batch.cronEnabled ? jobs : [], logger: logger.child({ component: "cron" }) });

@@ -7,6 +7,8 @@ export interface IndexingStats {
   indexedCount: number;
   failedCount: number;
   elapsedMs: number;
+  removedCount?: number;
+  drift?: number;
 }
 
 /** Error codes with which the indexing pipeline reports a failure it detected. */

@@ -5,11 +5,13 @@ import { IndexingError, messageOf } from "../indexing-error.js";
 // at most `concurrency` requests in flight; the reading loop waits for a free slot, so a slow
 // cluster pauses the source. Every document gets its own result: accepted ones go to onAccepted,
 // 429s are retried with backoff, anything else goes to onDrop and is counted, never lost silently.
+// An item without a document is a delete; a delete answered 404 is done (counted as missing).
 
 export interface BulkItem<Meta> {
   /** Document _id: repeating a document upserts it. */
   readonly id: string;
-  readonly document: Record<string, unknown>;
+  /** Absent: delete the document of this _id. */
+  readonly document?: Record<string, unknown>;
   /** What the caller needs back for accepted or dropped documents (e.g. the row's key). */
   readonly meta: Meta;
 }
@@ -24,6 +26,8 @@ export interface BulkStats {
   total: number;
   successful: number;
   failed: number;
+  /** Deletes answered 404 (the document was not there); also counted in successful. */
+  missing: number;
   retried: number;
   bytes: number;
   bulks: number;
@@ -56,7 +60,7 @@ interface Entry<Meta> {
 }
 
 export function emptyBulkStats(): BulkStats {
-  return { total: 0, successful: 0, failed: 0, retried: 0, bytes: 0, bulks: 0 };
+  return { total: 0, successful: 0, failed: 0, missing: 0, retried: 0, bytes: 0, bulks: 0 };
 }
 
 export async function sendBulks<Meta>(source: AsyncIterable<BulkItem<Meta>>, options: BulkSenderOptions<Meta>): Promise<BulkStats> {
@@ -82,7 +86,7 @@ export async function sendBulks<Meta>(source: AsyncIterable<BulkItem<Meta>>, opt
   for await (const item of source) {
     if (failure !== undefined || signal?.aborted) break;
     // Documents are serialised once, on arrival; the row object can then be collected.
-    const line = `{"index":{"_id":${JSON.stringify(item.id)}}}\n${JSON.stringify(item.document)}\n`;
+    const line = bulkLine(item);
     const bytes = Buffer.byteLength(line);
     if (batch.length > 0 && batchBytes + bytes > maxBytes) await dispatch();
     batch.push({ id: item.id, line, meta: item.meta });
@@ -94,6 +98,11 @@ export async function sendBulks<Meta>(source: AsyncIterable<BulkItem<Meta>>, opt
   await Promise.all(inFlight);
   if (failure !== undefined) throw failure;
   return stats;
+}
+
+function bulkLine<Meta>({ id, document }: BulkItem<Meta>): string {
+  const key = JSON.stringify(id);
+  return document === undefined ? `{"delete":{"_id":${key}}}\n` : `{"index":{"_id":${key}}}\n${JSON.stringify(document)}\n`;
 }
 
 async function sendWithRetries<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions<Meta>, stats: BulkStats): Promise<void> {
@@ -134,9 +143,11 @@ async function sendOnce<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions
   const throttled: Entry<Meta>[] = [];
   response.items.forEach((result, i) => {
     const entry = entries[i] as Entry<Meta>;
-    const outcome = result.index ?? result.create ?? result.update;
+    const outcome = result.index ?? result.create ?? result.update ?? result.delete;
     const status = outcome?.status ?? 500;
-    if (status >= 200 && status < 300) {
+    const missingDelete = result.delete !== undefined && status === 404;
+    if (missingDelete) stats.missing++;
+    if ((status >= 200 && status < 300) || missingDelete) {
       accepted.push(entry.meta);
       stats.successful++;
     } else if (status === 429) {

@@ -9,12 +9,13 @@ describe("batch and cron configuration", () => {
       cronBatch: "0 1 * * *",
       cronIncremental: "*/30 * * * *",
       cronIncrementalMinutes: 30,
+      cronIncrementalOverlapMinutes: 5,
     });
   });
 
   it("takes cron expressions, off and CRON_ENABLED from the environment", () => {
-    const batch = loadConfig({ CRON_ENABLED: "false", CRON_BATCH: "off", CRON_INCREMENTAL: "0 */15 * * * *", CRON_INCREMENTAL_MINUTES: "15" }).batch;
-    expect(batch).toMatchObject({ cronEnabled: false, cronBatch: "off", cronIncremental: "0 */15 * * * *", cronIncrementalMinutes: 15 });
+    const batch = loadConfig({ CRON_ENABLED: "false", CRON_BATCH: "off", CRON_INCREMENTAL: "0 */15 * * * *", CRON_INCREMENTAL_MINUTES: "15", CRON_INCREMENTAL_OVERLAP_MINUTES: "0" }).batch;
+    expect(batch).toMatchObject({ cronEnabled: false, cronBatch: "off", cronIncremental: "0 */15 * * * *", cronIncrementalMinutes: 15, cronIncrementalOverlapMinutes: 0 });
   });
 
   it.each([
@@ -22,6 +23,7 @@ describe("batch and cron configuration", () => {
     ["CRON_INCREMENTAL", "*/30 * * *"],
     ["CRON_ENABLED", "yes"],
     ["CRON_INCREMENTAL_MINUTES", "1"],
+    ["CRON_INCREMENTAL_OVERLAP_MINUTES", "-1"],
     ["BATCH_LOG_INDEX", "Batch/Log"],
   ])("refuses a bad %s naming it", (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(name);

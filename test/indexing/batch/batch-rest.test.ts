@@ -7,6 +7,7 @@ import { generateSources } from "../../../src/indexing/batch/source-generator.js
 import { createTestElasticsearch, uniqueIndexName } from "../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
 import { startTestServer, type TestServer } from "../../support/server.js";
+import { deleteGoodsIndices } from "../helpers.js";
 
 // End to end: two real servers (two "replicas") on one database and one Elasticsearch, called
 // over REST and with the generated Connect client.
@@ -31,7 +32,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await a?.close();
   await b?.close();
-  await es?.indices.delete({ index: [goodsIndex, logIndex], ignore_unavailable: true });
+  if (es) await deleteGoodsIndices(es, goodsIndex, logIndex);
   await db?.drop();
   await es?.close();
 });

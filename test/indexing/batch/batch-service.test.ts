@@ -60,7 +60,8 @@ describe("full batch", () => {
     });
     expect(result.batchId).toMatch(/^product_\d{17}$/);
     const rows = await goodsRows(db.knex);
-    expect(rows.map((r) => [r.GOODS_NO, r.INDEX_YN])).toEqual([["G1", "Y"], ["G2", "Y"], ["G3", "Y"], ["G4", "N"]]);
+    // G4 (USE_YN='N') is flipped too: the rebuilt index never had its document.
+    expect(rows.map((r) => [r.GOODS_NO, r.INDEX_YN])).toEqual([["G1", "Y"], ["G2", "Y"], ["G3", "Y"], ["G4", "Y"]]);
     const docs = await indexedDocs(h.goodsIndex);
     expect(docs.map((d) => d.GOODS_NO)).toEqual(["G1", "G2", "G3"]);
     expect(docs[0]).toMatchObject({ SALE_PRICE: 50_000, PROMO_PRICE: 40_000, ICON_INFO: "NEW,SALE", CATE_PATH: "Fashion>Outer>Jackets" });
@@ -142,7 +143,8 @@ describe("failures", () => {
       fetchSize: 50_000, bulkSize: 1000, bulkMaxBytes: 1024 * 1024, bulksInFlight: 1,
     });
     expect(later).toMatchObject({ fetchedCount: 3, indexedCount: 3 });
-    expect((await goodsRows(db.knex)).filter((r) => r.INDEX_YN === "Y").map((r) => r.GOODS_NO)).toEqual(["G1", "G2", "G3"]);
+    // G4 (USE_YN='N') is handled as a removal and flipped as well.
+    expect((await goodsRows(db.knex)).filter((r) => r.INDEX_YN === "Y").map((r) => r.GOODS_NO)).toEqual(["G1", "G2", "G3", "G4"]);
     await down.close();
   });
 
@@ -171,7 +173,7 @@ describe("step 3", () => {
     await es.indices.create({ index: h.logIndex, mappings: { properties: { status: { type: "long" } } } });
     const result = await h.batch.run({});
     expect(result).toMatchObject({ status: "COMPLETED", indexedCount: 3, warnings: ["the batch log could not be saved"] });
-    expect((await goodsRows(db.knex)).filter((r) => r.INDEX_YN === "Y")).toHaveLength(3);
+    expect((await goodsRows(db.knex)).filter((r) => r.INDEX_YN === "Y")).toHaveLength(4);
   });
 });
 

@@ -8,6 +8,7 @@ import { createJobLock } from "../../../src/indexing/job-lock.js";
 import { createTestElasticsearch, uniqueIndexName } from "../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
 import { insertCatalogue } from "./fixtures.js";
+import { deleteGoodsIndices } from "../helpers.js";
 
 // The cron tasks as the indexing module builds them from configuration, fired for real.
 
@@ -24,7 +25,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await es?.indices.delete({ index: [goodsIndex, logIndex], ignore_unavailable: true });
+  if (es) await deleteGoodsIndices(es, goodsIndex, logIndex);
   await db?.drop();
   await es?.close();
 });

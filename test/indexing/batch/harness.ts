@@ -5,6 +5,7 @@ import { BatchLogStore } from "../../../src/indexing/batch/batch-log.js";
 import { createBatchService, type BatchService, type CursorIndexer } from "../../../src/indexing/batch/batch-service.js";
 import { createJobLock, type JobLock } from "../../../src/indexing/job-lock.js";
 import { runGoodsIndexing } from "../../../src/indexing/modes.js";
+import { deleteGoodsIndices } from "../helpers.js";
 import { uniqueIndexName } from "../../support/elasticsearch.js";
 
 // The batch service over the real PostgreSQL and Elasticsearch, with its own goods and log
@@ -26,12 +27,12 @@ const created: string[] = [];
 /** Deletes every index the harnesses of this test file created. */
 export async function deleteHarnessIndexes(elasticsearch: Client): Promise<void> {
   const names = created.splice(0);
-  if (names.length > 0) await elasticsearch.indices.delete({ index: names, ignore_unavailable: true });
+  await deleteGoodsIndices(elasticsearch, ...names);
 }
 
 export function cursorIndexer(knex: Knex, elasticsearch: Client, index: string, logger: Logger): CursorIndexer {
-  return ({ bulkSize, signal }) =>
-    runGoodsIndexing({ knex, elasticsearch, logger, mode: "cursor", index, fetchSize: 50_000, bulkSize, bulkMaxBytes: 10 * 1024 * 1024, bulksInFlight: 2, signal });
+  return ({ bulkSize, signal, rebuild }) =>
+    runGoodsIndexing({ knex, elasticsearch, logger, mode: "cursor", rebuild, index, fetchSize: 50_000, bulkSize, bulkMaxBytes: 10 * 1024 * 1024, bulksInFlight: 2, signal });
 }
 
 export function createBatchHarness(options: {

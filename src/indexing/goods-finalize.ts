@@ -1,0 +1,72 @@
+import type { Knex } from "knex";
+import type { GoodsKey } from "./goods-rows.js";
+import { IndexingError } from "./indexing-error.js";
+
+// Cursor finalize (SPEC.md section 3): as each bulk settles, one statement per kind of key flips
+// INDEX_YN to 'Y' for exactly the rows that bulk carried and Elasticsearch accepted (or deleted),
+// and only if the row is unchanged since it was read (compare-and-set on GOODS_NO, SYS_MOD_DTM,
+// USE_YN). Deleted-row records are cleared the same way, on their deleted_at. A run that dies
+// keeps the progress of its settled bulks; nothing per row outlives its bulk.
+
+/** Returns the rows flipped to 'Y'. */
+export async function finalizeSettled(knex: Knex, keys: readonly GoodsKey[], options: { flip: boolean }): Promise<number> {
+  try {
+    let flipped = 0;
+    if (options.flip) {
+      flipped += await flip(knex, keys.filter((k) => k.source === "row"), "Y");
+      flipped += await flip(knex, keys.filter((k) => k.source === "delisted"), "N");
+    }
+    await clearDeleted(knex, keys.filter((k) => k.source === "deleted"));
+    return flipped;
+  } catch (err) {
+    throw new IndexingError("FINALIZE_FAILED", "flipping INDEX_YN to 'Y' for a settled bulk failed", { cause: err });
+  }
+}
+
+async function flip(knex: Knex, keys: readonly GoodsKey[], useYn: "Y" | "N"): Promise<number> {
+  if (keys.length === 0) return 0;
+  const result = await knex.raw<{ rowCount: number }>(
+    `update "PR_GOODS_SEARCH_INTF" g set "INDEX_YN" = 'Y'
+       from jsonb_to_recordset(?::jsonb) as k(goods_no text, mod_dtm timestamptz)
+      where g."GOODS_NO" = k.goods_no and g."SYS_MOD_DTM" = k.mod_dtm and g."USE_YN" = ? and g."INDEX_YN" = 'N'`,
+    [keysJson(keys, "mod_dtm"), useYn],
+  );
+  return result.rowCount;
+}
+
+async function clearDeleted(knex: Knex, keys: readonly GoodsKey[]): Promise<void> {
+  if (keys.length === 0) return;
+  await knex.raw(
+    `delete from goods_index_deleted d using jsonb_to_recordset(?::jsonb) as k(goods_no text, deleted_at timestamptz)
+      where d.goods_no = k.goods_no and d.deleted_at = k.deleted_at`,
+    [keysJson(keys, "deleted_at")],
+  );
+}
+
+/** The keys as one JSON array parameter: one bind whatever the bulk size. */
+function keysJson(keys: readonly GoodsKey[], stampName: string): string {
+  return JSON.stringify(keys.map((k) => ({ goods_no: k.goodsNo, [stampName]: k.modDtm })));
+}
+
+/** After a rebuild went live: deletions recorded before its snapshot are already absent from it. */
+export async function clearDeletedBefore(knex: Knex, snapshotAt: Date): Promise<void> {
+  await knex("goods_index_deleted").where("deleted_at", "<", snapshotAt).delete();
+}
+
+/**
+ * After the batch's rebuild went live: one statement flips every 'N' row that the rebuild's
+ * snapshot saw (modified before the run started) except those whose documents were rejected.
+ * USE_YN='N' rows are flipped too: the new index never had their documents.
+ */
+export async function finalizeRebuilt(knex: Knex, startedAt: Date, rejected: readonly string[]): Promise<number> {
+  try {
+    const result = await knex.raw<{ rowCount: number }>(
+      `update "PR_GOODS_SEARCH_INTF" set "INDEX_YN" = 'Y'
+        where "INDEX_YN" = 'N' and "SYS_MOD_DTM" < ? and not ("GOODS_NO" = any(array(select jsonb_array_elements_text(?::jsonb))))`,
+      [startedAt, JSON.stringify(rejected)],
+    );
+    return result.rowCount;
+  } catch (err) {
+    throw new IndexingError("FINALIZE_FAILED", "flipping INDEX_YN to 'Y' after the rebuild failed", { cause: err });
+  }
+}
