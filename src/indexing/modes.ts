@@ -14,6 +14,7 @@ import {
 import { goodsItem, goodsQuery, removalItem, removalQuery, type GoodsKey, type GoodsRow, type IndexingMode, type RemovalRow } from "./goods-rows.js";
 import { databaseNow, recordRun } from "./index-runs.js";
 import { measureDrift } from "./index-status.js";
+import { UnavailableError } from "../errors.js";
 import { IndexingError, messageOf } from "./indexing-error.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
 import type { BulkItem, BulkStats } from "./pipeline/bulk-sender.js";
@@ -116,7 +117,9 @@ export async function runGoodsIndexing(options: GoodsIndexingOptions): Promise<I
     options.metrics?.runFailed(mode, code);
     const elapsed = Math.round(performance.now() - started);
     // A dependency that is down is expected now and then: one warn line, no stack trace.
-    if (err instanceof IndexingError && err.unavailable) logger.warn({ code, reason: messageOf(err.cause), elapsed_ms: elapsed }, "indexing failed: a dependency is unavailable");
+    if (err instanceof UnavailableError || (err instanceof IndexingError && err.unavailable)) {
+      logger.warn({ code, reason: messageOf(err), elapsed_ms: elapsed }, "indexing failed: a dependency is unavailable");
+    }
     else logger.error({ err, code, elapsed_ms: elapsed }, "indexing failed");
     await record(options, logger, { success: false, startedAt });
     throw err;

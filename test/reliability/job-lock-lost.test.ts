@@ -1,6 +1,6 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { indexSettings } from "../indexing/helpers.js";
+import { deleteGoodsIndices } from "../indexing/helpers.js";
 import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
 import { adminDatabaseUrl, type TestDatabase } from "../support/postgres.js";
 import type { TestServer } from "../support/server.js";
@@ -9,7 +9,7 @@ import { createGoodsDatabase, documentsWritten, indexGoods, removeGoods, startIn
 
 // The job lock's own PostgreSQL session is terminated while a full index runs (as a network cut
 // or a database restart would end it). Without that session another replica could take the lock,
-// so the job stops: 503, index settings restored, and the next run completes.
+// so the job stops: 503, its partial index deleted (the alias untouched), and the next run completes.
 
 const ROWS = 60_000;
 const ELIGIBLE = ROWS - ROWS / 10;
@@ -26,7 +26,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.close();
-  await removeGoods(es, index, db);
+  await deleteGoodsIndices(es, index);
+  await removeGoods(es, [], db);
 });
 
 /** Terminates the session holding the job's advisory lock, from outside the service. */
@@ -46,7 +47,7 @@ async function terminateLockSession(): Promise<void> {
 }
 
 describe("the job lock's connection lost mid-run", () => {
-  it("aborts the job with 503, restores the index settings, and the next run completes", async () => {
+  it("aborts the job with 503, deletes its partial index, and the next run completes", async () => {
     const run = indexGoods(server);
     await waitFor(async () => (await documentsWritten(es, index)) > 0, "the first documents to be written");
     await terminateLockSession();
@@ -54,7 +55,8 @@ describe("the job lock's connection lost mid-run", () => {
     const aborted = await run;
     expect(aborted.status).toBe(503);
     expect(aborted.body.detail).toMatch(/job lock's database connection was lost/);
-    expect(await indexSettings(es, index)).toEqual({ refresh: "1s", replicas: "1" });
+    expect(Object.keys(await es.indices.get({ index: `${index}_*`, allow_no_indices: true }))).toEqual([]);
+    expect(await es.indices.existsAlias({ name: index })).toBe(false);
 
     const next = await indexGoods(server);
     expect(next.status).toBe(200);
