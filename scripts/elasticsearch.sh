@@ -53,13 +53,24 @@ url() {
   cat "$state/url" 2>/dev/null || { echo "elasticsearch: not running (no $state/url)" >&2; exit 1; }
 }
 
+# Exits 0 when nothing listens on 127.0.0.1:PORT (a bind succeeds).
+port_free() {
+  node -e 'require("net").createServer().once("error",()=>process.exit(1)).listen(+process.argv[1],"127.0.0.1",function(){this.close()})' "$1"
+}
+
 start() {
-  install
   local port="${1:-9200}"
   if [ "$port" = 0 ]; then port="$(free_port)"; fi
   if [ -f "$state/pid" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null; then
     echo "elasticsearch: already running at $(cat "$state/url")" >&2; cat "$state/url"; return
   fi
+  # Another process on the port would answer the health check below for a node that died on bind.
+  if ! port_free "$port"; then
+    echo "elasticsearch: port $port on 127.0.0.1 is taken by another process; choose another PORT (0 picks a free one)" >&2
+    exit 1
+  fi
+  install
+  local node_name="local-node-$$"
   mkdir -p "$state/data" "$state/logs" "$state/tmp"
   # Each node gets its own writable copy of the configuration (it writes its keystore there).
   rm -rf "$state/config" && cp -r "$home/config" "$state/config"
@@ -74,7 +85,7 @@ start() {
   "${run_as[@]}" env -i PATH="$PATH" HOME="$state" ES_TMPDIR="$state/tmp" ES_PATH_CONF="$state/config" \
     ES_JAVA_HOME="$(java_home)" ES_JAVA_OPTS="-Xms$heap -Xmx$heap" \
     "$home/bin/elasticsearch" \
-      -E cluster.name=local-dev -E node.name=local-node \
+      -E cluster.name=local-dev -E node.name="$node_name" \
       -E discovery.type=single-node -E network.host=127.0.0.1 \
       -E http.port="$port" -E transport.port=0 \
       -E path.data="$state/data" -E path.logs="$state/logs" \
@@ -85,7 +96,9 @@ start() {
   echo $! > "$state/pid"
   local url="http://127.0.0.1:$port"
   for _ in $(seq 1 180); do
-    if curl -fsS "$url/_cluster/health?wait_for_status=yellow&timeout=1s" >/dev/null 2>&1; then
+    # Healthy, and the node answering is the one started here.
+    if curl -fsS "$url/_cluster/health?wait_for_status=yellow&timeout=1s" >/dev/null 2>&1 &&
+      curl -fsS "$url/" 2>/dev/null | grep -q "\"name\" *: *\"$node_name\""; then
       echo "$url" > "$state/url"
       echo "elasticsearch: up at $url after $(( $(date +%s) - started_at ))s" >&2
       echo "$url"

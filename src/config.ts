@@ -1,4 +1,6 @@
+import { accessSync, constants as fsConstants } from "node:fs";
 import { validate as validateCron } from "node-cron";
+import { DEFAULT_TIMEOUTS, type ConnectionTimeouts } from "./server/listen.js";
 
 // Configuration is read from the environment once, validated, and frozen. A bad variable fails
 // start-up with a message naming it.
@@ -11,6 +13,7 @@ export interface Config {
   /** PostgreSQL URL; absent means the embedded PostgreSQL persisted under dataDir. */
   readonly databaseUrl: string | undefined;
   readonly dataDir: string;
+  /** One Elasticsearch node URL, or several separated by commas. */
   readonly elasticsearchUrl: string;
   readonly indexing: IndexingConfig;
   readonly batch: BatchConfig;
@@ -21,6 +24,8 @@ export interface Config {
   readonly tlsKeyFile: string | undefined;
   /** Largest accepted REST request body, in bytes. */
   readonly maxBodyBytes: number;
+  /** When slow or idle clients are cut off (src/server/listen.ts). */
+  readonly timeouts: ConnectionTimeouts;
   readonly marketplace: MarketplaceConfig;
   readonly gpu: GpuConfig;
 }
@@ -112,13 +117,17 @@ const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"
 
 export function loadConfig(env: Env = process.env): Config {
   const authTokens = list(env, "AUTH_TOKENS");
+  // Unset means "no auth, loopback only"; set to nothing but separators is a mistake, not a choice.
+  if (env.AUTH_TOKENS !== undefined && authTokens.length === 0) {
+    throw new ConfigError("AUTH_TOKENS is set but holds no token (unset it to run without auth on loopback)");
+  }
   const requestedHost = text(env, "HOST") ?? (authTokens.length > 0 ? "0.0.0.0" : "127.0.0.1");
   const config: Config = {
     port: integer(env, "PORT", 8080, 0, 65535),
     host: authTokens.length > 0 ? requestedHost : "127.0.0.1",
     databaseUrl: url(env, "DATABASE_URL", ["postgres:", "postgresql:"]),
     dataDir: text(env, "DATA_DIR") ?? "./data",
-    elasticsearchUrl: url(env, "ELASTICSEARCH_URL", ["http:", "https:"]) ?? "http://127.0.0.1:9200",
+    elasticsearchUrl: urlList(env, "ELASTICSEARCH_URL", ["http:", "https:"]) ?? "http://127.0.0.1:9200",
     indexing: indexingConfig(env),
     batch: batchConfig(env),
     authTokens,
@@ -126,6 +135,12 @@ export function loadConfig(env: Env = process.env): Config {
     tlsCertFile: text(env, "TLS_CERT_FILE"),
     tlsKeyFile: text(env, "TLS_KEY_FILE"),
     maxBodyBytes: integer(env, "MAX_BODY_BYTES", 1024 * 1024, 1, 64 * 1024 * 1024),
+    timeouts: Object.freeze({
+      headersMs: integer(env, "HTTP_HEADERS_TIMEOUT_MS", DEFAULT_TIMEOUTS.headersMs, 100, 600_000),
+      requestMs: integer(env, "HTTP_REQUEST_TIMEOUT_MS", DEFAULT_TIMEOUTS.requestMs, 100, 3_600_000),
+      keepAliveMs: integer(env, "HTTP_KEEP_ALIVE_TIMEOUT_MS", DEFAULT_TIMEOUTS.keepAliveMs, 100, 600_000),
+      http2IdleMs: integer(env, "HTTP2_IDLE_TIMEOUT_MS", DEFAULT_TIMEOUTS.http2IdleMs, 100, 86_400_000),
+    }),
     marketplace: marketplaceConfig(env),
     gpu: Object.freeze({
       statusSyncMs: integer(env, "GPU_STATUS_SYNC_MS", 15_000, 10, 86_400_000),
@@ -139,6 +154,8 @@ export function loadConfig(env: Env = process.env): Config {
   if ((config.tlsCertFile === undefined) !== (config.tlsKeyFile === undefined)) {
     throw new ConfigError("TLS_CERT_FILE and TLS_KEY_FILE must be set together");
   }
+  readableFile("TLS_CERT_FILE", config.tlsCertFile);
+  readableFile("TLS_KEY_FILE", config.tlsKeyFile);
   return Object.freeze(config);
 }
 
@@ -266,6 +283,24 @@ function indexName(env: Env, name: string, fallback: string): string {
     throw new ConfigError(`${name} must be a lower-case Elasticsearch index name, got '${value}'`);
   }
   return value;
+}
+
+/** Checked at start-up, before any migration runs, so that a typo is named instead of failing later. */
+function readableFile(name: string, path: string | undefined): void {
+  if (path === undefined) return;
+  try {
+    accessSync(path, fsConstants.R_OK);
+  } catch (err) {
+    throw new ConfigError(`${name} cannot be read: ${(err as NodeJS.ErrnoException).code ?? "error"} ${path}`);
+  }
+}
+
+/** One URL or a comma-separated list of them, each checked; returned as given. */
+function urlList(env: Env, name: string, protocols: string[]): string | undefined {
+  const items = list(env, name);
+  if (items.length === 0) return undefined;
+  for (const item of items) url({ [name]: item }, name, protocols);
+  return items.join(",");
 }
 
 function url(env: Env, name: string, protocols: string[]): string | undefined {

@@ -36,3 +36,10 @@ export class UnavailableError extends DomainError {}
 
 /** A failure the service detected and reports as such (HTTP 500), with a safe message. */
 export class OperationFailedError extends DomainError {}
+
+const EXCERPT_CHARS = 64;
+
+/** A request value as error details may echo it: cut to a short prefix, so no input is echoed in full. */
+export function excerpt(value: string): string {
+  return value.length <= EXCERPT_CHARS ? value : `${value.slice(0, EXCERPT_CHARS)}... (${value.length} characters)`;
+}

@@ -1,7 +1,8 @@
-import { Client } from "@elastic/elasticsearch";
 import { createApp } from "./app.js";
 import { ConfigError, hostNarrowedToLoopback, loadConfig } from "./config.js";
 import { startEmbeddedPostgres } from "./db/embedded-postgres.js";
+import { createElasticsearchClient, splitNodeUrls } from "./elasticsearch-client.js";
+import { databaseErrorText } from "./db/database-errors.js";
 import { createKnex, migrateToLatest } from "./db/knex.js";
 import { createMarketplace } from "./gpu/marketplace/index.js";
 import { createLogger, redactUrl } from "./logger.js";
@@ -32,9 +33,14 @@ async function main(): Promise<void> {
   const databaseUrl = config.databaseUrl ?? embedded!.url;
   logger.info({ database: embedded ? `embedded (${config.dataDir})` : redactUrl(databaseUrl) }, "database");
   const knex = createKnex(databaseUrl, { poolMax: embedded ? 1 : 10, logger });
-  await migrateToLatest(knex);
+  try {
+    await migrateToLatest(knex);
+  } catch (err) {
+    const where = embedded ? `the embedded database (${config.dataDir})` : `DATABASE_URL (${redactUrl(databaseUrl)})`;
+    throw new Error(`${where} unreachable or not migratable: ${databaseErrorText(err)} ${firstLine(err)}`);
+  }
 
-  const elasticsearch = new Client({ node: config.elasticsearchUrl, requestTimeout: 60_000, maxRetries: 2 });
+  const elasticsearch = createElasticsearchClient(config.elasticsearchUrl);
   const marketplace = createMarketplace(config, logger, knex);
   const app = createApp({ config, logger, knex, elasticsearch, marketplace });
   const server = await listen({
@@ -42,9 +48,10 @@ async function main(): Promise<void> {
     host: config.host,
     port: config.port,
     tls: config.tlsCertFile && config.tlsKeyFile ? { certFile: config.tlsCertFile, keyFile: config.tlsKeyFile } : undefined,
+    timeouts: config.timeouts,
   });
   await app.start();
-  logger.info({ url: server.url, elasticsearch: redactUrl(config.elasticsearchUrl) }, "listening");
+  logger.info({ url: server.url, elasticsearch: splitNodeUrls(config.elasticsearchUrl).map(redactUrl) }, "listening");
 
   let stopping = false;
   const shutdown = async (signal: string) => {
@@ -67,6 +74,10 @@ async function main(): Promise<void> {
   };
   process.once("SIGTERM", () => void shutdown("SIGTERM"));
   process.once("SIGINT", () => void shutdown("SIGINT"));
+}
+
+function firstLine(err: unknown): string {
+  return (err instanceof Error ? err.message : String(err)).split("\n", 1)[0]!.slice(0, 200);
 }
 
 main().catch((err: unknown) => {

@@ -26,6 +26,10 @@ describe("loadConfig", () => {
     [{ GPU_MAX_FLEET_DPH: "0" }, /GPU_MAX_FLEET_DPH must be a number > 0/],
     [{ GPU_MAX_FLEET_DPH: "-3" }, /GPU_MAX_FLEET_DPH must be a number > 0/],
     [{ GPU_MAX_FLEET_DPH: "ten" }, /GPU_MAX_FLEET_DPH must be a number > 0/],
+    [{ TLS_CERT_FILE: "/nonexistent/cert.pem", TLS_KEY_FILE: "/nonexistent/key.pem" }, /^TLS_CERT_FILE cannot be read: ENOENT \/nonexistent\/cert.pem$/],
+    [{ AUTH_TOKENS: "," }, /AUTH_TOKENS is set but holds no token/],
+    [{ AUTH_TOKENS: "" }, /AUTH_TOKENS is set but holds no token/],
+    [{ AUTH_TOKENS: " , ,, " }, /AUTH_TOKENS is set but holds no token/],
   ])("fails on %o with a message naming the variable", (env, message) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(message);
@@ -34,6 +38,11 @@ describe("loadConfig", () => {
   it("caps the fleet's spend only when GPU_MAX_FLEET_DPH is set", () => {
     expect(loadConfig({}).gpu.maxFleetDph).toBeUndefined();
     expect(loadConfig({ GPU_MAX_FLEET_DPH: "12.5" }).gpu.maxFleetDph).toBe(12.5);
+  });
+
+  it("takes a comma-separated list of Elasticsearch nodes, each checked", () => {
+    expect(loadConfig({ ELASTICSEARCH_URL: "http://es1:9200, http://es2:9200" }).elasticsearchUrl).toBe("http://es1:9200,http://es2:9200");
+    expect(() => loadConfig({ ELASTICSEARCH_URL: "http://es1:9200,ftp://es2" })).toThrow(/ELASTICSEARCH_URL must start with http:\/\/ or https:\/\//);
   });
 
   it("never echoes a database URL, which may hold a password", () => {

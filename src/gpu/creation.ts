@@ -1,6 +1,6 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { Template } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { DomainError, InvalidInputError, OperationFailedError } from "../errors.js";
+import { DomainError, excerpt, InvalidInputError, OperationFailedError } from "../errors.js";
 import { completeCreation } from "./creation-log.js";
 import { parseCustomConfig } from "./custom-config.js";
 import type { GpuContext } from "./gpu-context.js";
@@ -78,7 +78,7 @@ function templateOf(name: string | undefined): Template | undefined {
   if (!name) return undefined;
   const template = findTemplate(name);
   if (!template) {
-    throw new InvalidInputError(`Template '${name}' not found; templates: high_performance, budget, research`, {
+    throw new InvalidInputError(`Template '${excerpt(name)}' not found; templates: high_performance, budget, research`, {
       extra: { field: "template_name" },
     });
   }

@@ -1,6 +1,6 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { InvalidInputError, NotFoundError, UnavailableError } from "../errors.js";
+import { excerpt, InvalidInputError, NotFoundError, UnavailableError } from "../errors.js";
 import { createInstance, type CreationHooks } from "./creation.js";
 import { destroyRecord } from "./destroy.js";
 import type { GpuContext } from "./gpu-context.js";
@@ -48,7 +48,7 @@ export function createGpuService(options: GpuServiceOptions): ServiceImpl<typeof
     },
     getTemplate({ templateName }) {
       const template = findTemplate(templateName);
-      if (!template) throw new NotFoundError(`Template '${templateName}' not found`);
+      if (!template) throw new NotFoundError(`Template '${excerpt(templateName)}' not found`);
       return template;
     },
     async createInstanceFromTemplate(req) {

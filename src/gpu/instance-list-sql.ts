@@ -1,4 +1,4 @@
-import type { InstanceSortKey } from "./page-token.js";
+import { isIsoInstant, type InstanceSortKey } from "./page-token.js";
 
 // The SQL pieces of one instance listing order: the expression sorted on (always descending,
 // then instance_id descending), its text form carried in page tokens, and the check that a
@@ -23,7 +23,7 @@ export const SORT_SQL: Record<InstanceSortKey, SortSql> = {
     key: `to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`,
     cast: "timestamptz",
     usesAsOf: false,
-    isValidKey: (v) => /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(v) && !Number.isNaN(Date.parse(v)),
+    isValidKey: (v) => isIsoInstant(v, 6),
   },
   cost_per_hour: {
     order: "cost_per_hour",

@@ -5,7 +5,7 @@ import type {
   GetInstanceResponseSchema,
   ListInstancesResponseSchema,
 } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { InvalidInputError, NotFoundError } from "../errors.js";
+import { excerpt, InvalidInputError, NotFoundError } from "../errors.js";
 import { costFigures, formatUptime, uptimeMs } from "./cost.js";
 import type { GpuContext } from "./gpu-context.js";
 import { SORT_SQL } from "./instance-list-sql.js";
@@ -26,7 +26,7 @@ const INSTANCE_ID_FORMAT = new RegExp(`^${INSTANCE_ID_PREFIX}\\d{1,18}$`);
 export async function requireRecord(ctx: GpuContext, instanceId: string): Promise<InstanceRecord> {
   // Ids are a prefix and digits: anything else cannot exist, and is not worth a query.
   const record = INSTANCE_ID_FORMAT.test(instanceId) ? await ctx.instances.get(instanceId) : undefined;
-  if (!record) throw new NotFoundError(`Instance '${instanceId}' not found`, { extra: { field: "instance_id" } });
+  if (!record) throw new NotFoundError(`Instance '${excerpt(instanceId)}' not found`, { extra: { field: "instance_id" } });
   return record;
 }
 

@@ -1,5 +1,5 @@
 import type { Template } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { ConflictError, InvalidInputError, NotFoundError } from "../errors.js";
+import { ConflictError, excerpt, InvalidInputError, NotFoundError } from "../errors.js";
 import type { MarketOffer, OfferFilter } from "./marketplace/marketplace.js";
 
 // Which offer a creation rents. A template is a cost guard: the offer must have at least the
@@ -56,8 +56,8 @@ export function offerTaken(offerId: string, why = "it is rented by another insta
 
 function namedOffer(catalogue: readonly MarketOffer[], template: Template | undefined, offerId: string): MarketOffer {
   const offer = catalogue.find((o) => o.id === offerId);
-  if (!offer) throw new NotFoundError(`Offer '${offerId}' not found`, { extra: { field: "offer_id" } });
-  if (!offer.rentable) throw new ConflictError(`Offer '${offerId}' is not rentable any more`, { extra: { field: "offer_id" } });
+  if (!offer) throw new NotFoundError(`Offer '${excerpt(offerId)}' not found`, { extra: { field: "offer_id" } });
+  if (!offer.rentable) throw new ConflictError(`Offer '${excerpt(offerId)}' is not rentable any more`, { extra: { field: "offer_id" } });
   if (template) checkTemplateLimits(offer, template, offer.dphTotal);
   return offer;
 }

@@ -46,9 +46,22 @@ function isTokenTuple(value: unknown): value is [1, InstanceSortKey, string, str
     (INSTANCE_SORT_KEYS as readonly string[]).includes(sortBy) &&
     typeof filter === "string" &&
     typeof asOf === "string" &&
-    !Number.isNaN(Date.parse(asOf)) &&
+    isIsoInstant(asOf) &&
     Array.isArray(after) &&
     after.length === 2 &&
     after.every((part) => typeof part === "string")
   );
+}
+
+/**
+ * True for a UTC instant in the exact form toISOString writes, with `fractionDigits` digits of
+ * seconds (up to 6, microseconds as PostgreSQL keeps them), that names a real calendar date from
+ * year 1 on. Date.parse alone is too lenient: it takes "1" or February 30, which PostgreSQL refuses.
+ */
+export function isIsoInstant(text: string, fractionDigits = 3): boolean {
+  const match = new RegExp(`^(\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{3})\\d{${fractionDigits - 3}}Z$`).exec(text);
+  if (!match || match[1]!.startsWith("0000")) return false;
+  const millis = `${match[1]}Z`;
+  const parsed = new Date(millis);
+  return !Number.isNaN(parsed.getTime()) && parsed.toISOString() === millis;
 }

@@ -52,7 +52,12 @@ export function createJobLock({ databaseUrl, logger }: JobLockOptions): JobLock 
       // Claimed synchronously, before any await, so two calls in one tick cannot both pass.
       running = { jobName, startedAt, controller, ended: new Promise<void>((resolve) => (ended = resolve)) };
       try {
-        const release = databaseUrl ? await acquireAdvisory(databaseUrl, jobName, startedAt) : async () => {};
+        // A lock whose session died is no lock: another replica may take it, so the job stops.
+        const onLost = () => {
+          logger.warn({ jobName }, "the job lock's database connection was lost: aborting the job");
+          controller.abort(new Error("the job lock's database connection was lost"));
+        };
+        const release = databaseUrl ? await acquireAdvisory(databaseUrl, jobName, startedAt, onLost) : async () => {};
         try {
           return await work(controller.signal);
         } finally {
@@ -83,15 +88,28 @@ function conflict(jobName: string, startedAt: Date | undefined): ConflictError {
   });
 }
 
-/** Takes the advisory lock on a connection of its own; the returned function releases it. */
-async function acquireAdvisory(databaseUrl: string, jobName: string, startedAt: Date): Promise<() => Promise<void>> {
+/**
+ * Takes the advisory lock on a connection of its own; the returned function releases it. Once
+ * held, `onLost` is called if that connection fails or ends before the release.
+ */
+async function acquireAdvisory(databaseUrl: string, jobName: string, startedAt: Date, onLost: () => void): Promise<() => Promise<void>> {
   // application_name carries the job so that a process refused the lock can name the holder.
   const client = new pg.Client({
     connectionString: databaseUrl,
     application_name: `${APPLICATION_PREFIX}${jobName}@${startedAt.toISOString()}`.slice(0, 63),
     connectionTimeoutMillis: 10_000,
+    // Without keep-alive a silently dropped connection would look alive for hours.
+    keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
   });
-  client.on("error", () => {});
+  let state: "acquiring" | "held" | "releasing" = "acquiring";
+  const lost = () => {
+    if (state !== "held") return;
+    state = "releasing";
+    onLost();
+  };
+  client.on("error", lost);
+  client.on("end", lost);
   try {
     await client.connect();
   } catch (err) {
@@ -107,7 +125,9 @@ async function acquireAdvisory(databaseUrl: string, jobName: string, startedAt: 
     await client.end().catch(() => {});
     throw err;
   }
+  state = "held";
   return async () => {
+    state = "releasing";
     try {
       await client.query("select pg_advisory_unlock($1)", [ADVISORY_LOCK_KEY]);
     } finally {

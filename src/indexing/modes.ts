@@ -14,6 +14,7 @@ import {
 import { goodsItem, goodsQuery, removalItem, removalQuery, type GoodsKey, type GoodsRow, type IndexingMode, type RemovalRow } from "./goods-rows.js";
 import { databaseNow, recordRun } from "./index-runs.js";
 import { measureDrift } from "./index-status.js";
+import { UnavailableError } from "../errors.js";
 import { errorCodeOf, IndexingError, messageOf } from "./indexing-error.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
 import type { BulkItem, BulkStats } from "./pipeline/bulk-sender.js";
@@ -118,7 +119,12 @@ export async function runGoodsIndexing(options: GoodsIndexingOptions): Promise<I
   } catch (err) {
     const code = errorCodeOf(err);
     options.metrics?.runFailed(mode, code);
-    logger.error({ err, code, elapsed_ms: Math.round(performance.now() - started) }, "indexing failed");
+    const elapsed = Math.round(performance.now() - started);
+    // A dependency that is down is expected now and then: one warn line, no stack trace.
+    if (err instanceof UnavailableError || (err instanceof IndexingError && err.unavailable)) {
+      logger.warn({ code, reason: messageOf(err), elapsed_ms: elapsed }, "indexing failed: a dependency is unavailable");
+    }
+    else logger.error({ err, code, elapsed_ms: elapsed }, "indexing failed");
     await record(options, logger, { success: false, startedAt });
     throw err;
   }

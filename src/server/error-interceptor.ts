@@ -2,6 +2,7 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { StructSchema } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
+import { databaseErrorText, isDatabaseUnavailable } from "../db/database-errors.js";
 import {
   ConflictError,
   DomainError,
@@ -46,13 +47,18 @@ export function toConnectError(err: unknown, logger: Logger, rpc: string): Conne
   }
   if (err instanceof DomainError) {
     const code = codeOfDomainError.get(err.constructor as new () => DomainError) ?? Code.Internal;
-    if (code === Code.Internal || code === Code.Unavailable) {
-      logger.error({ err, rpc }, "rpc failed");
-    }
+    if (code === Code.Internal) logger.error({ err, rpc }, "rpc failed");
+    // A dependency that is down is expected now and then: one line, no stack trace.
+    if (code === Code.Unavailable) logger.warn({ rpc, reason: err.message }, "dependency unavailable");
     const details = err.extra
       ? [{ desc: StructSchema, value: fromJson(StructSchema, err.extra as JsonObject) }]
       : [];
     return new ConnectError(err.message, code, undefined, details, err);
+  }
+  if (isDatabaseUnavailable(err)) {
+    // Expected while PostgreSQL restarts or refuses connections: one line, no stack, no SQL.
+    logger.warn({ rpc, database: databaseErrorText(err) }, "database unavailable");
+    return new ConnectError("the database is unavailable; try again shortly", Code.Unavailable);
   }
   if (isUnstorableTextError(err)) {
     return new ConnectError("the request contains text the database cannot store (such as a NUL character)", Code.InvalidArgument);

@@ -4,6 +4,20 @@ import http2 from "node:http2";
 import net from "node:net";
 import type { NodeHandler } from "./app.js";
 
+/** How long a client may take before it is cut off (README "Configuration"). */
+export interface ConnectionTimeouts {
+  /** From the first byte of a connection to the end of a request's headers (HTTP/1.1), ms. */
+  headersMs: number;
+  /** From a request's headers to the end of its body, any protocol; past it the request gets 408, ms. */
+  requestMs: number;
+  /** Idle HTTP/1.1 keep-alive connection, ms. */
+  keepAliveMs: number;
+  /** HTTP/2 session with no activity, ms. */
+  http2IdleMs: number;
+}
+
+export const DEFAULT_TIMEOUTS: ConnectionTimeouts = { headersMs: 30_000, requestMs: 60_000, keepAliveMs: 5_000, http2IdleMs: 300_000 };
+
 export interface ListenOptions {
   handler: NodeHandler;
   host: string;
@@ -11,6 +25,7 @@ export interface ListenOptions {
   port: number;
   /** With a certificate, TLS with ALPN negotiates HTTP/2 or HTTP/1.1 per connection. */
   tls?: { certFile: string; keyFile: string };
+  timeouts?: ConnectionTimeouts;
 }
 
 export interface RunningServer {
@@ -22,15 +37,15 @@ export interface RunningServer {
 
 // Every HTTP/2 connection without TLS starts with this preface ("prior knowledge" h2c, as gRPC
 // clients speak it); HTTP/1.1 requests start with a method name, and no method is "PRI".
-const HTTP2_PREFACE_START = Buffer.from("PRI * HTTP/2");
-const FIRST_BYTE_TIMEOUT_MS = 30_000;
+const HTTP2_PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
 
 /**
  * Serves HTTP/1.1 and HTTP/2 on one port. Without TLS it reads the first bytes of each new
  * connection and hands the socket to a node:http or a node:http2 server sharing one handler.
  */
 export async function listen(options: ListenOptions): Promise<RunningServer> {
-  const { handler } = options;
+  const timeouts = options.timeouts ?? DEFAULT_TIMEOUTS;
+  const handler = withRequestTimeout(options.handler, timeouts.requestMs);
   const sockets = new Set<net.Socket>();
   let front: net.Server;
   let h1: http.Server | undefined;
@@ -43,18 +58,26 @@ export async function listen(options: ListenOptions): Promise<RunningServer> {
     );
     front = h2;
   } else {
-    h1 = http.createServer(handler);
+    h1 = http.createServer(
+      {
+        headersTimeout: timeouts.headersMs,
+        requestTimeout: timeouts.headersMs + timeouts.requestMs,
+        keepAliveTimeout: timeouts.keepAliveMs,
+        connectionsCheckingInterval: Math.min(1_000, timeouts.headersMs),
+      },
+      handler,
+    );
+    // node:http checks header and request timeouts on a timer it starts on 'listening'. This
+    // server never listens (it gets its sockets from the front server), so start the timer here.
+    h1.emit("listening");
     h2 = http2.createServer(handler);
     const plain = [h1, h2] as const;
     front = net.createServer((socket) => {
       socket.once("error", () => socket.destroy());
-      // A connection that never sends a byte is never handed over: do not keep it forever.
-      socket.setTimeout(FIRST_BYTE_TIMEOUT_MS, () => socket.destroy());
-      socket.once("data", (chunk: Buffer) => {
+      // A connection that never sends enough to be told apart is never handed over: cut it off.
+      socket.setTimeout(timeouts.headersMs, () => socket.destroy());
+      sniffProtocol(socket, (isHttp2) => {
         socket.setTimeout(0);
-        socket.pause();
-        socket.unshift(chunk);
-        const isHttp2 = HTTP2_PREFACE_START.subarray(0, chunk.length).equals(chunk.subarray(0, HTTP2_PREFACE_START.length));
         if (isHttp2) {
           // The HTTP/2 session reads what is already buffered on the socket, then takes it over.
           plain[1].emit("connection", socket);
@@ -65,6 +88,7 @@ export async function listen(options: ListenOptions): Promise<RunningServer> {
       });
     });
   }
+  h2.setTimeout(timeouts.http2IdleMs);
   front.on("connection", (socket: net.Socket) => {
     sockets.add(socket);
     socket.once("close", () => sockets.delete(socket));
@@ -102,5 +126,46 @@ export async function listen(options: ListenOptions): Promise<RunningServer> {
       clearInterval(sweeper);
       clearTimeout(timer);
     },
+  };
+}
+
+/**
+ * Reads until the bytes tell HTTP/2's preface from an HTTP/1.1 request line (a first TCP segment
+ * may hold a single byte), puts them back, and calls `decide` with the socket paused.
+ */
+function sniffProtocol(socket: net.Socket, decide: (isHttp2: boolean) => void): void {
+  let received = Buffer.alloc(0);
+  const onData = (chunk: Buffer) => {
+    received = Buffer.concat([received, chunk]);
+    const compared = Math.min(received.length, HTTP2_PREFACE.length);
+    const matches = received.subarray(0, compared).equals(HTTP2_PREFACE.subarray(0, compared));
+    if (matches && compared < HTTP2_PREFACE.length) return;
+    socket.off("data", onData);
+    socket.pause();
+    socket.unshift(received);
+    decide(matches);
+  };
+  socket.on("data", onData);
+}
+
+/**
+ * Cuts off a request whose body has not fully arrived `requestMs` after its headers: 408 when
+ * nothing was answered yet, then the request (an HTTP/2 stream, or the HTTP/1.1 connection) is
+ * destroyed. Trickled bodies otherwise hold a connection for ever.
+ */
+function withRequestTimeout(handler: NodeHandler, requestMs: number): NodeHandler {
+  return (req, res) => {
+    const timer = setTimeout(() => {
+      if (req.complete) return;
+      if (res.headersSent) {
+        req.destroy();
+        return;
+      }
+      res.writeHead(408, { "content-type": "application/json", connection: "close" });
+      res.end(JSON.stringify({ detail: "request body not received in time" }), () => req.destroy());
+    }, requestMs);
+    timer.unref();
+    res.once("close", () => clearTimeout(timer));
+    handler(req, res);
   };
 }

@@ -65,6 +65,11 @@ describe("the reconciler", () => {
     expect(leaked).toBeDefined();
     await crashed.close();
     servers.pop();
+    // A restart takes a while: by then the leaked instance has left `creating` at the marketplace,
+    // so the record adopted at start-up takes its status (the sync loop is off in this test).
+    await waitFor("the leaked instance to leave creating", async () =>
+      (await marketplace.getInstance(leaked!.id))?.status !== "creating" ? true : undefined,
+    );
 
     // A labelled instance no record owns, and a record whose creation never reached the marketplace.
     const orphan = await marketplace.createInstance({ offerId: await rentable(), label: deployment.labelOf("gpu-990001"), image: "x", startCommand: "", env: {} });

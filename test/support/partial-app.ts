@@ -8,10 +8,10 @@ import { createMetrics } from "../../src/server/metrics.js";
  * The product's request handler with GpuService registered partially: only ListTemplates is
  * implemented, so every other RPC is "not implemented". No database, no search engine.
  */
-export function createTemplatesOnlyHandler(): NodeHandler {
+export function createTemplatesOnlyHandler(logger = pino({ level: "silent" })): NodeHandler {
   return createAppHandler({
     services: [registration(GpuService, { listTemplates: () => ({ templates: [...listTemplates()] }) })],
-    logger: pino({ level: "silent" }),
+    logger,
     authTokens: [],
     readiness: {},
     maxBodyBytes: 1024,

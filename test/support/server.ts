@@ -1,6 +1,6 @@
 import type { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
-import pino from "pino";
+import pino, { type Logger } from "pino";
 import { afterAll, beforeAll } from "vitest";
 import { createApp, type App } from "../../src/app.js";
 import { loadConfig, type Config } from "../../src/config.js";
@@ -35,10 +35,11 @@ export async function startTestServer(options: {
   env?: Record<string, string>;
   marketplace?: Marketplace;
   gpuCreationHooks?: CreationHooks;
+  logger?: Logger;
 }): Promise<TestServer> {
   // The cron runner stays off unless a test turns it on: a tick must never touch another test's data.
   const config: Config = loadConfig({ PORT: "0", CRON_ENABLED: "false", ...options.env });
-  const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
+  const logger = options.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
   const marketplace = options.marketplace ?? createFastSimulatedMarketplace();
   const app = createApp({
     config,

@@ -27,7 +27,8 @@ export interface ServiceProcess {
  * runner off, auth off unless given) and resolves once it logs "listening".
  */
 export async function spawnService(env: Record<string, string>, timeoutMs = 60_000): Promise<ServiceProcess> {
-  const childEnv: Record<string, string | undefined> = { ...process.env, PORT: "0", LOG_LEVEL: "info", CRON_ENABLED: "false", AUTH_TOKENS: "", ...env };
+  const childEnv: Record<string, string | undefined> = { ...process.env, PORT: "0", LOG_LEVEL: "info", CRON_ENABLED: "false", ...env };
+  if (env.AUTH_TOKENS === undefined) delete childEnv.AUTH_TOKENS;
   const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], { cwd: root, env: childEnv, stdio: ["ignore", "pipe", "pipe"] });
   const exited = new Promise<ServiceExit>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
   const logs: Array<Record<string, unknown>> = [];

@@ -65,24 +65,32 @@ async function produce<Row, Meta>(
   counters: { fetched: number; maxRowsHeld: number },
   stats: BulkStats,
 ): Promise<unknown> {
-  let pushing = false;
+  let stage: "reading" | "mapping" | "pushing" = "reading";
   try {
     for await (const row of source) {
       counters.fetched++;
       counters.maxRowsHeld = Math.max(counters.maxRowsHeld, counters.fetched - stats.successful - stats.failed);
-      pushing = true;
-      await channel.push(toItem(row));
-      pushing = false;
+      stage = "mapping";
+      const item = toItem(row);
+      stage = "pushing";
+      await channel.push(item);
+      stage = "reading";
     }
     channel.close();
     return undefined;
   } catch (err) {
     // A rejected push means the consumer stopped first; its error is the one to report.
-    if (pushing) return undefined;
-    const error = new IndexingError("DB_STREAM_ERROR", "reading rows from the database failed", { cause: err });
+    if (stage === "pushing") return undefined;
+    // A mapper that throws is a bug in the mapping, not a database failure: the run fails with it.
+    const error =
+      stage === "mapping" ? toError(err) : new IndexingError("DB_STREAM_ERROR", "reading rows from the database failed", { cause: err });
     channel.cancel(error);
     return error;
   }
+}
+
+function toError(err: unknown): Error {
+  return err instanceof Error ? err : new Error(String(err));
 }
 
 function startProgressLog(logger: Logger, intervalMs: number, counters: { fetched: number }, stats: BulkStats): NodeJS.Timeout {

@@ -5,6 +5,7 @@ import { StructSchema } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { InvalidInputError } from "../../errors.js";
+import { CLIENT_LEFT_MESSAGE, clientLeft } from "../client-gone.js";
 import { matchRoute, restRoutesOf } from "./http-rules.js";
 import type { UnaryCaller } from "./in-process-caller.js";
 import { requestJsonOf } from "./request-json.js";
@@ -76,6 +77,10 @@ export function createRestHandler(options: RestHandlerOptions) {
       const output = await call(method, input, forwardedHeaders(req), abort.signal);
       sendJson(res, 200, toJson(method.output, output, { useProtoFieldName: true, alwaysEmitImplicit: true }));
     } catch (err) {
+      if (clientLeft(req, err)) {
+        logger.info({ route: match.route.pattern }, CLIENT_LEFT_MESSAGE);
+        return "client_left";
+      }
       sendError(res, err, logger);
     }
     return match.route.pattern;
