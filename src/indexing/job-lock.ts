@@ -54,7 +54,7 @@ export function createJobLock({ databaseUrl, logger }: JobLockOptions): JobLock 
       try {
         // A lock whose session died is no lock: another replica may take it, so the job stops.
         const onLost = () => {
-          logger.warn({ jobName }, "the job lock's database connection was lost: aborting the job");
+          logger.warn({ job: jobName }, "the job lock's database connection was lost: aborting the job");
           controller.abort(new Error("the job lock's database connection was lost"));
         };
         const release = databaseUrl ? await acquireAdvisory(databaseUrl, jobName, startedAt, onLost) : async () => {};
