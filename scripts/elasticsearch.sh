@@ -97,8 +97,9 @@ start() {
   local url="http://127.0.0.1:$port"
   for _ in $(seq 1 180); do
     # Healthy, and the node answering is the one started here.
+    # (This distribution answers GET / with 405, so the node's name is read from _nodes/_local.)
     if curl -fsS "$url/_cluster/health?wait_for_status=yellow&timeout=1s" >/dev/null 2>&1 &&
-      curl -fsS "$url/" 2>/dev/null | grep -q "\"name\" *: *\"$node_name\""; then
+      [[ "$(curl -fsS "$url/_nodes/_local?filter_path=nodes.*.name" 2>/dev/null)" == *"\"name\":\"$node_name\""* ]]; then
       echo "$url" > "$state/url"
       echo "elasticsearch: up at $url after $(( $(date +%s) - started_at ))s" >&2
       echo "$url"
