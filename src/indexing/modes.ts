@@ -217,9 +217,11 @@ async function pass<Row>(run: Run, query: RowQuery, toItem: (row: Row) => BulkIt
   const { options, logger, target } = run;
   const { knex, elasticsearch, bulkSize } = options;
   const { flip } = run;
+  // On the embedded PostgreSQL each statement is a turn on its only connection: keep turns short.
+  const keysPerStatement = poolMax(knex) <= 1 ? EMBEDDED_PAGE_ROWS / 2 : undefined;
   const settle = async (keys: GoodsKey[]) => {
     // Read the count after the await: two bulks in flight settle concurrently.
-    const flipped = await finalizeSettled(knex, keys, { flip });
+    const flipped = await finalizeSettled(knex, keys, { flip, keysPerStatement });
     run.finalized.count += flipped;
   };
   let dropsLogged = 0;
