@@ -40,7 +40,7 @@ export interface GoodsIndexingOptions {
   /** The alias searches use (GOODS_INDEX). */
   index: string;
   analyzer?: GoodsAnalyzer;
-  /** Rows per round trip of the server-side cursor (per keyset page on a single-connection pool, at most 2,000). */
+  /** Rows per round trip of the server-side cursor (per keyset page on a single-connection pool, at most 1,000). */
   fetchSize: number;
   /** Documents per bulk request. */
   bulkSize: number;
@@ -303,7 +303,7 @@ async function refreshStatistics(knex: Knex): Promise<void> {
 }
 
 /** Rows per keyset page on the embedded PostgreSQL: a page is a short turn on its only connection. */
-const EMBEDDED_PAGE_ROWS = 2_000;
+const EMBEDDED_PAGE_ROWS = 1_000;
 
 /**
  * A pool of one connection (the embedded PostgreSQL) is read in keyset pages on GOODS_NO (every
