@@ -8,15 +8,23 @@ import { IndexingError } from "./indexing-error.js";
 // USE_YN). Deleted-row records are cleared the same way, on their deleted_at. A run that dies
 // keeps the progress of its settled bulks; nothing per row outlives its bulk.
 
+export interface FinalizeOptions {
+  flip: boolean;
+  /** Most keys per statement; by default the whole bulk in one statement. */
+  keysPerStatement?: number;
+}
+
 /** Returns the rows flipped to 'Y'. */
-export async function finalizeSettled(knex: Knex, keys: readonly GoodsKey[], options: { flip: boolean }): Promise<number> {
+export async function finalizeSettled(knex: Knex, keys: readonly GoodsKey[], options: FinalizeOptions): Promise<number> {
   try {
     let flipped = 0;
-    if (options.flip) {
-      flipped += await flip(knex, keys.filter((k) => k.source === "row"), "Y");
-      flipped += await flip(knex, keys.filter((k) => k.source === "delisted"), "N");
+    for (const part of chunks(keys, options.keysPerStatement ?? keys.length)) {
+      if (options.flip) {
+        flipped += await flip(knex, part.filter((k) => k.source === "row"), "Y");
+        flipped += await flip(knex, part.filter((k) => k.source === "delisted"), "N");
+      }
+      await clearDeleted(knex, part.filter((k) => k.source === "deleted"));
     }
-    await clearDeleted(knex, keys.filter((k) => k.source === "deleted"));
     return flipped;
   } catch (err) {
     throw new IndexingError("FINALIZE_FAILED", "flipping INDEX_YN to 'Y' for a settled bulk failed", { cause: err });
@@ -41,6 +49,12 @@ async function clearDeleted(knex: Knex, keys: readonly GoodsKey[]): Promise<void
       where d.goods_no = k.goods_no and d.deleted_at = k.deleted_at`,
     [keysJson(keys, "deleted_at")],
   );
+}
+
+function chunks<T>(items: readonly T[], size: number): T[][] {
+  const parts: T[][] = [];
+  for (let i = 0; i < items.length; i += Math.max(1, size)) parts.push(items.slice(i, i + Math.max(1, size)));
+  return parts;
 }
 
 /** The keys as one JSON array parameter: one bind whatever the bulk size. */
