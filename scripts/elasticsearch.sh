@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# A local single-node Elasticsearch 8.x, the same one the tests use.
+# A local Elasticsearch 8.x, the same one the tests use: a single node, or a small cluster.
 #
 #   scripts/elasticsearch.sh install        resolve and unpack it (Maven Central) under .elasticsearch/
 #   scripts/elasticsearch.sh start [PORT]   start it on 127.0.0.1 (default port 9200; 0 picks a free
 #                                           one), wait for health, print its URL
-#   scripts/elasticsearch.sh stop           stop it
-#   scripts/elasticsearch.sh url            print the URL of the running node
+#   scripts/elasticsearch.sh start-cluster N [PORT]
+#                                           start a cluster of N nodes (HTTP ports PORT.., default
+#                                           free ones), wait until all have joined, print their
+#                                           comma-separated URLs (a value for ELASTICSEARCH_URL)
+#   scripts/elasticsearch.sh stop           stop it, or every node of the cluster
+#   scripts/elasticsearch.sh stop-node I    stop node I (1..N) of the cluster, leaving the others
+#   scripts/elasticsearch.sh url            print the URL of the running node (or the cluster's URLs)
 #
-# ES_STATE_DIR (default .elasticsearch/node) holds its data, logs, pid and URL, so several nodes
-# can run side by side. ES_HEAP (default 512m) sets the JVM heap. Elasticsearch refuses to run as
+# ES_STATE_DIR (default .elasticsearch/node) holds its data, logs, pid and URL (a cluster's nodes in
+# node-1..N under it), so several nodes can run side by side. In a cluster only node-1 is
+# master-eligible: losing any other node keeps the master. ES_HEAP (default 512m) sets the JVM heap. Elasticsearch refuses to run as
 # root; when started by root the node runs as the unprivileged user `nobody`.
 set -euo pipefail
 
@@ -58,80 +64,169 @@ port_free() {
   node -e 'require("net").createServer().once("error",()=>process.exit(1)).listen(+process.argv[1],"127.0.0.1",function(){this.close()})' "$1"
 }
 
-start() {
-  local port="${1:-9200}"
-  if [ "$port" = 0 ]; then port="$(free_port)"; fi
-  if [ -f "$state/pid" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null; then
-    echo "elasticsearch: already running at $(cat "$state/url")" >&2; cat "$state/url"; return
-  fi
-  # Another process on the port would answer the health check below for a node that died on bind.
-  if ! port_free "$port"; then
-    echo "elasticsearch: port $port on 127.0.0.1 is taken by another process; choose another PORT (0 picks a free one)" >&2
-    exit 1
-  fi
-  install
-  local node_name="local-node-$$"
-  mkdir -p "$state/data" "$state/logs" "$state/tmp"
+# launch_node STATE HTTP_PORT NODE_NAME CLUSTER_NAME [-E setting...]: runs one node in the background
+# with its data, logs, configuration and pid under STATE.
+launch_node() {
+  local dir="$1" port="$2" node_name="$3" cluster_name="$4"; shift 4
+  mkdir -p "$dir/data" "$dir/logs" "$dir/tmp"
   # Each node gets its own writable copy of the configuration (it writes its keystore there).
-  rm -rf "$state/config" && cp -r "$home/config" "$state/config"
+  rm -rf "$dir/config" && cp -r "$home/config" "$dir/config"
   local run_as=()
   if [ "$(id -u)" = 0 ]; then
     # The distribution must be readable and the state writable by the unprivileged user.
-    chown -R nobody:nogroup "$state"
+    chown -R nobody:nogroup "$dir"
     chmod -R o+rX "$root/.elasticsearch/dist"
     run_as=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
   fi
-  local started_at; started_at=$(date +%s)
-  "${run_as[@]}" env -i PATH="$PATH" HOME="$state" ES_TMPDIR="$state/tmp" ES_PATH_CONF="$state/config" \
+  "${run_as[@]}" env -i PATH="$PATH" HOME="$dir" ES_TMPDIR="$dir/tmp" ES_PATH_CONF="$dir/config" \
     ES_JAVA_HOME="$(java_home)" ES_JAVA_OPTS="-Xms$heap -Xmx$heap" \
     "$home/bin/elasticsearch" \
-      -E cluster.name=local-dev -E node.name="$node_name" \
-      -E discovery.type=single-node -E network.host=127.0.0.1 \
-      -E http.port="$port" -E transport.port=0 \
-      -E path.data="$state/data" -E path.logs="$state/logs" \
+      -E cluster.name="$cluster_name" -E node.name="$node_name" \
+      -E network.host=127.0.0.1 -E http.port="$port" \
+      -E path.data="$dir/data" -E path.logs="$dir/logs" \
       -E xpack.security.enabled=false -E xpack.ml.enabled=false \
       -E cluster.routing.allocation.disk.threshold_enabled=false \
       -E action.destructive_requires_name=false \
-      > "$state/logs/console.log" 2>&1 &
-  echo $! > "$state/pid"
-  local url="http://127.0.0.1:$port"
+      "$@" \
+      > "$dir/logs/console.log" 2>&1 &
+  echo $! > "$dir/pid"
+}
+
+# wait_node STATE URL NODE_NAME HEALTH_QUERY: waits until the node started under STATE answers at URL
+# as NODE_NAME with the cluster health HEALTH_QUERY asks for; exits 1 with its log if it dies or times out.
+wait_node() {
+  local dir="$1" url="$2" node_name="$3" health="$4"
   for _ in $(seq 1 180); do
     # Healthy, and the node answering is the one started here.
-    # (This distribution answers GET / with 405, so the node's name is read from _nodes/_local.)
-    if curl -fsS "$url/_cluster/health?wait_for_status=yellow&timeout=1s" >/dev/null 2>&1 &&
+    # (This distribution answers GET / with 405, so the node's name is read from _nodes/_local;
+    # compared in the shell, as a grep -q that exits early could fail the pipe under pipefail.)
+    if curl -fsS "$url/_cluster/health?$health&timeout=1s" >/dev/null 2>&1 &&
       [[ "$(curl -fsS "$url/_nodes/_local?filter_path=nodes.*.name" 2>/dev/null)" == *"\"name\":\"$node_name\""* ]]; then
-      echo "$url" > "$state/url"
-      echo "elasticsearch: up at $url after $(( $(date +%s) - started_at ))s" >&2
-      echo "$url"
       return
     fi
-    if ! kill -0 "$(cat "$state/pid")" 2>/dev/null; then
-      echo "elasticsearch: exited during start-up; last log lines:" >&2
-      tail -n 40 "$state/logs/console.log" >&2
+    if ! kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
+      echo "elasticsearch: $node_name exited during start-up; last log lines:" >&2
+      tail -n 40 "$dir/logs/console.log" >&2
       exit 1
     fi
     sleep 1
   done
-  echo "elasticsearch: not healthy after 180s; last log lines:" >&2
-  tail -n 40 "$state/logs/console.log" >&2
+  echo "elasticsearch: $node_name not healthy after 180s; last log lines:" >&2
+  tail -n 40 "$dir/logs/console.log" >&2
   exit 1
 }
 
-stop() {
-  [ -f "$state/pid" ] || return 0
-  local pid; pid="$(cat "$state/pid")"
+running() {
+  if [ -f "$state/pid" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null; then return 0; fi
+  local dir
+  for dir in "$state"/node-*; do
+    if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then return 0; fi
+  done
+  return 1
+}
+
+# Exits 1 with a clear message when PORT is taken: another process there would answer the health
+# check for a node that died on bind.
+require_free_port() {
+  if ! port_free "$1"; then
+    echo "elasticsearch: port $1 on 127.0.0.1 is taken by another process; choose another PORT (0 picks a free one)" >&2
+    exit 1
+  fi
+}
+
+start() {
+  local port="${1:-9200}"
+  if [ "$port" = 0 ]; then port="$(free_port)"; fi
+  if running; then
+    echo "elasticsearch: already running at $(cat "$state/url")" >&2; cat "$state/url"; return
+  fi
+  require_free_port "$port"
+  install
+  local node_name="local-node-$$" started_at; started_at=$(date +%s)
+  launch_node "$state" "$port" "$node_name" local-dev -E discovery.type=single-node -E transport.port=0
+  local url="http://127.0.0.1:$port"
+  wait_node "$state" "$url" "$node_name" "wait_for_status=yellow"
+  echo "$url" > "$state/url"
+  echo "elasticsearch: up at $url after $(( $(date +%s) - started_at ))s" >&2
+  echo "$url"
+}
+
+# start-cluster N [PORT]: N nodes under STATE/node-1..N on HTTP ports PORT..PORT+N-1 (default 0: free
+# ones). Only node-1 is master-eligible (it also holds data); the others are data-only, so stopping
+# any of them keeps the cluster's master and quorum. Prints the comma-separated URLs.
+start_cluster() {
+  local count="${1:-}" first="${2:-0}"
+  if ! [[ "$count" =~ ^[1-9][0-9]*$ ]]; then echo "elasticsearch: start-cluster needs a node count N >= 1" >&2; exit 2; fi
+  if running; then
+    echo "elasticsearch: already running at $(cat "$state/url")" >&2; cat "$state/url"; return
+  fi
+  local http=() transport=() i
+  for i in $(seq 1 "$count"); do
+    if [ "$first" = 0 ]; then http+=("$(free_port)"); else http+=("$((first + i - 1))"); fi
+    transport+=("$(free_port)")
+    require_free_port "${http[-1]}"
+  done
+  install
+  # The nodes' user must be able to reach their directories under STATE.
+  mkdir -p "$state"
+  if [ "$(id -u)" = 0 ]; then chown nobody:nogroup "$state"; fi
+  # A node that fails to start takes the others down with it.
+  trap stop EXIT
+  local cluster="local-cluster-$$" master="local-node-$$-1" started_at; started_at=$(date +%s)
+  for i in $(seq 1 "$count"); do
+    local roles='[data,ingest]'
+    if [ "$i" = 1 ]; then roles='[master,data,ingest]'; fi
+    launch_node "$state/node-$i" "${http[i-1]}" "local-node-$$-$i" "$cluster" \
+      -E node.roles="$roles" -E transport.port="${transport[i-1]}" \
+      -E discovery.seed_hosts="127.0.0.1:${transport[0]}" -E cluster.initial_master_nodes="$master"
+  done
+  local urls=()
+  for i in $(seq 1 "$count"); do
+    urls+=("http://127.0.0.1:${http[i-1]}")
+    wait_node "$state/node-$i" "${urls[-1]}" "local-node-$$-$i" "wait_for_nodes=$count"
+    echo "${urls[-1]}" > "$state/node-$i/url"
+  done
+  local joined; joined="$(IFS=,; echo "${urls[*]}")"
+  echo "$joined" > "$state/url"
+  trap - EXIT
+  echo "elasticsearch: cluster of $count up at $joined after $(( $(date +%s) - started_at ))s" >&2
+  echo "$joined"
+}
+
+# stop_pid STATE: stops the node whose pid STATE/pid holds, forgetting its pid and URL.
+stop_pid() {
+  local dir="$1"
+  [ -f "$dir/pid" ] || return 0
+  local pid; pid="$(cat "$dir/pid")"
   if kill -0 "$pid" 2>/dev/null; then
     kill "$pid"
     for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
     kill -9 "$pid" 2>/dev/null || true
   fi
-  rm -f "$state/pid" "$state/url"
+  rm -f "$dir/pid" "$dir/url"
+}
+
+# Stops the single node or every node of the cluster.
+stop() {
+  local dir
+  for dir in "$state"/node-*; do [ -d "$dir" ] && stop_pid "$dir"; done
+  stop_pid "$state"
+  rm -f "$state/url"
+}
+
+# stop-node I: stops node I of the cluster (to try a node loss); the others keep running.
+stop_node() {
+  local i="${1:-}"
+  if ! [ -f "$state/node-$i/pid" ]; then echo "elasticsearch: no running node $i under $state" >&2; exit 1; fi
+  stop_pid "$state/node-$i"
 }
 
 case "${1:-}" in
   install) install ;;
   start) start "${2:-9200}" ;;
+  start-cluster) start_cluster "${2:-}" "${3:-0}" ;;
   stop) stop ;;
+  stop-node) stop_node "${2:-}" ;;
   url) url ;;
-  *) echo "usage: $0 install|start [PORT]|stop|url" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start [PORT]|start-cluster N [PORT]|stop|stop-node I|url" >&2; exit 2 ;;
 esac
