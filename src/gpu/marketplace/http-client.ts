@@ -2,6 +2,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
 import { OperationFailedError, UnavailableError } from "../../errors.js";
 import { errorMessage } from "./wire.js";
+import { jitter, networkReason } from "./retry-timing.js";
 
 // HTTP JSON calls to the remote marketplace with the retry rules of docs/marketplace-api.md: a
 // timeout per attempt, retries with backoff on network errors, timeouts, 429 and 5xx (honouring
@@ -125,15 +126,4 @@ function parseJson(text: string): unknown {
   } catch {
     throw new OperationFailedError("The marketplace sent an answer that is not JSON");
   }
-}
-
-/** Half to full of the step, so that many clients backing off together spread out. */
-function jitter(ms: number): number {
-  return Math.round(ms / 2 + (Math.random() * ms) / 2);
-}
-
-function networkReason(err: unknown): string {
-  const cause = err instanceof Error && err.cause instanceof Error ? err.cause : err;
-  const code = (cause as NodeJS.ErrnoException | undefined)?.code;
-  return code ? `unreachable (${code})` : "unreachable";
 }

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
 import { OperationFailedError, UnavailableError } from "../../errors.js";
+import { jitter, networkReason } from "./retry-timing.js";
 
 // HTTP calls to vast.ai (docs/marketplace-vastai.md). vast.ai limits each API key per endpoint as
 // a minimum interval between calls and answers 429 ("API requests too frequent") without a
@@ -156,15 +157,4 @@ function parseBody(text: string): unknown {
 function bodyText(outcome: VastAnswer | { failure: string }): string {
   const message = "failure" in outcome ? undefined : vastErrorMessage(outcome.body);
   return message ? ` (${message})` : "";
-}
-
-/** Half to full of the step, so that clients backing off together spread out. */
-function jitter(ms: number): number {
-  return Math.round(ms / 2 + (Math.random() * ms) / 2);
-}
-
-function networkReason(err: unknown): string {
-  const cause = err instanceof Error && err.cause instanceof Error ? err.cause : err;
-  const code = (cause as NodeJS.ErrnoException | undefined)?.code;
-  return code ? `unreachable (${code})` : "unreachable";
 }

@@ -1,4 +1,4 @@
-import { OperationFailedError } from "../../errors.js";
+import { isObject, jsonReader, type Json } from "./json-reader.js";
 import type { CreateMarketInstanceRequest, MarketInstance, MarketOffer, MarketStatus, OfferFilter, OfferOrder } from "./marketplace.js";
 
 // vast.ai's JSON (docs/marketplace-vastai.md) and its mapping to the port's types. Units: vast.ai's
@@ -6,7 +6,7 @@ import type { CreateMarketInstanceRequest, MarketInstance, MarketOffer, MarketSt
 // there and strings here. Answers are checked field by field, so a changed wire format fails with
 // a clear error instead of putting NaN prices into the database.
 
-type Json = Record<string, unknown>;
+const { object, array, string, number, integer, boolean } = jsonReader("vast.ai");
 
 /** vast.ai's names of the models the service's users rent; a gpu_name filter is pushed as `in` these. */
 export const VAST_GPU_NAMES = [
@@ -177,32 +177,4 @@ function portMappingsOf(value: unknown): Record<string, number> {
 /** MB as the host reports it to whole GB: 24564 MB is a 24 GB card. */
 export function gigabytes(mb: number): number {
   return Math.round(mb / 1024);
-}
-
-function object(value: unknown, where: string): Json {
-  return typeof value === "object" && value !== null && !Array.isArray(value) ? (value as Json) : malformed(where, "an object");
-}
-
-function array(value: unknown, where: string): unknown[] {
-  return Array.isArray(value) ? value : malformed(where, "an array");
-}
-
-function string(value: unknown, where: string): string {
-  return typeof value === "string" ? value : malformed(where, "a string");
-}
-
-function number(value: unknown, where: string): number {
-  return typeof value === "number" && Number.isFinite(value) ? value : malformed(where, "a number");
-}
-
-function integer(value: unknown, where: string): number {
-  return Number.isInteger(value) ? (value as number) : malformed(where, "an integer");
-}
-
-function boolean(value: unknown, where: string): boolean {
-  return typeof value === "boolean" ? value : malformed(where, "a boolean");
-}
-
-function malformed(where: string, expected: string): never {
-  throw new OperationFailedError(`vast.ai sent a malformed answer: ${where} is not ${expected}`);
 }

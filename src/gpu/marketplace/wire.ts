@@ -1,4 +1,4 @@
-import { OperationFailedError } from "../../errors.js";
+import { isObject, jsonReader, type Json } from "./json-reader.js";
 import {
   MARKET_STATUSES,
   type CreateMarketInstanceRequest,
@@ -11,7 +11,7 @@ import {
 // types. Answers are checked field by field: a marketplace that sends something else fails with a
 // clear error here instead of putting NaN prices or undefined ids into the database.
 
-type Json = Record<string, unknown>;
+const { malformed, object, array, string, number, boolean } = jsonReader("The marketplace");
 
 export function toCreateBody(request: CreateMarketInstanceRequest): Json {
   return {
@@ -82,32 +82,4 @@ function parseInstance(value: unknown, where: string): MarketInstance {
     gpuRam: number(o.gpu_ram, `${where}.gpu_ram`),
     dphTotal: number(o.dph_total, `${where}.dph_total`),
   };
-}
-
-function isObject(value: unknown): value is Json {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
-
-function object(value: unknown, where: string): Json {
-  return isObject(value) ? value : malformed(where, "an object");
-}
-
-function array(value: unknown, where: string): unknown[] {
-  return Array.isArray(value) ? value : malformed(where, "an array");
-}
-
-function string(value: unknown, where: string): string {
-  return typeof value === "string" ? value : malformed(where, "a string");
-}
-
-function number(value: unknown, where: string): number {
-  return typeof value === "number" && Number.isFinite(value) ? value : malformed(where, "a number");
-}
-
-function boolean(value: unknown, where: string): boolean {
-  return typeof value === "boolean" ? value : malformed(where, "a boolean");
-}
-
-function malformed(where: string, expected: string): never {
-  throw new OperationFailedError(`The marketplace sent a malformed answer: ${where} is not ${expected}`);
 }
