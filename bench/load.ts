@@ -2,11 +2,9 @@ import { randomBytes } from "node:crypto";
 import { parseArgs } from "node:util";
 import { Client } from "@elastic/elasticsearch";
 import autocannon from "autocannon";
-import { createKnex, migrateToLatest } from "../src/db/knex.js";
-import { generateGoods } from "../src/indexing/goods-generator.js";
 import { spawnService, type ServiceProcess } from "../test/support/spawn-service.js";
 import { deleteGoodsIndices } from "../test/indexing/helpers.js";
-import { admin, databaseUrl, printTable } from "./support.js";
+import { admin, createInstances, databaseUrl, printTable, seedGoods } from "./support.js";
 
 // npm run bench:load [-- --rows N]
 //
@@ -114,30 +112,6 @@ function summarise(name: string, result: Awaited<ReturnType<typeof load>>): Phas
     p99: result.latency.p99,
     errors: result.errors + result.timeouts + result.non2xx,
   };
-}
-
-/** N goods rows (every 10th out of use) in the scratch database; returns the eligible count. */
-async function seedGoods(databaseUrl: string, rows: number): Promise<number> {
-  const knex = createKnex(databaseUrl, { poolMax: 2 });
-  try {
-    await migrateToLatest(knex);
-    const started = Date.now();
-    await generateGoods(knex, { rows, unusedEvery: 10 });
-    await knex.raw(`vacuum analyze "PR_GOODS_SEARCH_INTF"`);
-    const { rows: counted } = await knex.raw<{ rows: Array<{ n: number }> }>(`select count(*)::int as n from "PR_GOODS_SEARCH_INTF" where "USE_YN" = 'Y'`);
-    console.log(`generated ${rows} goods rows in ${Date.now() - started} ms`);
-    return counted[0]!.n;
-  } finally {
-    await knex.destroy();
-  }
-}
-
-/** A few instances, so that the list and the statistics read real records. */
-async function createInstances(url: string): Promise<void> {
-  for (const template of ["budget", "research", "high_performance", "budget", "research"]) {
-    const res = await fetch(`${url}/api/gpu/instances/from-template?template_name=${template}`, { method: "POST" });
-    if (res.status !== 200) throw new Error(`creating an instance from '${template}' answered ${res.status}: ${await res.text()}`);
-  }
 }
 
 function wholeNumber(value: string | undefined, name: string): number {

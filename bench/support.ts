@@ -1,5 +1,7 @@
-// Shared by the benches: the throwaway database each one creates and drops, and their result tables.
+// Shared by the benches: the throwaway database each one creates and drops, its goods, and their result tables.
 import pg from "pg";
+import { createKnex, migrateToLatest } from "../src/db/knex.js";
+import { generateGoods } from "../src/indexing/goods-generator.js";
 import { adminDatabaseUrl } from "../test/support/postgres.js";
 
 /** Runs one statement (create / drop database) on the server's admin database. */
@@ -24,4 +26,28 @@ export function databaseUrl(name: string): string {
 export function printTable(rows: string[][]): void {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   for (const row of rows) console.log(row.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join("  "));
+}
+
+/** N goods rows (every 10th out of use) in the scratch database; returns the eligible count. */
+export async function seedGoods(databaseUrl: string, rows: number): Promise<number> {
+  const knex = createKnex(databaseUrl, { poolMax: 2 });
+  try {
+    await migrateToLatest(knex);
+    const started = Date.now();
+    await generateGoods(knex, { rows, unusedEvery: 10 });
+    await knex.raw(`vacuum analyze "PR_GOODS_SEARCH_INTF"`);
+    const { rows: counted } = await knex.raw<{ rows: Array<{ n: number }> }>(`select count(*)::int as n from "PR_GOODS_SEARCH_INTF" where "USE_YN" = 'Y'`);
+    console.log(`generated ${rows} goods rows in ${Date.now() - started} ms`);
+    return counted[0]!.n;
+  } finally {
+    await knex.destroy();
+  }
+}
+
+/** A few instances, so that the list and the statistics read real records. */
+export async function createInstances(url: string): Promise<void> {
+  for (const template of ["budget", "research", "high_performance", "budget", "research"]) {
+    const res = await fetch(`${url}/api/gpu/instances/from-template?template_name=${template}`, { method: "POST" });
+    if (res.status !== 200) throw new Error(`creating an instance from '${template}' answered ${res.status}: ${await res.text()}`);
+  }
 }
