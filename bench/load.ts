@@ -4,7 +4,7 @@ import { Client } from "@elastic/elasticsearch";
 import autocannon from "autocannon";
 import { spawnService, type ServiceProcess } from "../test/support/spawn-service.js";
 import { deleteGoodsIndices } from "../test/indexing/helpers.js";
-import { admin, createInstances, databaseUrl, printTable, seedGoods } from "./support.js";
+import { admin, createInstances, databaseUrl, printTable, seedGoods, wholeNumber } from "./support.js";
 
 // npm run bench:load [-- --rows N]
 //
@@ -112,12 +112,6 @@ function summarise(name: string, result: Awaited<ReturnType<typeof load>>): Phas
     p99: result.latency.p99,
     errors: result.errors + result.timeouts + result.non2xx,
   };
-}
-
-function wholeNumber(value: string | undefined, name: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a whole number >= 1, got '${value}'`);
-  return n;
 }
 
 main().catch((err: unknown) => {

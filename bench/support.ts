@@ -51,3 +51,10 @@ export async function createInstances(url: string): Promise<void> {
     if (res.status !== 200) throw new Error(`creating an instance from '${template}' answered ${res.status}: ${await res.text()}`);
   }
 }
+
+/** A command-line option that must be a whole number >= 1. */
+export function wholeNumber(value: string | undefined, name: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a whole number >= 1, got '${value}'`);
+  return n;
+}
