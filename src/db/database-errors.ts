@@ -8,11 +8,12 @@ const NETWORK_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EHOST
 // SQLSTATEs of a server that shuts down, restarts, refuses connections or ran out of them.
 const SERVER_CODES = new Set(["57P01", "57P02", "57P03", "53300"]);
 
-// pg reports a connection lost mid-query without a code; these are its messages.
+// pg reports a connection lost mid-query without a code; these are its messages, at the start or
+// after knex's `<sql> - ` prefix.
 const LOST_CONNECTION = [
-  /^Connection terminated/,
+  /(?:^| - )Connection terminated/,
   /connection error and is not queryable/,
-  /^Client was closed and is not queryable/,
+  /(?:^| - )Client was closed and is not queryable/,
   /Cannot use a pool after calling end/,
   // SQLSTATE 55000 is generic; with this message it is a database closed to connections.
   /is not currently accepting connections/,
