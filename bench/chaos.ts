@@ -167,6 +167,7 @@ async function main(): Promise<void> {
     const status = await indexStatus(url, deadline);
 
     const failures = report({ t0, chaosEnd, faults, traffic, clients, rows, before, afterCursor, afterFull, catchUp: [cursor, full], status });
+    printErrorLines(service.logs);
     if (failures > 0) process.exitCode = 1;
   } finally {
     await service?.stop("SIGTERM");
@@ -402,6 +403,19 @@ function report(r: Results): number {
   for (const run of badRuns) console.log(`     ${run.mode} run at ${s(run.sent)} s answered ${run.status || "nothing"} ${run.code}`);
   for (const a of answers.filter((x) => x.detail !== undefined)) console.log(`     ${a.route} at ${s(a.sent)} s answered ${a.status} ${a.detail}`);
   return lines.filter(([ok]) => !ok).length;
+}
+
+/** The service's error-level log lines (pino level 50 and above), each distinct one once: what to look at for a defect. */
+function printErrorLines(logs: ReadonlyArray<Record<string, unknown>>): void {
+  const lines = new Map<string, number>();
+  for (const entry of logs.filter((e) => typeof e.level === "number" && e.level >= 50)) {
+    const err = entry.err as { type?: string; message?: string } | undefined;
+    const text = `${String(entry.msg)}${entry.rpc ? ` (${String(entry.rpc)})` : ""}${err ? `: ${err.type ?? "Error"} ${(err.message ?? "").slice(-160)}` : ""}`;
+    lines.set(text, (lines.get(text) ?? 0) + 1);
+  }
+  console.log(`
+service error-level log lines: ${[...lines.values()].reduce((a, b) => a + b, 0)}`);
+  for (const [text, n] of lines) console.log(`     ${n} x ${text}`);
 }
 
 /** Milliseconds from `end` to the answer of the first request sent at or after it that `matches`; Infinity if none. */
