@@ -1,4 +1,5 @@
 import type { Knex } from "knex";
+import { isDatabaseUnavailable } from "../db/database-errors.js";
 import type { GoodsKey } from "./goods-rows.js";
 import { IndexingError } from "./indexing-error.js";
 
@@ -27,7 +28,7 @@ export async function finalizeSettled(knex: Knex, keys: readonly GoodsKey[], opt
     }
     return flipped;
   } catch (err) {
-    throw new IndexingError("FINALIZE_FAILED", "flipping INDEX_YN to 'Y' for a settled bulk failed", { cause: err });
+    throw new IndexingError("FINALIZE_FAILED", "flipping INDEX_YN to 'Y' for a settled bulk failed", { cause: err, unavailable: isDatabaseUnavailable(err) });
   }
 }
 
@@ -81,6 +82,6 @@ export async function finalizeRebuilt(knex: Knex, startedAt: Date, rejected: rea
     );
     return result.rowCount;
   } catch (err) {
-    throw new IndexingError("FINALIZE_FAILED", "flipping INDEX_YN to 'Y' after the rebuild failed", { cause: err });
+    throw new IndexingError("FINALIZE_FAILED", "flipping INDEX_YN to 'Y' after the rebuild failed", { cause: err, unavailable: isDatabaseUnavailable(err) });
   }
 }

@@ -1,4 +1,5 @@
 import { errors } from "@elastic/elasticsearch";
+import { isDatabaseUnavailable } from "../db/database-errors.js";
 import { UnavailableError } from "../errors.js";
 // Failures of an indexing run, each tagged with the contract's error code (SPEC.md section 3) so
 // that the REST body, the batch log and the logs all carry the same `code`.
@@ -34,6 +35,6 @@ export function isUnreachable(err: unknown): boolean {
  */
 export function errorCodeOf(err: unknown): string {
   if (err instanceof IndexingError) return err.code;
-  if (err instanceof UnavailableError || isUnreachable(err)) return "UNAVAILABLE";
+  if (err instanceof UnavailableError || isUnreachable(err) || isDatabaseUnavailable(err)) return "UNAVAILABLE";
   return "INTERNAL";
 }

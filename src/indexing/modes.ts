@@ -2,6 +2,7 @@ import type { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { GoodsAnalyzer } from "../config.js";
+import { isDatabaseUnavailable } from "../db/database-errors.js";
 import { clearDeletedBefore, finalizeRebuilt, finalizeSettled } from "./goods-finalize.js";
 import {
   createBuildIndex,
@@ -122,7 +123,7 @@ export async function runGoodsIndexing(options: GoodsIndexingOptions): Promise<I
     options.metrics?.runFailed(mode, code);
     const elapsed = Math.round(performance.now() - started);
     // A dependency that is down is expected now and then: one warn line, no stack trace.
-    if (err instanceof UnavailableError || (err instanceof IndexingError && err.unavailable)) {
+    if (err instanceof UnavailableError || (err instanceof IndexingError && err.unavailable) || isDatabaseUnavailable(err)) {
       logger.warn({ code, reason: messageOf(err), elapsed_ms: elapsed }, "indexing failed: a dependency is unavailable");
     }
     else logger.error({ err, code, elapsed_ms: elapsed }, "indexing failed");

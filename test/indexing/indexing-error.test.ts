@@ -12,6 +12,8 @@ describe("errorCodeOf (the outcome label and the 'indexing failed' line)", () =>
   it("is UNAVAILABLE when a dependency could not be reached", () => {
     expect(errorCodeOf(new UnavailableError("down"))).toBe("UNAVAILABLE");
     expect(errorCodeOf(new errors.ConnectionError("connect ECONNREFUSED"))).toBe("UNAVAILABLE");
+    // The job lock's connection refused by a database closed to connections, as pg reports it.
+    expect(errorCodeOf(Object.assign(new Error('database "goods" is not currently accepting connections'), { code: "55000" }))).toBe("UNAVAILABLE");
   });
 
   it("is INTERNAL for anything unexpected, never a bare 'error'", () => {

@@ -46,13 +46,13 @@ async function terminateStreamingBackend(): Promise<number> {
 }
 
 describe("PostgreSQL connection killed mid-stream", () => {
-  it("answers DB_STREAM_ERROR, marks no row Y that is not indexed, and the next cursor run indexes only the rest", async () => {
+  it("answers 503 DB_STREAM_ERROR (the database dropped the reader), marks no row Y that is not indexed, and the next cursor run indexes only the rest", async () => {
     const run = indexGoods(server, "?interval=1");
     await waitFor(async () => (await acceptedSoFar()) > 0, "a first bulk accepted");
     await terminateStreamingBackend();
     const killed = await run;
 
-    expect(killed.status).toBe(500);
+    expect(killed.status).toBe(503);
     expect(killed.body).toMatchObject({ code: "DB_STREAM_ERROR" });
     expect(killed.body.detail).toBe("DB_STREAM_ERROR: reading rows from the database failed");
     const partial = await documentCount(es, index);

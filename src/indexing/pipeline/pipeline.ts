@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import { emptyBulkStats, sendBulks, type BulkItem, type BulkSenderOptions, type BulkStats } from "./bulk-sender.js";
 import { createChannel } from "./channel.js";
+import { isDatabaseUnavailable } from "../../db/database-errors.js";
 import { IndexingError } from "../indexing-error.js";
 
 // The one indexing pipeline, generic over rows and documents: a reader (any async iterable of
@@ -82,8 +83,12 @@ async function produce<Row, Meta>(
     // A rejected push means the consumer stopped first; its error is the one to report.
     if (stage === "pushing") return undefined;
     // A mapper that throws is a bug in the mapping, not a database failure: the run fails with it.
+    // A reader dropped by the database (terminated, restarted, unreachable) is a dependency that is
+    // down, 503 like every other; a query the database refused stays a failure of the run.
     const error =
-      stage === "mapping" ? toError(err) : new IndexingError("DB_STREAM_ERROR", "reading rows from the database failed", { cause: err });
+      stage === "mapping"
+        ? toError(err)
+        : new IndexingError("DB_STREAM_ERROR", "reading rows from the database failed", { cause: err, unavailable: isDatabaseUnavailable(err) });
     channel.cancel(error);
     return error;
   }
