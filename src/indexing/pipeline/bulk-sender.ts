@@ -1,5 +1,6 @@
 import { errors, type Client } from "@elastic/elasticsearch";
 import { IndexingError, isUnreachable, messageOf } from "../indexing-error.js";
+import { createLineEncoder, type LineEncoder } from "./line-encoder.js";
 
 // Sends documents to Elasticsearch in bulk requests bounded by document count and by bytes, with
 // at most `concurrency` requests in flight; the reading loop waits for a free slot, so a slow
@@ -55,7 +56,8 @@ export interface BulkSenderOptions<Meta> {
 
 interface Entry<Meta> {
   readonly id: string;
-  readonly line: string;
+  /** The item's NDJSON lines, UTF-8. */
+  readonly bytes: Buffer;
   readonly meta: Meta;
 }
 
@@ -63,13 +65,14 @@ export function emptyBulkStats(): BulkStats {
   return { total: 0, successful: 0, failed: 0, missing: 0, retried: 0, bytes: 0, bulks: 0 };
 }
 
-export async function sendBulks<Meta>(source: AsyncIterable<BulkItem<Meta>>, options: BulkSenderOptions<Meta>): Promise<BulkStats> {
+export async function sendBulks<Meta>(source: AsyncIterable<readonly BulkItem<Meta>[]>, options: BulkSenderOptions<Meta>): Promise<BulkStats> {
   const { bulkSize, maxBytes, concurrency, signal } = options;
   const stats = options.stats ?? emptyBulkStats();
   const inFlight = new Set<Promise<void>>();
   let failure: unknown;
   let batch: Entry<Meta>[] = [];
   let batchBytes = 0;
+  const encode = createLineEncoder();
 
   const dispatch = async () => {
     while (inFlight.size >= concurrency) await Promise.race(inFlight);
@@ -83,16 +86,18 @@ export async function sendBulks<Meta>(source: AsyncIterable<BulkItem<Meta>>, opt
     inFlight.add(tracked);
   };
 
-  for await (const item of source) {
+  for await (const items of source) {
+    for (const item of items) {
+      if (failure !== undefined || signal?.aborted) break;
+      // Documents are serialised and encoded once, on arrival; the row object can then be collected.
+      const bytes = encodeItem(encode, item);
+      if (batch.length > 0 && batchBytes + bytes.length > maxBytes) await dispatch();
+      batch.push({ id: item.id, bytes, meta: item.meta });
+      batchBytes += bytes.length;
+      stats.total++;
+      if (batch.length >= bulkSize) await dispatch();
+    }
     if (failure !== undefined || signal?.aborted) break;
-    // Documents are serialised once, on arrival; the row object can then be collected.
-    const line = bulkLine(item);
-    const bytes = Buffer.byteLength(line);
-    if (batch.length > 0 && batchBytes + bytes > maxBytes) await dispatch();
-    batch.push({ id: item.id, line, meta: item.meta });
-    batchBytes += bytes;
-    stats.total++;
-    if (batch.length >= bulkSize) await dispatch();
   }
   if (batch.length > 0 && failure === undefined && !signal?.aborted) await dispatch();
   await Promise.all(inFlight);
@@ -100,9 +105,17 @@ export async function sendBulks<Meta>(source: AsyncIterable<BulkItem<Meta>>, opt
   return stats;
 }
 
-function bulkLine<Meta>({ id, document }: BulkItem<Meta>): string {
+/**
+ * Only what the per-item bookkeeping reads: each item's status (its position matches the request
+ * line) and, for failures, the error. The full answer repeats index, _id, version and shards for
+ * every document, which the cluster serialises and this process parses for nothing.
+ */
+export const BULK_RESULT_FIELDS = ["errors", "items.*.status", "items.*.error.type", "items.*.error.reason"];
+
+/** The item's NDJSON lines: an index action and its document, or a delete action. */
+function encodeItem<Meta>(encode: LineEncoder, { id, document }: BulkItem<Meta>): Buffer {
   const key = JSON.stringify(id);
-  return document === undefined ? `{"delete":{"_id":${key}}}\n` : `{"index":{"_id":${key}}}\n${JSON.stringify(document)}\n`;
+  return document === undefined ? encode(`{"delete":{"_id":${key}}}\n`) : encode(`{"index":{"_id":${key}}}\n`, JSON.stringify(document), "\n");
 }
 
 async function sendWithRetries<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions<Meta>, stats: BulkStats): Promise<void> {
@@ -125,12 +138,12 @@ async function sendWithRetries<Meta>(entries: Entry<Meta>[], options: BulkSender
 }
 
 async function sendOnce<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions<Meta>, stats: BulkStats) {
-  const body = entries.map((e) => e.line).join("");
-  stats.bytes += Buffer.byteLength(body);
+  const body = Buffer.concat(entries.map((e) => e.bytes));
+  stats.bytes += body.length;
   let response;
   try {
     // A pre-serialised NDJSON body is sent as is by the client.
-    response = await options.client.bulk({ index: options.index, operations: body as never }, { signal: options.signal });
+    response = await options.client.bulk({ index: options.index, operations: body as never, filter_path: BULK_RESULT_FIELDS }, { signal: options.signal });
   } catch (err) {
     // A whole request answered 429 is throttling like a 429 item: every document is retried.
     if (err instanceof errors.ResponseError && err.statusCode === 429) return { accepted: [] as Meta[], throttled: entries };

@@ -14,11 +14,11 @@ export interface ReadPagesOptions {
   /** The column the query returns that orders the rows; unique, and best backed by an index. */
   key: string;
   pageSize: number;
-  /** Filled while reading: the most rows the reader ever held (the page left plus the one handed out). */
+  /** Filled while reading: the most rows the reader ever held (the page handed out). */
   stats?: { maxBuffered: number };
 }
 
-export async function* readPages<Row>({ knex, query, key, pageSize, stats }: ReadPagesOptions): AsyncGenerator<Row> {
+export async function* readPages<Row>({ knex, query, key, pageSize, stats }: ReadPagesOptions): AsyncGenerator<readonly Row[]> {
   const bindings = [...(query.bindings ?? [])];
   const column = `q."${key.replaceAll('"', '""')}"`;
   const first = `select * from (${query.sql}) q order by ${column} limit $${bindings.length + 1}`;
@@ -26,10 +26,8 @@ export async function* readPages<Row>({ knex, query, key, pageSize, stats }: Rea
   let last: unknown;
   for (;;) {
     const rows = await page<Row>(knex, last === undefined ? first : next, last === undefined ? [...bindings, pageSize] : [...bindings, pageSize, last]);
-    for (const [i, row] of rows.entries()) {
-      if (stats) stats.maxBuffered = Math.max(stats.maxBuffered, rows.length - i);
-      yield row;
-    }
+    if (stats) stats.maxBuffered = Math.max(stats.maxBuffered, rows.length);
+    if (rows.length > 0) yield rows;
     if (rows.length < pageSize) return;
     last = (rows[rows.length - 1] as Record<string, unknown>)[key];
   }

@@ -5,11 +5,13 @@ import { isDatabaseUnavailable } from "../../db/database-errors.js";
 import { IndexingError } from "../indexing-error.js";
 
 // The one indexing pipeline, generic over rows and documents: a reader (any async iterable of
-// rows) and a bulk sender run concurrently, joined by a bounded channel. Modes and the batch only
-// choose the rows, the mapping to documents, the index and the sizes.
+// row batches: a cursor fetch, a keyset page) and a bulk sender run concurrently, joined by a
+// bounded channel. Rows cross it in chunks of at most one bulk. Modes and the batch only choose
+// the rows, the mapping to documents, the index and the sizes.
 
 export interface PipelineOptions<Row, Meta> {
-  source: AsyncIterable<Row>;
+  /** Batches of rows, e.g. one per round trip of the cursor. */
+  source: AsyncIterable<readonly Row[]>;
   toItem: (row: Row) => BulkItem<Meta>;
   channelCapacity: number;
   sender: Omit<BulkSenderOptions<Meta>, "signal" | "stats">;
@@ -38,7 +40,8 @@ export async function runPipeline<Row, Meta>(options: PipelineOptions<Row, Meta>
   signal?.addEventListener("abort", onAbort, { once: true });
   const progress = startProgressLog(logger, options.progressIntervalMs, counters, stats);
 
-  const producer = produce(source, toItem, channel, counters, stats);
+  const chunkSize = Math.max(1, Math.min(channelCapacity, options.sender.bulkSize));
+  const producer = produce(source, toItem, chunkSize, channel, counters, stats);
   let consumerError: unknown;
   try {
     await sendBulks(channel, { ...options.sender, signal, stats });
@@ -60,21 +63,25 @@ export async function runPipeline<Row, Meta>(options: PipelineOptions<Row, Meta>
 
 /** Feeds the channel; resolves to the reader's error (as DB_STREAM_ERROR), or undefined. */
 async function produce<Row, Meta>(
-  source: AsyncIterable<Row>,
+  source: AsyncIterable<readonly Row[]>,
   toItem: (row: Row) => BulkItem<Meta>,
+  chunkSize: number,
   channel: ReturnType<typeof createChannel<BulkItem<Meta>>>,
   counters: { fetched: number; maxRowsHeld: number },
   stats: BulkStats,
 ): Promise<unknown> {
   let stage: "reading" | "mapping" | "pushing" = "reading";
   try {
-    for await (const row of source) {
-      counters.fetched++;
-      counters.maxRowsHeld = Math.max(counters.maxRowsHeld, counters.fetched - stats.successful - stats.failed);
-      stage = "mapping";
-      const item = toItem(row);
-      stage = "pushing";
-      await channel.push(item);
+    for await (const rows of source) {
+      for (let start = 0; start < rows.length; start += chunkSize) {
+        stage = "mapping";
+        const chunk: BulkItem<Meta>[] = [];
+        for (let i = start; i < Math.min(start + chunkSize, rows.length); i++) chunk.push(toItem(rows[i] as Row));
+        counters.fetched += chunk.length;
+        counters.maxRowsHeld = Math.max(counters.maxRowsHeld, counters.fetched - stats.successful - stats.failed);
+        stage = "pushing";
+        await channel.push(chunk);
+      }
       stage = "reading";
     }
     channel.close();

@@ -13,8 +13,11 @@ afterAll(async () => {
   await es.close();
 });
 
-async function* items(count: number): AsyncGenerator<BulkItem<number>> {
-  for (let i = 0; i < count; i++) yield { id: `doc-${i}`, document: { n: i, name: `document ${i}` }, meta: i };
+/** `count` documents in chunks of seven, as the channel hands them to the sender. */
+async function* items(count: number): AsyncGenerator<Array<BulkItem<number>>> {
+  for (let i = 0; i < count; i += 7) {
+    yield Array.from({ length: Math.min(7, count - i) }, (_, k) => ({ id: `doc-${i + k}`, document: { n: i + k, name: `document ${i + k}` }, meta: i + k }));
+  }
 }
 
 describe("bulk sender", () => {

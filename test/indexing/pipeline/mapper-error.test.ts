@@ -14,8 +14,9 @@ afterAll(async () => {
   await es.close();
 });
 
-async function* rows(count: number): AsyncGenerator<number> {
-  for (let i = 1; i <= count; i++) yield i;
+/** Rows 1..count in batches of 100, as a cursor hands them out. */
+async function* rows(count: number): AsyncGenerator<number[]> {
+  for (let i = 1; i <= count; i += 100) yield Array.from({ length: Math.min(100, count - i + 1) }, (_, k) => i + k);
 }
 
 describe("a throwing mapper", () => {
