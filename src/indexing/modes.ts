@@ -14,6 +14,7 @@ import {
 } from "./goods-index.js";
 import { goodsItem, goodsQuery, removalItem, removalQuery, type GoodsKey, type GoodsRow, type IndexingMode, type RemovalRow } from "./goods-rows.js";
 import { databaseNow, recordRun } from "./index-runs.js";
+import { endLeftoverPause, pauseRefreshWhenLarge } from "./refresh-pause.js";
 import { measureDrift } from "./index-status.js";
 import { UnavailableError } from "../errors.js";
 import { errorCodeOf, IndexingError, messageOf } from "./indexing-error.js";
@@ -48,6 +49,8 @@ export interface GoodsIndexingOptions {
   /** Bytes per bulk request, whatever the document count. */
   bulkMaxBytes: number;
   bulksInFlight: number;
+  /** Cursor and incremental: documents sent before the index's refreshes pause until the run ends (refresh-pause.ts). */
+  pauseRefreshAfterDocs?: number;
   /** Items the channel holds; default 2 x bulkSize. */
   channelCapacity?: number;
   progressIntervalMs?: number;
@@ -143,6 +146,7 @@ async function indexOnce(options: GoodsIndexingOptions, logger: Logger, startedA
   // Under the job lock no build is in progress: any unaliased build index is a dead run's leftover.
   const leftovers = await deleteLeftoverBuilds(client, index);
   if (leftovers.length > 0) logger.warn({ deleted: leftovers }, "deleted partial indices left by an earlier run");
+  if (await endLeftoverPause(client, index)) logger.warn("an earlier run died with refreshes paused: live refresh restored");
   if (poolMax(options.knex) <= 1) await refreshStatistics(options.knex);
   let removal: PipelineResult | undefined;
   let pipeline: PipelineResult;
@@ -152,7 +156,13 @@ async function indexOnce(options: GoodsIndexingOptions, logger: Logger, startedA
     await ensureGoodsAlias(client, index, options.analyzer ?? "cjk", logger);
     const run: Run = { options, logger, target: index, reader, finalized, flip: options.mode === "cursor", rejected: new Set() };
     removal = await removalPass(run);
-    pipeline = await indexPass(run);
+    const pause = pauseRefreshWhenLarge(client, index, logger, options.pauseRefreshAfterDocs);
+    try {
+      pipeline = await indexPass(run, (stats) => pause.onBulkSettled(stats.total));
+    } finally {
+      // A restore that fails is left to the next run, which lifts the pause before it writes.
+      await pause.end().catch((err: unknown) => logger.warn({ err: messageOf(err) }, "restoring refresh 1s after a large run failed"));
+    }
     await refresh(client, index);
   }
   const result: IndexingResult = {
@@ -203,9 +213,9 @@ async function rebuild(
 }
 
 /** The mode's eligible rows into the target; cursor mode flips them as bulks settle. */
-function indexPass(run: Run): Promise<PipelineResult> {
+function indexPass(run: Run, onBulkSettled?: BulkSettled): Promise<PipelineResult> {
   const { mode, intervalMinutes } = run.options;
-  return pass<GoodsRow>(run, goodsQuery(mode, intervalMinutes), goodsItem);
+  return pass<GoodsRow>(run, goodsQuery(mode, intervalMinutes), goodsItem, onBulkSettled);
 }
 
 /** Deletes the documents of products that left the index (none in a full run). */
@@ -214,7 +224,9 @@ function removalPass(run: Run): Promise<PipelineResult> {
   return pass<RemovalRow>(run, removalQuery(mode === "incremental" ? "incremental" : "cursor", intervalMinutes), removalItem);
 }
 
-async function pass<Row>(run: Run, query: RowQuery, toItem: (row: Row) => BulkItem<GoodsKey>): Promise<PipelineResult> {
+type BulkSettled = (stats: Readonly<BulkStats>) => Promise<void> | void;
+
+async function pass<Row>(run: Run, query: RowQuery, toItem: (row: Row) => BulkItem<GoodsKey>, onBulkSettled?: BulkSettled): Promise<PipelineResult> {
   const { options, logger, target } = run;
   const { knex, elasticsearch, bulkSize } = options;
   const { flip } = run;
@@ -240,7 +252,10 @@ async function pass<Row>(run: Run, query: RowQuery, toItem: (row: Row) => BulkIt
       maxBytes: options.bulkMaxBytes,
       concurrency: options.bulksInFlight,
       onAccepted: settle,
-      onBulkSettled: options.onBulkSettled,
+      onBulkSettled: async (stats) => {
+        await onBulkSettled?.(stats);
+        await options.onBulkSettled?.(stats);
+      },
       onDrop: (item, failure) => {
         run.rejected.add(item.id);
         // Every drop is counted in the result; the first ones are logged with their reason.
@@ -311,7 +326,7 @@ const EMBEDDED_PAGE_ROWS = 1_000;
  * selection has a partial index on it), so that the finalize of settled bulks and every other
  * request get the connection between pages. A real server keeps the one server-side cursor.
  */
-function rowSource<Row>(knex: Knex, query: RowQuery, fetchSize: number, stats: { maxBuffered: number }): AsyncIterable<Row> {
+function rowSource<Row>(knex: Knex, query: RowQuery, fetchSize: number, stats: { maxBuffered: number }): AsyncIterable<readonly Row[]> {
   if (poolMax(knex) <= 1) return readPages<Row>({ knex, query, key: "GOODS_NO", pageSize: Math.min(fetchSize, EMBEDDED_PAGE_ROWS), stats });
   return readRows<Row>({ knex, query, fetchSize, stats });
 }

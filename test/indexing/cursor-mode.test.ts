@@ -5,7 +5,7 @@ import { IndexingError } from "../../src/indexing/indexing-error.js";
 import { runGoodsIndexing } from "../../src/indexing/modes.js";
 import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { documentCount, flagCounts, flagOf, testRunOptions, deleteGoodsIndices } from "./helpers.js";
+import { documentCount, flagCounts, flagOf, indexSettings, testRunOptions, deleteGoodsIndices } from "./helpers.js";
 
 const es = createTestElasticsearch();
 let db: TestDatabase;
@@ -100,6 +100,31 @@ describe("cursor mode", () => {
     expect(retry).toMatchObject({ fetchedCount: 450, indexedCount: 450, finalizedCount: 450 + 50 });
     expect(await flagCounts(db.knex)).toEqual({ Y: 450 });
     expect(await documentCount(es, index)).toBe(450);
+  });
+  it("pauses the live index's refreshes once a large run has sent enough documents, and restores them when it ends", async () => {
+    const seen: Array<string | undefined> = [];
+    const result = await cursorRun({
+      pauseRefreshAfterDocs: 200,
+      onBulkSettled: async () => void seen.push((await indexSettings(es, index)).refresh),
+    });
+
+    expect(result).toMatchObject({ indexedCount: 450, failedCount: 0 });
+    // Refresh 1s until 200 documents were sent, paused from then on, 1s again after the run.
+    expect(seen[0]).toBe("1s");
+    expect(seen.at(-1)).toBe("-1");
+    expect(await indexSettings(es, index)).toEqual({ refresh: "1s", replicas: "1" });
+    // The run's documents are searchable when it answers, without waiting for a refresh.
+    expect((await es.count({ index })).count).toBe(450);
+  });
+
+  it("lifts a pause left by a run that died before the next run writes", async () => {
+    await cursorRun();
+    await es.indices.putSettings({ index, settings: { index: { refresh_interval: "-1" } } });
+    await db.knex("PR_GOODS_SEARCH_INTF").where({ GOODS_NO: "G0000000001" }).update({ GOODS_NM: "changed", INDEX_YN: "N" });
+
+    await cursorRun();
+
+    expect(await indexSettings(es, index)).toEqual({ refresh: "1s", replicas: "1" });
   });
 });
 
