@@ -9,6 +9,7 @@ import { createKnex, migrateToLatest } from "../src/db/knex.js";
 import { generateGoods } from "../src/indexing/goods-generator.js";
 import { goodsMapping, OPTIMIZED } from "../src/indexing/goods-index.js";
 import { goodsQuery, type GoodsRow } from "../src/indexing/goods-rows.js";
+import { BULK_RESULT_FIELDS } from "../src/indexing/pipeline/bulk-sender.js";
 import { spawnService } from "../test/support/spawn-service.js";
 import { admin, databaseUrl, printTable } from "./support.js";
 
@@ -21,7 +22,8 @@ import { admin, databaseUrl, printTable } from "./support.js";
 //   cursor          the service process, ?interval=1 with every row 'N' (finalize included)
 //   postgres        PostgreSQL alone: the same cursor and fetch size, rows counted, sent nowhere
 //   es x2, es x4    Elasticsearch alone: NDJSON bodies of BULK_SIZE documents serialised before
-//                   the clock starts, 2 or 4 requests in flight; the better one is the ceiling
+//                   the clock starts, 2 or 4 requests in flight, answers trimmed to what the
+//                   service reads (the same filter_path); the better one is the ceiling
 //   helpers         what a user would write: pg-query-stream into client.helpers.bulk, defaults
 //   helpers+flip    that, then the seed's finalize: one UPDATE flipping every 'N' row
 //
@@ -232,7 +234,7 @@ async function bulkOnly(dbUrl: string, client: Client, index: string, inFlight: 
   const sender = async () => {
     while (next < bodies.length) {
       const body = bodies[next++]!;
-      const result = (await client.transport.request({ method: "POST", path: `/${index}/_bulk`, bulkBody: body })) as {
+      const result = (await client.transport.request({ method: "POST", path: `/${index}/_bulk`, bulkBody: body, querystring: { filter_path: BULK_RESULT_FIELDS.join(",") } })) as {
         errors: boolean;
         items: unknown[];
       };
