@@ -80,14 +80,14 @@ select 'G' || lpad(i::text, 9, '0'),
 // 1,000 to 100,500 in steps of 500, scattered over the goods numbers.
 const INSERT_PRICES = `
 insert into goods_price (goods_no, sale_price, sys_mod_dtm)
-select 'G' || lpad(i::text, 9, '0'), 1000 + (i * 7919 % 200) * 500, cast(:at as timestamptz) - interval '1 day'
+select 'G' || lpad(i::text, 9, '0'), 1000 + (i::bigint * 7919 % 200) * 500, cast(:at as timestamptz) - interval '1 day'
   from generate_series(1, cast(:n as integer)) as i`;
 
 // Every 3rd goods has a promotion active at :at (80% of price), every 5th an expired one (50%),
 // every 7th one that starts tomorrow (60%), every 15th a second active one (70%, the lowest wins).
 const INSERT_PROMOTIONS = `
 insert into goods_promotion (goods_no, promo_nm, promo_price, start_dtm, end_dtm, sys_mod_dtm)
-select 'G' || lpad(i::text, 9, '0'), p.promo_nm, (1000 + (i * 7919 % 200) * 500) * p.pct / 100, cast(:at as timestamptz) + p.starts, cast(:at as timestamptz) + p.ends, cast(:at as timestamptz) - interval '1 day'
+select 'G' || lpad(i::text, 9, '0'), p.promo_nm, (1000 + (i::bigint * 7919 % 200) * 500) * p.pct / 100, cast(:at as timestamptz) + p.starts, cast(:at as timestamptz) + p.ends, cast(:at as timestamptz) - interval '1 day'
   from generate_series(1, cast(:n as integer)) as i
   join (values ('weekly deal', 3, 80, interval '-1 day', interval '7 days'),
                ('last season', 5, 50, interval '-30 days', interval '-20 days'),
