@@ -102,10 +102,10 @@ async function acquireAdvisory(databaseUrl: string, jobName: string, startedAt: 
     keepAlive: true,
     keepAliveInitialDelayMillis: 10_000,
   });
-  let state: "acquiring" | "held" | "releasing" = "acquiring";
+  let state: "acquiring" | "held" | "lost" | "releasing" = "acquiring";
   const lost = () => {
     if (state !== "held") return;
-    state = "releasing";
+    state = "lost";
     onLost();
   };
   client.on("error", lost);
@@ -127,6 +127,8 @@ async function acquireAdvisory(databaseUrl: string, jobName: string, startedAt: 
   }
   state = "held";
   return async () => {
+    // A lost session holds no lock: there is nothing to unlock, only the client to close.
+    if (state === "lost") return void (await client.end().catch(() => {}));
     state = "releasing";
     try {
       await client.query("select pg_advisory_unlock($1)", [ADVISORY_LOCK_KEY]);

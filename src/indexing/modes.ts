@@ -125,11 +125,13 @@ export async function runGoodsIndexing(options: GoodsIndexingOptions): Promise<I
     const code = errorCodeOf(err);
     options.metrics?.runFailed(mode, code);
     const elapsed = Math.round(performance.now() - started);
-    // A dependency that is down is expected now and then: one warn line, no stack trace.
-    if (err instanceof UnavailableError || (err instanceof IndexingError && err.unavailable) || isDatabaseUnavailable(err)) {
+    // A job stopped on purpose (shutdown, its lock lost) and a dependency that is down are
+    // expected now and then: one warn line, no stack trace.
+    if (options.signal?.aborted) {
+      logger.warn({ code, reason: messageOf(options.signal.reason), elapsed_ms: elapsed }, "indexing stopped before it finished");
+    } else if (err instanceof UnavailableError || (err instanceof IndexingError && err.unavailable) || isDatabaseUnavailable(err)) {
       logger.warn({ code, reason: messageOf(err), elapsed_ms: elapsed }, "indexing failed: a dependency is unavailable");
-    }
-    else logger.error({ err, code, elapsed_ms: elapsed }, "indexing failed");
+    } else logger.error({ err, code, elapsed_ms: elapsed }, "indexing failed");
     await record(options, logger, { success: false, startedAt });
     throw err;
   }

@@ -1,7 +1,6 @@
-import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createElasticsearchClient } from "../../src/elasticsearch-client.js";
-import { createLogger } from "../../src/logger.js";
+import { captureLogLines } from "../support/log-lines.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
@@ -9,20 +8,14 @@ import { startTestServer, type TestServer } from "../support/server.js";
 // 503 within about a second, through the production client with its retries, and the failure is
 // logged at warn, without a stack trace.
 
-const lines: Array<Record<string, unknown>> = [];
-const destination = new Writable({
-  write(chunk: Buffer, _encoding, done) {
-    for (const line of chunk.toString().split("\n").filter(Boolean)) lines.push(JSON.parse(line) as Record<string, unknown>);
-    done();
-  },
-});
+const { logger, lines } = captureLogLines();
 const es = createElasticsearchClient("http://127.0.0.1:9");
 let db: TestDatabase;
 let server: TestServer;
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  server = await startTestServer({ knex: db.knex, elasticsearch: es, logger: createLogger("info", destination), env: { DATABASE_URL: db.url } });
+  server = await startTestServer({ knex: db.knex, elasticsearch: es, logger, env: { DATABASE_URL: db.url } });
 });
 
 afterAll(async () => {

@@ -1,4 +1,5 @@
 import type { Client } from "@elastic/elasticsearch";
+import type { Logger } from "pino";
 import { generateGoods } from "../../src/indexing/goods-generator.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { startTestServer, type TestServer } from "../support/server.js";
@@ -16,10 +17,12 @@ export function startIndexingServer(
   db: TestDatabase,
   elasticsearch: Client,
   options: { index: string; bulkSize: number; fetchSize: number },
+  logger?: Logger,
 ): Promise<TestServer> {
   return startTestServer({
     knex: db.knex,
     elasticsearch,
+    logger,
     env: {
       DATABASE_URL: db.url,
       GOODS_INDEX: options.index,
