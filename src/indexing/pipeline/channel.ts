@@ -1,7 +1,7 @@
 // A bounded single-producer, single-consumer channel that carries items in chunks. A full channel
 // makes `push` wait, which is how a slow bulk sender pauses the database reader; `cancel` wakes
-// both sides when either gives up. Chunks, not single items, cross it: one await per chunk
-// instead of several promises per row is most of what moving a million rows costs.
+// both sides when either gives up. Chunks, not single items, cross it: one await per chunk instead
+// of several promises per row (docs/indexing.md, "What helped").
 
 export interface Channel<T> extends AsyncIterable<readonly T[]> {
   /**
