@@ -11,7 +11,7 @@ import { IndexingError, isUnreachable } from "./indexing-error.js";
 // ends. A run that dies leaves the pause behind; the next run of any mode lifts it first.
 
 /** Documents a run sends through the alias before its index's refreshes pause. */
-export const LARGE_RUN_DOCS = 50_000;
+const LARGE_RUN_DOCS = 50_000;
 
 const LIVE_REFRESH = "1s";
 
