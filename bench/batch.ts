@@ -3,7 +3,7 @@ import { parseArgs } from "node:util";
 import { Client } from "@elastic/elasticsearch";
 import { createKnex, migrateToLatest } from "../src/db/knex.js";
 import { generateSources } from "../src/indexing/batch/source-generator.js";
-import { spawnService } from "../test/support/spawn-service.js";
+import { buildService, spawnService } from "../test/support/spawn-service.js";
 import { admin, databaseUrl, printTable } from "./support.js";
 
 // npm run bench:batch [-- --goods N]
@@ -45,7 +45,8 @@ async function main(): Promise<void> {
     await knex.raw("vacuum analyze");
     log(`generated in ${Math.round(performance.now() - generated)} ms`);
 
-    const service = await spawnService({ DATABASE_URL: dbUrl, ELASTICSEARCH_URL: elasticsearchUrl, GOODS_INDEX: goodsIndex, BATCH_LOG_INDEX: logIndex });
+    buildService();
+    const service = await spawnService({ DATABASE_URL: dbUrl, ELASTICSEARCH_URL: elasticsearchUrl, GOODS_INDEX: goodsIndex, BATCH_LOG_INDEX: logIndex }, { fromBuild: true });
     try {
       log("running the full-load batch");
       const response = await fetch(`${service.url}/api/search/v1/batch/product`, { method: "POST", signal: AbortSignal.timeout(30 * 60_000) });

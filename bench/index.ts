@@ -10,7 +10,7 @@ import { generateGoods } from "../src/indexing/goods-generator.js";
 import { goodsMapping, OPTIMIZED } from "../src/indexing/goods-index.js";
 import { goodsQuery, type GoodsRow } from "../src/indexing/goods-rows.js";
 import { BULK_RESULT_FIELDS } from "../src/indexing/pipeline/bulk-sender.js";
-import { spawnService } from "../test/support/spawn-service.js";
+import { buildService, spawnService } from "../test/support/spawn-service.js";
 import { admin, databaseUrl, printTable } from "./support.js";
 
 // npm run bench:index [-- --rows N] [--heap-mb M]
@@ -18,7 +18,8 @@ import { admin, databaseUrl, printTable } from "./support.js";
 // The service's indexing next to what the components really accept, all in one run, on the same
 // rows (N generated goods, default 1,000,000, every tenth one not for sale) and the same node:
 //
-//   full            the service process, GET /api/search/v1/index/db/goods (end to end)
+//   full            the service process as npm start runs it (the build in dist/),
+//                   GET /api/search/v1/index/db/goods (end to end)
 //   cursor          the service process, ?interval=1 with every row 'N' (finalize included)
 //   postgres        PostgreSQL alone: the same cursor and fetch size, rows counted, sent nowhere
 //   es x2, es x4    Elasticsearch alone: NDJSON bodies of BULK_SIZE documents serialised before
@@ -74,6 +75,8 @@ async function main(): Promise<void> {
 }
 
 async function orchestrate(rows: number, heapMb: number): Promise<void> {
+  // The service runs as `npm start` runs it: compiled, without the TypeScript loader in its memory.
+  buildService();
   const dbName = `bench_${randomBytes(4).toString("hex")}`;
   await admin(`create database ${dbName}`);
   const dbUrl = databaseUrl(dbName);
@@ -149,13 +152,16 @@ function verdict(ok: boolean): string {
 async function serviceRun(name: string, dbUrl: string, query: string, heapMb: number): Promise<Measurement> {
   const index = `bench_${name}_${randomBytes(4).toString("hex")}`;
   log(`measuring ${name} (service process, GOODS_INDEX=${index})`);
-  const service = await spawnService({
-    DATABASE_URL: dbUrl,
-    ELASTICSEARCH_URL: elasticsearchUrl,
-    GOODS_INDEX: index,
-    GOODS_ANALYZER: ANALYZER,
-    NODE_OPTIONS: heapMb > 0 ? `--max-old-space-size=${heapMb}` : "",
-  });
+  const service = await spawnService(
+    {
+      DATABASE_URL: dbUrl,
+      ELASTICSEARCH_URL: elasticsearchUrl,
+      GOODS_INDEX: index,
+      GOODS_ANALYZER: ANALYZER,
+      NODE_OPTIONS: heapMb > 0 ? `--max-old-space-size=${heapMb}` : "",
+    },
+    { fromBuild: true },
+  );
   const client = new Client({ node: elasticsearchUrl });
   try {
     const response = await fetch(`${service.url}/api/search/v1/index/db/goods${query}`, { signal: AbortSignal.timeout(30 * 60_000) });

@@ -30,7 +30,7 @@ beforeAll(async () => {
     await knex.destroy();
     await embedded.stop();
   }
-  service = await spawnService({ DATA_DIR: dataDir, ELASTICSEARCH_URL: elasticsearchUrl(), GOODS_INDEX: index, DATABASE_URL: "" }, 90_000);
+  service = await spawnService({ DATA_DIR: dataDir, ELASTICSEARCH_URL: elasticsearchUrl(), GOODS_INDEX: index, DATABASE_URL: "" }, { timeoutMs: 90_000 });
 }, 180_000);
 
 afterAll(async () => {

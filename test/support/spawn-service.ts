@@ -1,9 +1,10 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 
-// The real service as a child process (`node --import tsx src/main.ts`), for tests and benches
-// that need what only a process has: signals, a kill, a restart, its own event loop.
+// The real service as a child process, for tests and benches that need what only a process has:
+// signals, a kill, a restart, its own event loop. It runs from the sources through tsx, or, for
+// benches that measure what a deployment runs, from the build (`npm run build`, dist/).
 
 const root = join(import.meta.dirname, "../..");
 
@@ -22,14 +23,21 @@ export interface ServiceProcess {
   stop(signal: NodeJS.Signals): Promise<ServiceExit>;
 }
 
+export interface SpawnOptions {
+  /** How long to wait for "listening"; default 60 s. */
+  timeoutMs?: number;
+  /** Run the build (dist/src/main.js, as `npm start` does) instead of the sources; build it first. */
+  fromBuild?: boolean;
+}
+
 /**
  * Starts the service on a free loopback port with `env` over the parent's environment (the cron
  * runner off, auth off unless given) and resolves once it logs "listening".
  */
-export async function spawnService(env: Record<string, string>, timeoutMs = 60_000): Promise<ServiceProcess> {
+export async function spawnService(env: Record<string, string>, { timeoutMs = 60_000, fromBuild = false }: SpawnOptions = {}): Promise<ServiceProcess> {
   const childEnv: Record<string, string | undefined> = { ...process.env, PORT: "0", LOG_LEVEL: "info", CRON_ENABLED: "false", ...env };
   if (env.AUTH_TOKENS === undefined) delete childEnv.AUTH_TOKENS;
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], { cwd: root, env: childEnv, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, fromBuild ? ["dist/src/main.js"] : ["--import", "tsx", "src/main.ts"], { cwd: root, env: childEnv, stdio: ["ignore", "pipe", "pipe"] });
   const exited = new Promise<ServiceExit>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
   const logs: Array<Record<string, unknown>> = [];
   let stderr = "";
@@ -67,4 +75,9 @@ function parseLine(line: string): Record<string, unknown> {
   } catch {
     return { msg: line };
   }
+}
+
+/** Compiles the service into dist/ (`npm run build`), as `npm start` does before it starts. */
+export function buildService(): void {
+  execFileSync("npm", ["run", "build", "--silent"], { cwd: root, stdio: ["ignore", "inherit", "inherit"] });
 }

@@ -4,6 +4,7 @@ import type { ApiHints } from "./api-hints.js";
 import { createDocsHandler } from "./docs-handler.js";
 import { createOpenApiDocument } from "./openapi-document.js";
 import { loadProtoComments } from "./proto-comments.js";
+import { projectFile } from "./project-file.js";
 
 export interface ApiDocsOptions {
   services: readonly DescService[];
@@ -11,7 +12,7 @@ export interface ApiDocsOptions {
   authEnabled: boolean;
 }
 
-const PACKAGE = JSON.parse(readFileSync(new URL("../../../package.json", import.meta.url), "utf8")) as { version: string };
+const PACKAGE = JSON.parse(readFileSync(projectFile("package.json"), "utf8")) as { version: string };
 
 /** Builds the OpenAPI document once, at start-up, and the handler of /openapi.json and /docs. */
 export function createApiDocs(options: ApiDocsOptions) {

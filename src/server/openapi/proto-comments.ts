@@ -6,6 +6,7 @@ import {
   type EnumDescriptorProto,
   type SourceCodeInfo_Location,
 } from "@bufbuild/protobuf/wkt";
+import { projectFile } from "./project-file.js";
 
 // protoc-gen-es embeds descriptors without their source info, so the comments come from a
 // descriptor set that `npm run generate` builds next to the generated code (buf keeps comments).
@@ -13,7 +14,7 @@ import {
 /** Comments of proto elements by fully qualified name: "gpu.v1.Offer.gpu_ram", "gpu.v1.GpuService.ListOffers". */
 export type ProtoComments = ReadonlyMap<string, string>;
 
-const DESCRIPTOR_SET = new URL("../../../gen/proto-descriptors.binpb", import.meta.url);
+const DESCRIPTOR_SET = projectFile("gen/proto-descriptors.binpb");
 
 // Field numbers of the descriptor messages, as used in SourceCodeInfo paths.
 const FILE_MESSAGE = 4;
