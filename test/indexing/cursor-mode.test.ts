@@ -45,6 +45,8 @@ describe("cursor mode", () => {
   it("keeps a row inserted and a row modified while the run is in progress at 'N' and indexes them on the next run", async () => {
     let settled = 0;
     const first = await cursorRun({
+      // One bulk in flight, so bulks settle in the order they were read.
+      bulksInFlight: 1,
       onBulkSettled: async () => {
         // Bulk 1 is the removal pass (the 50 USE_YN='N' rows); bulk 2 is the first of the goods rows.
         if (++settled !== 2) return;
