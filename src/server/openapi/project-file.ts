@@ -7,12 +7,11 @@ import { fileURLToPath } from "node:url";
 // they are found from the project root (the nearest directory up with a package.json) rather than
 // by a fixed number of "../".
 
-let root: string | undefined;
+const ROOT = findRoot(dirname(fileURLToPath(import.meta.url)));
 
 /** The absolute path of a file given relative to the project root, e.g. "gen/proto-descriptors.binpb". */
 export function projectFile(relativePath: string): string {
-  root ??= findRoot(dirname(fileURLToPath(import.meta.url)));
-  return join(root, relativePath);
+  return join(ROOT, relativePath);
 }
 
 function findRoot(from: string): string {
