@@ -1,10 +1,12 @@
 import { parseArgs } from "node:util";
 import { ConfigError, loadConfig } from "../src/config.js";
-import { createKnex, migrateToLatest } from "../src/db/knex.js";
+import { openDatabase } from "../src/db/database.js";
 import { generateSources } from "../src/indexing/batch/source-generator.js";
+import { createLogger } from "../src/logger.js";
 
 // npm run generate:sources -- --goods 100000
-// Replaces the batch's source tables in the database of DATABASE_URL with generated data.
+// Replaces the batch's source tables in the service's database with generated data: DATABASE_URL,
+// or, when it is unset, the embedded PostgreSQL of DATA_DIR (the running service's, or started here).
 
 const { values } = parseArgs({ options: { goods: { type: "string", default: "10000" } } });
 const goods = Number(values.goods);
@@ -12,24 +14,19 @@ if (!Number.isInteger(goods) || goods < 1) {
   process.stderr.write(`--goods must be a positive integer, got '${values.goods}'\n`);
   process.exit(2);
 }
-let databaseUrl: string | undefined;
+let config;
 try {
-  databaseUrl = loadConfig().databaseUrl;
+  config = loadConfig();
 } catch (err) {
   if (!(err instanceof ConfigError)) throw err;
   process.stderr.write(`configuration error: ${err.message}\n`);
   process.exit(2);
 }
-if (!databaseUrl) {
-  process.stderr.write("DATABASE_URL must name the PostgreSQL database to fill\n");
-  process.exit(2);
-}
-const knex = createKnex(databaseUrl);
+const database = await openDatabase(config, createLogger("warn"), { whenRunning: "share" });
 try {
-  await migrateToLatest(knex);
   const started = Date.now();
-  await generateSources(knex, { goods });
-  process.stdout.write(`generated ${goods} goods in ${Date.now() - started} ms\n`);
+  await generateSources(database.knex, { goods });
+  process.stdout.write(`generated ${goods} goods into ${database.description} in ${Date.now() - started} ms\n`);
 } finally {
-  await knex.destroy();
+  await database.close();
 }

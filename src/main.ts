@@ -1,9 +1,7 @@
 import { createApp } from "./app.js";
 import { ConfigError, hostNarrowedToLoopback, loadConfig } from "./config.js";
-import { startEmbeddedPostgres } from "./db/embedded-postgres.js";
+import { openDatabase } from "./db/database.js";
 import { createElasticsearchClient, splitNodeUrls } from "./elasticsearch-client.js";
-import { databaseErrorText } from "./db/database-errors.js";
-import { createKnex, migrateToLatest } from "./db/knex.js";
 import { createMarketplace } from "./gpu/marketplace/index.js";
 import { createLogger, redactUrl } from "./logger.js";
 import { listen } from "./server/listen.js";
@@ -29,16 +27,18 @@ async function main(): Promise<void> {
     );
   }
 
-  const embedded = config.databaseUrl ? undefined : await startEmbeddedPostgres(config.dataDir);
-  const databaseUrl = config.databaseUrl ?? embedded!.url;
-  logger.info({ database: embedded ? `embedded (${config.dataDir})` : redactUrl(databaseUrl) }, "database");
-  const knex = createKnex(databaseUrl, { poolMax: embedded ? 1 : 10, logger });
-  try {
-    await migrateToLatest(knex);
-  } catch (err) {
-    const where = embedded ? `the embedded database (${config.dataDir})` : `DATABASE_URL (${redactUrl(databaseUrl)})`;
-    throw new Error(`${where} unreachable or not migratable: ${databaseErrorText(err)} ${firstLine(err)}`);
-  }
+  let stop: ((reason: string, exitCode?: number) => Promise<void>) | undefined;
+  const database = await openDatabase(config, logger, {
+    whenRunning: "refuse",
+    // Without its database the service cannot keep its promises: it stops, so that a supervisor restarts both.
+    onUnexpectedExit: (detail) => {
+      logger.error({ detail }, "the embedded PostgreSQL stopped unexpectedly; stopping the service");
+      if (stop) void stop("embedded PostgreSQL exited", 1);
+      else process.exit(1);
+    },
+  });
+  const { knex } = database;
+  logger.info({ database: database.description }, "database");
 
   const elasticsearch = createElasticsearchClient(config.elasticsearchUrl);
   const marketplace = createMarketplace(config, logger, knex);
@@ -51,33 +51,38 @@ async function main(): Promise<void> {
     timeouts: config.timeouts,
   });
   await app.start();
-  logger.info({ url: server.url, elasticsearch: splitNodeUrls(config.elasticsearchUrl).map(redactUrl) }, "listening");
+  logger.info(
+    {
+      address: `${config.host}:${server.port}`,
+      url: server.url,
+      docs: `${server.url}/docs`,
+      marketplace: config.marketplace.kind,
+      database: database.embedded ? "embedded" : "DATABASE_URL",
+      elasticsearch: splitNodeUrls(config.elasticsearchUrl).map(redactUrl),
+    },
+    "listening",
+  );
 
   let stopping = false;
-  const shutdown = async (signal: string) => {
+  stop = async (reason, exitCode = 0) => {
     if (stopping) return;
     stopping = true;
-    logger.info({ signal }, "shutting down");
+    logger.info({ reason }, "shutting down");
     try {
       await app.stop();
       await server.close();
       await marketplace.close();
-      await knex.destroy();
       await elasticsearch.close();
-      await embedded?.stop();
+      await database.close();
       logger.info("stopped");
-      process.exit(0);
+      process.exit(exitCode);
     } catch (err) {
       logger.error({ err }, "shutdown failed");
       process.exit(1);
     }
   };
-  process.once("SIGTERM", () => void shutdown("SIGTERM"));
-  process.once("SIGINT", () => void shutdown("SIGINT"));
-}
-
-function firstLine(err: unknown): string {
-  return (err instanceof Error ? err.message : String(err)).split("\n", 1)[0]!.slice(0, 200);
+  process.once("SIGTERM", () => void stop?.("SIGTERM"));
+  process.once("SIGINT", () => void stop?.("SIGINT"));
 }
 
 main().catch((err: unknown) => {

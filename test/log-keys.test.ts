@@ -39,7 +39,7 @@ describe("log keys", () => {
   it("are snake_case in every log call and child logger of src/", () => {
     const keys = logKeysIn();
     // The check sees the calls it must see (a known line of each kind).
-    expect(keys).toContainEqual({ where: expect.stringMatching(/^src\/main\.ts:/), key: "signal" });
+    expect(keys).toContainEqual({ where: expect.stringMatching(/^src\/main\.ts:/), key: "reason" });
     expect(keys).toContainEqual({ where: expect.stringMatching(/^src\/gpu\/gpu-module\.ts:/), key: "service" });
     expect(keys.filter((k) => !SNAKE_CASE.test(k.key))).toEqual([]);
   });

@@ -1,5 +1,6 @@
 import type { Knex } from "knex";
 import pg from "pg";
+import { databaseUrlOf } from "../db/knex.js";
 import type { Logger } from "pino";
 
 // One sync leader per database (SPEC.md section 2, "Request economy"): with several service
@@ -21,7 +22,7 @@ export interface SyncLeader {
 }
 
 export function createSyncLeader(knex: Knex, logger: Logger): SyncLeader {
-  const connection = (knex.client as { config: Knex.Config }).config.connection as string | pg.ClientConfig;
+  const connectionString = databaseUrlOf(knex);
   let session: pg.Client | undefined;
   let leading = false;
 
@@ -34,7 +35,7 @@ export function createSyncLeader(knex: Knex, logger: Logger): SyncLeader {
   }
 
   async function open(): Promise<pg.Client> {
-    const client = new pg.Client(connection);
+    const client = new pg.Client({ connectionString });
     // A broken session has lost its lock: the next hold() notices and starts over.
     client.on("error", (err) => {
       logger.warn({ err }, "sync leader connection failed");

@@ -1,9 +1,12 @@
 import { parseArgs } from "node:util";
-import { createKnex, migrateToLatest } from "../db/knex.js";
+import { ConfigError, loadConfig } from "../config.js";
+import { openDatabase } from "../db/database.js";
+import { createLogger } from "../logger.js";
 import { generateGoods } from "./goods-generator.js";
 
 // npm run generate:goods -- --rows N [--first N] [--truncate]
-// Fills PR_GOODS_SEARCH_INTF of the database at DATABASE_URL with generated goods.
+// Fills PR_GOODS_SEARCH_INTF of the service's database with generated goods: DATABASE_URL, or,
+// when it is unset, the embedded PostgreSQL of DATA_DIR (the running service's, or started here).
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -12,21 +15,19 @@ async function main(): Promise<void> {
   const rows = Number(values.rows);
   const first = Number(values.first);
   if (!Number.isInteger(rows) || rows < 0 || !Number.isInteger(first) || first < 1) throw new Error("--rows and --first must be whole numbers");
-  const url = process.env.DATABASE_URL;
-  if (!url) throw new Error("DATABASE_URL must name the PostgreSQL database to fill");
-  const knex = createKnex(url, { poolMax: 2 });
+  const database = await openDatabase(loadConfig(), createLogger("warn"), { whenRunning: "share" });
   try {
-    await migrateToLatest(knex);
-    if (values.truncate) await knex.raw(`truncate "PR_GOODS_SEARCH_INTF"`);
+    if (values.truncate) await database.knex.raw(`truncate "PR_GOODS_SEARCH_INTF"`);
     const started = performance.now();
-    const inserted = await generateGoods(knex, { rows, firstNo: first });
-    process.stdout.write(`inserted ${inserted} goods rows in ${Math.round(performance.now() - started)} ms\n`);
+    const inserted = await generateGoods(database.knex, { rows, firstNo: first });
+    process.stdout.write(`inserted ${inserted} goods rows into ${database.description} in ${Math.round(performance.now() - started)} ms\n`);
   } finally {
-    await knex.destroy();
+    await database.close();
   }
 }
 
 main().catch((err: unknown) => {
-  process.stderr.write(`generate:goods failed: ${err instanceof Error ? err.message : String(err)}\n`);
+  const prefix = err instanceof ConfigError ? "configuration error" : "generate:goods failed";
+  process.stderr.write(`${prefix}: ${err instanceof Error ? err.message : String(err)}\n`);
   process.exit(1);
 });

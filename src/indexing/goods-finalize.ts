@@ -11,21 +11,17 @@ import { IndexingError } from "./indexing-error.js";
 
 export interface FinalizeOptions {
   flip: boolean;
-  /** Most keys per statement; by default the whole bulk in one statement. */
-  keysPerStatement?: number;
 }
 
 /** Returns the rows flipped to 'Y'. */
 export async function finalizeSettled(knex: Knex, keys: readonly GoodsKey[], options: FinalizeOptions): Promise<number> {
   try {
     let flipped = 0;
-    for (const part of chunks(keys, options.keysPerStatement ?? keys.length)) {
-      if (options.flip) {
-        flipped += await flip(knex, part.filter((k) => k.source === "row"), "Y");
-        flipped += await flip(knex, part.filter((k) => k.source === "delisted"), "N");
-      }
-      await clearDeleted(knex, part.filter((k) => k.source === "deleted"));
+    if (options.flip) {
+      flipped += await flip(knex, keys.filter((k) => k.source === "row"), "Y");
+      flipped += await flip(knex, keys.filter((k) => k.source === "delisted"), "N");
     }
+    await clearDeleted(knex, keys.filter((k) => k.source === "deleted"));
     return flipped;
   } catch (err) {
     throw new IndexingError("FINALIZE_FAILED", "flipping INDEX_YN to 'Y' for a settled bulk failed", { cause: err, unavailable: isDatabaseUnavailable(err) });
@@ -50,12 +46,6 @@ async function clearDeleted(knex: Knex, keys: readonly GoodsKey[]): Promise<void
       where d.goods_no = k.goods_no and d.deleted_at = k.deleted_at`,
     [goodsNos(keys), stamps(keys)],
   );
-}
-
-function chunks<T>(items: readonly T[], size: number): T[][] {
-  const parts: T[][] = [];
-  for (let i = 0; i < items.length; i += Math.max(1, size)) parts.push(items.slice(i, i + Math.max(1, size)));
-  return parts;
 }
 
 // The keys travel as two array parameters, whatever the bulk size: cheaper for PostgreSQL to

@@ -3,8 +3,7 @@ import type { RowQuery } from "./pipeline/row-reader.js";
 
 // What each mode reads from PR_GOODS_SEARCH_INTF (SPEC.md section 3), and how a row becomes a
 // document. No ORDER BY: one cursor over one snapshot sees every selected row exactly once, and
-// sorting a million rows would only delay the first bulk. (The embedded PostgreSQL reads them in
-// keyset pages on GOODS_NO instead, which each selection's partial index serves.)
+// sorting a million rows would only delay the first bulk.
 
 export type IndexingMode = "full" | "incremental" | "cursor";
 

@@ -5,12 +5,12 @@ import { createBatchWiring } from "./batch/batch-wiring.js";
 import { createIndexingMetrics } from "./indexing-metrics.js";
 import { createIndexingService } from "./indexing-service.js";
 import { createJobLock } from "./job-lock.js";
+import { databaseUrlOf } from "../db/knex.js";
 
 /** IndexingService with its background work (cron runner) and the job lock they share. */
 export function createIndexingModule(deps: ModuleDeps): ServiceModule {
   const { config, knex, elasticsearch, logger } = deps;
-  // Without DATABASE_URL the embedded PostgreSQL serves one connection: the lock is then in-process only.
-  const jobLock = createJobLock({ databaseUrl: config.databaseUrl, logger });
+  const jobLock = createJobLock({ databaseUrl: databaseUrlOf(knex), logger });
   const metrics = createIndexingMetrics(deps.metrics.registry, jobLock);
   const batch = createBatchWiring({ knex, elasticsearch, logger, indexing: config.indexing, batch: config.batch, jobLock, metrics });
   const service = createIndexingService({

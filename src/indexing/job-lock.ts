@@ -5,10 +5,6 @@ import { ConflictError, UnavailableError } from "../errors.js";
 // One lock for every indexing job and the batch (SPEC.md "exclusive windows"). In process it is
 // a plain flag; across processes it is a PostgreSQL advisory lock held on a dedicated connection,
 // outside the knex pool, for the whole job, so replicas sharing a database never overlap.
-//
-// With the embedded PostgreSQL (no DATABASE_URL) the pool has a single connection and a second one
-// would wait for ever, so only the in-process flag is used there: one process owns the data
-// directory anyway. Pass `databaseUrl: undefined` for that case.
 
 /** Arbitrary but fixed: every process of this product locks the same key. */
 const ADVISORY_LOCK_KEY = 1_229_866_072;
@@ -33,7 +29,7 @@ export interface JobLock {
 }
 
 export interface JobLockOptions {
-  /** The database to take the advisory lock in; undefined for the in-process lock only. */
+  /** The database to take the advisory lock in; undefined keeps only the in-process flag (its unit tests). */
   databaseUrl: string | undefined;
   logger: Logger;
 }

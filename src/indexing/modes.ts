@@ -21,7 +21,6 @@ import { errorCodeOf, IndexingError, messageOf } from "./indexing-error.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
 import type { BulkItem, BulkStats } from "./pipeline/bulk-sender.js";
 import { runPipeline, type PipelineResult } from "./pipeline/pipeline.js";
-import { readPages } from "./pipeline/keyset-reader.js";
 import { readRows, type RowQuery } from "./pipeline/row-reader.js";
 
 // The indexing modes over the one pipeline, without any lock: callers (the IndexGoods RPC, the
@@ -149,7 +148,6 @@ async function indexOnce(options: GoodsIndexingOptions, logger: Logger, startedA
   const leftovers = await deleteLeftoverBuilds(client, index);
   if (leftovers.length > 0) logger.warn({ deleted: leftovers }, "deleted partial indices left by an earlier run");
   if (await endLeftoverPause(client, index)) logger.warn("an earlier run died with refreshes paused: live refresh restored");
-  if (poolMax(options.knex) <= 1) await refreshStatistics(options.knex);
   let removal: PipelineResult | undefined;
   let pipeline: PipelineResult;
   if (rebuilds(options)) {
@@ -232,16 +230,14 @@ async function pass<Row>(run: Run, query: RowQuery, toItem: (row: Row) => BulkIt
   const { options, logger, target } = run;
   const { knex, elasticsearch, bulkSize } = options;
   const { flip } = run;
-  // On the embedded PostgreSQL each statement is a turn on its only connection: keep turns short.
-  const keysPerStatement = poolMax(knex) <= 1 ? EMBEDDED_PAGE_ROWS / 2 : undefined;
   const settle = async (keys: GoodsKey[]) => {
     // Read the count after the await: two bulks in flight settle concurrently.
-    const flipped = await finalizeSettled(knex, keys, { flip, keysPerStatement });
+    const flipped = await finalizeSettled(knex, keys, { flip });
     run.finalized.count += flipped;
   };
   let dropsLogged = 0;
   const result = await runPipeline<Row, GoodsKey>({
-    source: rowSource<Row>(knex, query, options.fetchSize, run.reader),
+    source: readRows<Row>({ knex, query, fetchSize: options.fetchSize, stats: run.reader }),
     toItem,
     channelCapacity: options.channelCapacity ?? 2 * bulkSize,
     logger,
@@ -309,31 +305,4 @@ async function record(
   } catch (err) {
     logger.warn({ err: messageOf(err) }, "recording the run failed");
   }
-}
-
-/**
- * The embedded PostgreSQL has no autovacuum: without a fresh ANALYZE the planner may sort the
- * whole selection for every keyset page, or scan the table for every finalize, instead of
- * walking the GOODS_NO indexes.
- */
-async function refreshStatistics(knex: Knex): Promise<void> {
-  await knex.raw(`analyze "PR_GOODS_SEARCH_INTF", goods_index_deleted`);
-}
-
-/** Rows per keyset page on the embedded PostgreSQL: a page is a short turn on its only connection. */
-const EMBEDDED_PAGE_ROWS = 1_000;
-
-/**
- * A pool of one connection (the embedded PostgreSQL) is read in keyset pages on GOODS_NO (every
- * selection has a partial index on it), so that the finalize of settled bulks and every other
- * request get the connection between pages. A real server keeps the one server-side cursor.
- */
-function rowSource<Row>(knex: Knex, query: RowQuery, fetchSize: number, stats: { maxBuffered: number }): AsyncIterable<readonly Row[]> {
-  if (poolMax(knex) <= 1) return readPages<Row>({ knex, query, key: "GOODS_NO", pageSize: Math.min(fetchSize, EMBEDDED_PAGE_ROWS), stats });
-  return readRows<Row>({ knex, query, fetchSize, stats });
-}
-
-function poolMax(knex: Knex): number {
-  const config = knex.client.config as { pool?: { max?: number } };
-  return config.pool?.max ?? 10;
 }

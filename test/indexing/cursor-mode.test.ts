@@ -129,30 +129,3 @@ describe("cursor mode", () => {
     expect(await indexSettings(es, index)).toEqual({ refresh: "1s", replicas: "1" });
   });
 });
-
-describe("cursor mode on a single-connection pool (embedded PostgreSQL)", () => {
-  it("reads keyset pages that leave the connection free, so each settled bulk flips its rows during the run", async () => {
-    const single = await createTestDatabase({ poolMax: 1 });
-    try {
-      // 270 eligible rows, 30 delisted (USE_YN='N'), and 5 eligible rows deleted (recorded for removal).
-      await generateGoods(single.knex, { rows: 300, unusedEvery: 10 });
-      await single.knex.raw(`delete from "PR_GOODS_SEARCH_INTF" where "GOODS_NO" in ('G0000000001', 'G0000000002', 'G0000000003', 'G0000000004', 'G0000000005')`);
-      const flippedAtSettle: number[] = [];
-      const result = await runGoodsIndexing({
-        ...testRunOptions(single.knex, es, index),
-        mode: "cursor",
-        fetchSize: 40,
-        // Reading the table here needs the only connection: the reader must not be holding it.
-        onBulkSettled: async () => void flippedAtSettle.push((await flagCounts(single.knex)).Y ?? 0),
-      });
-      expect(result).toMatchObject({ fetchedCount: 265, indexedCount: 265, failedCount: 0, finalizedCount: 265 + 30 });
-      expect(result.maxReaderBuffered).toBeLessThanOrEqual(40);
-      expect(await flagCounts(single.knex)).toEqual({ Y: 265 });
-      expect(await single.knex("goods_index_deleted").count({ n: "*" })).toEqual([{ n: "0" }]);
-      expect(await documentCount(es, index)).toBe(265);
-      expect(flippedAtSettle.some((flipped) => flipped > 0 && flipped < 295)).toBe(true);
-    } finally {
-      await single.drop();
-    }
-  });
-});
