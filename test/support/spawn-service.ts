@@ -28,16 +28,25 @@ export interface SpawnOptions {
   timeoutMs?: number;
   /** Run the build (dist/src/main.js, as `npm start` does) instead of the sources; build it first. */
   fromBuild?: boolean;
+  /** The build's folder, if not dist/ (see buildService). */
+  buildDir?: string;
+  /** Variables of the parent's environment the service must not see (e.g. DATABASE_URL, for the embedded default). */
+  unset?: readonly string[];
 }
 
 /**
  * Starts the service on a free loopback port with `env` over the parent's environment (the cron
  * runner off, auth off unless given) and resolves once it logs "listening".
  */
-export async function spawnService(env: Record<string, string>, { timeoutMs = 60_000, fromBuild = false }: SpawnOptions = {}): Promise<ServiceProcess> {
+export async function spawnService(
+  env: Record<string, string>,
+  { timeoutMs = 60_000, fromBuild = false, buildDir = "dist", unset = [] }: SpawnOptions = {},
+): Promise<ServiceProcess> {
   const childEnv: Record<string, string | undefined> = { ...process.env, PORT: "0", LOG_LEVEL: "info", CRON_ENABLED: "false", ...env };
   if (env.AUTH_TOKENS === undefined) delete childEnv.AUTH_TOKENS;
-  const child = spawn(process.execPath, fromBuild ? ["dist/src/main.js"] : ["--import", "tsx", "src/main.ts"], { cwd: root, env: childEnv, stdio: ["ignore", "pipe", "pipe"] });
+  for (const name of unset) delete childEnv[name];
+  const args = fromBuild ? [join(buildDir, "src/main.js")] : ["--import", "tsx", "src/main.ts"];
+  const child = spawn(process.execPath, args, { cwd: root, env: childEnv, stdio: ["ignore", "pipe", "pipe"] });
   const exited = new Promise<ServiceExit>((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
   const logs: Array<Record<string, unknown>> = [];
   let stderr = "";
@@ -77,7 +86,11 @@ function parseLine(line: string): Record<string, unknown> {
   }
 }
 
-/** Compiles the service into dist/ (`npm run build`), as `npm start` does before it starts. */
-export function buildService(): void {
-  execFileSync("npm", ["run", "build", "--silent"], { cwd: root, stdio: ["ignore", "inherit", "inherit"] });
+/**
+ * Compiles the service as `npm start` does before it starts (`npm run build`), into dist/ or, for a
+ * test that must not race another file's build of dist/, into a folder of its own under it.
+ */
+export function buildService(buildDir = "dist"): void {
+  const into = buildDir === "dist" ? [] : ["--", "--outDir", buildDir, "--tsBuildInfoFile", join(buildDir, ".tsbuildinfo")];
+  execFileSync("npm", ["run", "build", "--silent", ...into], { cwd: root, stdio: ["ignore", "inherit", "inherit"] });
 }
