@@ -16,18 +16,25 @@ export interface ReadmeExample {
   };
 }
 
+/** A command line of the README's sh blocks, as written, with the answer shown under or after it. */
+export interface ReadmeCommand {
+  command: string;
+  response?: ReadmeExample["response"];
+}
+
 /**
- * The curl examples of the README's sh blocks: `-X`, `-d '<json>'` and the URL are read; an answer
- * is a `# {...}` comment (one or more lines) under the command, or a `# 404 {...}` comment after it.
+ * The commands of the README's sh blocks that start with one of `prefixes` (continuation lines
+ * joined). An answer is a `# {...}` comment (one or more lines) under the command, or a
+ * `# {...}` / `# 404 {...}` comment after it.
  */
-export function readmeExamples(file: string): ReadmeExample[] {
+export function readmeCommands(file: string, prefixes: readonly string[]): ReadmeCommand[] {
   const text = readFileSync(file, "utf8");
-  const examples: ReadmeExample[] = [];
+  const commands: ReadmeCommand[] = [];
   for (const block of text.matchAll(/```sh\n([\s\S]*?)```/g)) {
     const lines = block[1]!.replace(/\\\n\s*/g, " ").split("\n");
     for (let i = 0; i < lines.length; i++) {
       const line = lines[i]!;
-      if (!line.startsWith("curl ")) continue;
+      if (!prefixes.some((prefix) => line.startsWith(prefix))) continue;
       const [command, trailing] = splitComment(line);
       const answer: string[] = [];
       if (trailing !== undefined && /^(\d{3} )?\{/.test(trailing)) answer.push(trailing);
@@ -36,10 +43,20 @@ export function readmeExamples(file: string): ReadmeExample[] {
         answer.push(lines[++i]!.slice(2));
         while (lines[i + 1]?.startsWith("#  ")) answer.push(lines[++i]!.slice(3));
       }
-      examples.push({ ...parseCurl(command), response: answer.length > 0 ? parseAnswer(answer.join(" ")) : undefined });
+      commands.push({ command, response: answer.length > 0 ? parseAnswer(answer.join(" ")) : undefined });
     }
   }
-  return examples;
+  return commands;
+}
+
+/** The curl examples of the README's sh blocks: `-X`, `-d '<json>'` and the URL are read. */
+export function readmeExamples(file: string): ReadmeExample[] {
+  return readmeCommands(file, ["curl "]).map(({ command, response }) => ({ ...parseCurl(command), response }));
+}
+
+/** The README's TypeScript blocks, as written. */
+export function readmeTypeScript(file: string): string[] {
+  return [...readFileSync(file, "utf8").matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!);
 }
 
 function splitComment(line: string): [string, string | undefined] {
