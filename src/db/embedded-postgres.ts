@@ -319,10 +319,12 @@ function readLines(file: string): string[] | undefined {
 function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === "EPERM";
   }
+  // A killed process its parent has not reaped yet (a zombie) still answers signal 0.
+  const stat = readLines(`/proc/${pid}/stat`)?.[0];
+  return stat === undefined || !/^\d+ \(.*\) Z/.test(stat);
 }
 
 /** Whether pid is a live postgres server of this cluster (not a process that reused the pid). */

@@ -34,7 +34,7 @@ export async function importPgliteData(dataDir: string, target: Knex, logger: Lo
       await trx.raw(`truncate ${tables.map((t) => `"${t}"`).join(", ")}`);
       const counts: Record<string, number> = {};
       for (const table of tables.filter((t) => present.has(t))) counts[table] = await copyTable(db, trx, table);
-      await resetSequences(trx);
+      await copySequences(db, trx);
       return counts;
     });
     await db.close();
@@ -92,14 +92,13 @@ async function copyTable(db: PGliteDb, trx: Knex.Transaction, table: string): Pr
   return copied;
 }
 
-async function resetSequences(trx: Knex.Transaction): Promise<void> {
-  const { rows } = await trx.raw<{ rows: { seq: string; tbl: string; col: string }[] }>(
-    `select s.oid::regclass::text as seq, c.oid::regclass::text as tbl, a.attname as col
-       from pg_class s join pg_depend d on d.objid = s.oid and d.deptype in ('a', 'i')
-       join pg_class c on c.oid = d.refobjid join pg_attribute a on a.attrelid = c.oid and a.attnum = d.refobjsubid
-      where s.relkind = 'S'`,
+/** Every sequence goes on where it stood (ids are never given twice), owned by a column or not. */
+async function copySequences(db: PGliteDb, trx: Knex.Transaction): Promise<void> {
+  const { rows } = await db.query<{ name: string; last_value: string | null; start_value: string }>(
+    `select format('%I.%I', schemaname, sequencename) as name, last_value::text, start_value::text from pg_sequences where schemaname = 'public'`,
   );
-  for (const { seq, tbl, col } of rows) {
-    await trx.raw(`select setval(?::regclass, coalesce(max("${col}"), 1), max("${col}") is not null) from ${tbl}`, [seq]);
+  for (const { name, last_value, start_value } of rows) {
+    const exists = (await trx.raw<{ rows: unknown[] }>(`select 1 from pg_sequences where format('%I.%I', schemaname, sequencename) = ?`, [name])).rows.length > 0;
+    if (exists) await trx.raw(`select setval(?::regclass, ?::bigint, ?)`, [name, last_value ?? start_value, last_value !== null]);
   }
 }
