@@ -41,7 +41,7 @@ export interface GoodsIndexingOptions {
   /** The alias searches use (GOODS_INDEX). */
   index: string;
   analyzer?: GoodsAnalyzer;
-  /** Rows per round trip of the server-side cursor (per keyset page on a single-connection pool, at most 1,000). */
+  /** Rows per round trip of the server-side cursor. */
   fetchSize: number;
   /** Documents per bulk request. */
   bulkSize: number;

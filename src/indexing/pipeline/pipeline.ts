@@ -5,7 +5,7 @@ import { isDatabaseUnavailable } from "../../db/database-errors.js";
 import { IndexingError } from "../indexing-error.js";
 
 // The one indexing pipeline, generic over rows and documents: a reader (any async iterable of
-// row batches: a cursor fetch, a keyset page) and a bulk sender run concurrently, joined by a
+// row batches, e.g. the fetches of a server-side cursor) and a bulk sender run concurrently, joined by a
 // bounded channel. Rows cross it in chunks of at most one bulk. Modes and the batch only choose
 // the rows, the mapping to documents, the index and the sizes.
 
