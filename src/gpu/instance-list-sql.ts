@@ -30,7 +30,7 @@ export const SORT_SQL: Record<InstanceSortKey, SortSql> = {
     key: "cost_per_hour::text",
     cast: "double precision",
     usesAsOf: false,
-    isValidKey: (v) => /^-?\d+(\.\d+)?(e[-+]?\d+)?$/i.test(v) && Number.isFinite(Number(v)),
+    isValidKey: isFloat8Text,
   },
   uptime: {
     order: UPTIME_US,
@@ -40,3 +40,14 @@ export const SORT_SQL: Record<InstanceSortKey, SortSql> = {
     isValidKey: (v) => /^-?\d{1,18}$/.test(v),
   },
 };
+
+/**
+ * A number PostgreSQL reads as double precision: finite, and not a non-zero value so small that
+ * it underflows to zero (PostgreSQL refuses "1e-400" as out of range, JavaScript reads it as 0).
+ */
+function isFloat8Text(text: string): boolean {
+  if (!/^-?\d+(\.\d+)?(e[-+]?\d+)?$/i.test(text)) return false;
+  const value = Number(text);
+  const mantissa = text.split(/e/i)[0]!;
+  return Number.isFinite(value) && (value !== 0 || !/[1-9]/.test(mantissa));
+}

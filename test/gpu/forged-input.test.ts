@@ -16,10 +16,20 @@ describe("forged page tokens", () => {
     ["an as-of instant on February 30", "uptime", token([1, "uptime", "", "2024-02-30T00:00:00.000Z", ["5", "gpu-1"]])],
     ["a created_at key on February 30", "created_at", token([1, "created_at", "", "2024-01-01T00:00:00.000Z", ["2024-02-30T00:00:00.000000Z", "gpu-1"]])],
     ["a created_at key in year 0", "created_at", token([1, "created_at", "", "2024-01-01T00:00:00.000Z", ["0000-01-01T00:00:00.000000Z", "gpu-1"]])],
+    ["a cost that underflows double precision", "cost_per_hour", token([1, "cost_per_hour", "", "2024-01-01T00:00:00.000Z", ["1e-400", "gpu-1"]])],
+    ["a cost that overflows double precision", "cost_per_hour", token([1, "cost_per_hour", "", "2024-01-01T00:00:00.000Z", ["1e400", "gpu-1"]])],
   ])("answers 400 to %s", async (_what, sortBy, pageToken) => {
     const res = await fetch(`${t.server.url}/api/gpu/instances?sort_by=${sortBy}&page_token=${pageToken}`);
     expect(res.status).toBe(400);
     expect(await res.json()).toMatchObject({ field: "page_token" });
+  });
+
+  it("accepts a zero cost and a tiny one PostgreSQL can hold", async () => {
+    for (const cost of ["0", "0.0", "-0", "1e-310", "0.0609"]) {
+      const pageToken = token([1, "cost_per_hour", "", "2024-01-01T00:00:00.000Z", [cost, "gpu-1"]]);
+      const res = await fetch(`${t.server.url}/api/gpu/instances?sort_by=cost_per_hour&page_token=${pageToken}`);
+      expect(res.status, cost).toBe(200);
+    }
   });
 });
 

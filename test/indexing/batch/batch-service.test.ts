@@ -123,6 +123,23 @@ describe("failures", () => {
     }
   });
 
+  it("a rebuild whose alias move fails is a warning: 200 COMPLETED with ALIAS_SWAP_FAILED, the alias still on the previous index", async () => {
+    await h.batch.run({});
+    const [previous] = Object.keys(await es.indices.getAlias({ name: h.goodsIndex }));
+    // A read-only index refuses metadata changes, and so the removal of its alias.
+    await es.indices.putSettings({ index: previous!, settings: { "index.blocks.read_only": true } });
+    try {
+      const result = await h.batch.run({});
+      expect(result).toMatchObject({ success: true, status: "COMPLETED", loadedCount: 4 });
+      expect(result.warnings).toEqual([expect.stringMatching(/indexing failed \(ALIAS_SWAP_FAILED\)/)]);
+      expect(Object.keys(await es.indices.getAlias({ name: h.goodsIndex }))).toEqual([previous]);
+      const [log] = await h.logs.list(1);
+      expect(log).toMatchObject({ status: "COMPLETED", details: { error: { code: "ALIAS_SWAP_FAILED", step: "index" } } });
+    } finally {
+      await es.indices.putSettings({ index: previous!, settings: { "index.blocks.read_only": false } });
+    }
+  });
+
   it("an unreachable search engine in step 2 is a warning: COMPLETED, rows stay N, a later cursor run indexes them", async () => {
     const down = unreachableElasticsearch();
     const broken = createBatchHarness({

@@ -12,6 +12,11 @@ describe("indexingFailureOf", () => {
     });
   });
 
+  it("keeps every code of IndexingError, the alias move's included", () => {
+    const swap = indexingFailureOf(new IndexingError("ALIAS_SWAP_FAILED", "moving alias 'goods' failed"));
+    expect(swap?.code).toBe("ALIAS_SWAP_FAILED");
+  });
+
   it("treats an unreachable search engine as a bulk failure", () => {
     const connection = new errors.ConnectionError("connect ECONNREFUSED");
     expect(indexingFailureOf(connection)?.code).toBe("BULK_FAILED");
