@@ -1,36 +1,14 @@
-import type { Client } from "@elastic/elasticsearch";
-import type { Knex } from "knex";
-import type { Logger } from "pino";
-import type { Config } from "./config.js";
-import type { CreationHooks } from "./gpu/creation.js";
 import { GPU_API_HINTS } from "./gpu/api-hints.js";
 import { createGpuModule } from "./gpu/gpu-module.js";
-import type { Marketplace } from "./gpu/marketplace/marketplace.js";
 import { INDEXING_API_HINTS } from "./indexing/api-hints.js";
 import { createIndexingModule } from "./indexing/indexing-module.js";
-import { createAppHandler, type NodeHandler, type ServiceRegistration } from "./server/app.js";
-import { createMetrics, type Metrics } from "./server/metrics.js";
+import type { AppDeps, ModuleDeps } from "./module.js";
+import { createAppHandler } from "./server/app.js";
+import type { NodeHandler } from "./server/node-http.js";
+import { createMetrics } from "./server/metrics.js";
 import { mergeApiHints } from "./server/openapi/api-hints.js";
 
-export interface AppDeps {
-  config: Config;
-  logger: Logger;
-  knex: Knex;
-  elasticsearch: Client;
-  marketplace: Marketplace;
-  /** Test seam for fault injection in GPU instance creation. */
-  gpuCreationHooks?: CreationHooks;
-}
-
-/** What each service module is built from: the app's dependencies and the metrics registry. */
-export type ModuleDeps = AppDeps & { metrics: Metrics };
-
-/** A service with the background work it owns. */
-export interface ServiceModule {
-  service: ServiceRegistration;
-  start(): Promise<void>;
-  stop(): Promise<void>;
-}
+export type { AppDeps } from "./module.js";
 
 export interface App {
   handler: NodeHandler;

@@ -1,6 +1,6 @@
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
-import type { ModuleDeps, ServiceModule } from "../app.js";
-import { registration } from "../server/app.js";
+import type { ModuleDeps, ServiceModule } from "../module.js";
+import { registration } from "../server/service-registration.js";
 import { resolveDeployment, type Deployment } from "./deployment.js";
 import { ExecutionLogStore } from "./execution-log-store.js";
 import type { GpuContext } from "./gpu-context.js";

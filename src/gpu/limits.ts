@@ -2,13 +2,11 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { InstanceLimitsSchema, Template } from "../../gen/gpu/v1/gpu_service_pb.js";
 import { round, roundMoney, totalCost, uptimeMs } from "./cost.js";
 import type { CustomConfig } from "./custom-config.js";
-import { destroyRecord } from "./destroy.js";
-import type { GpuContext } from "./gpu-context.js";
 import type { InstanceRecord } from "./instance-store.js";
-import { isTerminal } from "./status.js";
 
 // Per-instance limits: max_hours (uptime) and max_cost (total cost, dollars), from custom_config
-// or the template's defaults. The sync loop destroys an instance that reached one (sync-loop.ts).
+// or the template's defaults. The sync loop destroys an instance that reached one (sync-loop.ts,
+// enforceLimits).
 
 const MS_PER_HOUR = 3_600_000;
 
@@ -38,17 +36,6 @@ export function reachedLimit(record: InstanceRecord, now: Date): { limit: LimitN
     return { limit: "max_cost", reason: `max_cost reached: cost $${cost} of $${record.maxCost}` };
   }
   return undefined;
-}
-
-/**
- * Destroys an instance that reached one of its limits, with one auto_destroy log record naming
- * it. A record still waiting for its marketplace instance is left for the next round.
- */
-export async function enforceLimits(ctx: GpuContext, record: InstanceRecord): Promise<InstanceRecord> {
-  if (isTerminal(record.status) || record.marketInstanceId === null) return record;
-  const reached = reachedLimit(record, new Date());
-  if (!reached) return record;
-  return destroyRecord(ctx, record, "auto_destroy", reached);
 }
 
 /** The limits and what is left of them, as enhanced status and cost analysis show them. */

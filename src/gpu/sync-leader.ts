@@ -26,10 +26,11 @@ export function createSyncLeader(knex: Knex, logger: Logger): SyncLeader {
   let session: pg.Client | undefined;
   let leading = false;
 
-  async function drop(): Promise<void> {
+  async function drop(released = false): Promise<void> {
     const old = session;
     session = undefined;
-    if (leading) logger.warn("sync leadership lost");
+    if (leading && released) logger.info("sync leadership released");
+    else if (leading) logger.warn("sync leadership lost");
     leading = false;
     await old?.end().catch(() => undefined);
   }
@@ -64,7 +65,7 @@ export function createSyncLeader(knex: Knex, logger: Logger): SyncLeader {
       }
     },
     async release() {
-      await drop();
+      await drop(true);
     },
   };
 }

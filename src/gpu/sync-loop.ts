@@ -1,5 +1,8 @@
 import type { GpuContext } from "./gpu-context.js";
-import { enforceLimits } from "./limits.js";
+import { destroyRecord } from "./destroy.js";
+import type { InstanceRecord } from "./instance-store.js";
+import { reachedLimit } from "./limits.js";
+import { isTerminal } from "./status.js";
 import { reconcile, type ReconcilerOptions } from "./reconciler.js";
 import type { MarketInstance } from "./marketplace/marketplace.js";
 import { syncRecord } from "./status-sync.js";
@@ -98,4 +101,15 @@ export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncL
     },
     runOnce,
   };
+}
+
+/**
+ * Destroys an instance that reached one of its limits, with one auto_destroy log record naming
+ * it. A record still waiting for its marketplace instance is left for the next round.
+ */
+async function enforceLimits(ctx: GpuContext, record: InstanceRecord): Promise<InstanceRecord> {
+  if (isTerminal(record.status) || record.marketInstanceId === null) return record;
+  const reached = reachedLimit(record, new Date());
+  if (!reached) return record;
+  return destroyRecord(ctx, record, "auto_destroy", reached);
 }

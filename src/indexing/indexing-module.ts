@@ -1,6 +1,6 @@
 import { IndexingService } from "../../gen/search/v1/indexing_service_pb.js";
-import type { ModuleDeps, ServiceModule } from "../app.js";
-import { registration } from "../server/app.js";
+import type { ModuleDeps, ServiceModule } from "../module.js";
+import { registration } from "../server/service-registration.js";
 import { createBatchWiring } from "./batch/batch-wiring.js";
 import { createIndexingMetrics } from "./indexing-metrics.js";
 import { createIndexingService } from "./indexing-service.js";

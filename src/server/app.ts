@@ -1,5 +1,4 @@
-import type { DescService } from "@bufbuild/protobuf";
-import type { ConnectRouter, Interceptor, ServiceImpl } from "@connectrpc/connect";
+import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { createAuthInterceptor, createTokenCheck, UNAUTHENTICATED_MESSAGE } from "./auth.js";
 import { createErrorInterceptor } from "./error-interceptor.js";
@@ -9,20 +8,9 @@ import type { ApiHints } from "./openapi/api-hints.js";
 import { createApiDocs } from "./openapi/api-docs.js";
 import { createInProcessCaller } from "./rest/in-process-caller.js";
 import { createRpcHandler } from "./rpc-handler.js";
-import { createRestHandler, sendJson, type NodeRequest, type NodeResponse } from "./rest/rest-handler.js";
-
-export interface ServiceRegistration {
-  desc: DescService;
-  /** The RPC implementations by local name, for the in-process REST caller. */
-  impl: object;
-  /** Registers the implementation on the Connect router, typed against its own descriptor. */
-  route(router: ConnectRouter): void;
-}
-
-/** RPCs left out answer `unimplemented` (HTTP 501); the product's services implement every one. */
-export function registration<T extends DescService>(desc: T, impl: Partial<ServiceImpl<T>>): ServiceRegistration {
-  return { desc, impl, route: (router) => router.service(desc, impl) };
-}
+import { createRestHandler } from "./rest/rest-handler.js";
+import { sendJson, type NodeHandler, type NodeRequest, type NodeResponse } from "./node-http.js";
+import type { ServiceRegistration } from "./service-registration.js";
 
 export interface AppOptions {
   services: readonly ServiceRegistration[];
@@ -35,7 +23,6 @@ export interface AppOptions {
   apiHints?: ApiHints;
 }
 
-export type NodeHandler = (req: NodeRequest, res: NodeResponse) => void;
 
 /**
  * One Node request handler for everything the port serves: Connect, gRPC and gRPC-Web through

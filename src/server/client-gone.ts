@@ -1,4 +1,4 @@
-import type { NodeRequest } from "./rest/rest-handler.js";
+import type { NodeRequest } from "./node-http.js";
 
 // A client that disconnects before its request is read or answered is routine (a timeout on its
 // side, a cancelled page): it is logged once at info, never as a server error with a stack trace.

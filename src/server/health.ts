@@ -1,5 +1,4 @@
-import type { NodeRequest, NodeResponse } from "./rest/rest-handler.js";
-import { sendJson } from "./rest/rest-handler.js";
+import { sendJson, type NodeRequest, type NodeResponse } from "./node-http.js";
 
 /** A readiness check resolves when its dependency answers and rejects (or times out) otherwise. */
 export type ReadinessChecks = Record<string, () => Promise<void>>;

@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import http from "node:http";
 import http2 from "node:http2";
 import net from "node:net";
-import type { NodeHandler } from "./app.js";
+import type { NodeHandler } from "./node-http.js";
 
 /** How long a client may take before it is cut off (README "Configuration"). */
 export interface ConnectionTimeouts {

@@ -6,7 +6,7 @@ import {
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
 import type { Logger } from "pino";
-import type { NodeRequest, NodeResponse } from "./rest/rest-handler.js";
+import type { NodeRequest, NodeResponse } from "./node-http.js";
 import { CLIENT_LEFT_MESSAGE, clientLeft } from "./client-gone.js";
 import { withBodyCheck } from "./rpc-body-check.js";
 

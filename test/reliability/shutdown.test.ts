@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { indexSettings } from "../indexing/helpers.js";
 import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
 import type { TestDatabase } from "../support/postgres.js";
 import type { TestServer } from "../support/server.js";

@@ -1,7 +1,9 @@
 import pino from "pino";
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
 import { listTemplates } from "../../src/gpu/templates.js";
-import { createAppHandler, registration, type NodeHandler } from "../../src/server/app.js";
+import { createAppHandler } from "../../src/server/app.js";
+import type { NodeHandler } from "../../src/server/node-http.js";
+import { registration } from "../../src/server/service-registration.js";
 import { createMetrics } from "../../src/server/metrics.js";
 
 /**

@@ -1,4 +1,4 @@
-import { isObject, jsonReader, type Json } from "./json-reader.js";
+import { jsonReader, type Json } from "./json-reader.js";
 import type { CreateMarketInstanceRequest, MarketInstance, MarketOffer, MarketStatus, OfferFilter, OfferOrder } from "./marketplace.js";
 
 // vast.ai's JSON (docs/marketplace-vastai.md) and its mapping to the port's types. Units: vast.ai's

@@ -2,7 +2,7 @@ import { createReadStream } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import type { JsonObject } from "@bufbuild/protobuf";
-import { sendJson, type NodeRequest, type NodeResponse } from "../rest/rest-handler.js";
+import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
 
 // GET /openapi.json and GET /docs: the document, and Swagger UI from the pinned swagger-ui-dist
 // package, served from this process (the page fetches nothing from any other host).

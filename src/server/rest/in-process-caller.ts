@@ -8,7 +8,7 @@ import {
   type UnaryRequest,
   type UnaryResponse,
 } from "@connectrpc/connect";
-import type { ServiceRegistration } from "../app.js";
+import type { ServiceRegistration } from "../service-registration.js";
 
 export type UnaryCaller = (
   method: DescMethodUnary,

@@ -1,18 +1,14 @@
-import type { ServerResponse } from "node:http";
-import type { ConnectNodeAdapterOptions } from "@connectrpc/connect-node";
 import { fromJson, toJson, type DescService, type JsonValue } from "@bufbuild/protobuf";
 import { StructSchema } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { InvalidInputError } from "../../errors.js";
+import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
 import { CLIENT_LEFT_MESSAGE, clientLeft } from "../client-gone.js";
 import { matchRoute, restRoutesOf } from "./http-rules.js";
 import type { UnaryCaller } from "./in-process-caller.js";
 import { requestJsonOf } from "./request-json.js";
 
-type NodeHandlerFn = NonNullable<ConnectNodeAdapterOptions["fallback"]>;
-export type NodeRequest = Parameters<NodeHandlerFn>[0];
-export type NodeResponse = Parameters<NodeHandlerFn>[1];
 
 export interface RestHandlerOptions {
   services: readonly DescService[];
@@ -142,20 +138,4 @@ function sendError(res: NodeResponse, err: unknown, logger: Logger): void {
   }
   logger.error({ err }, "REST request failed");
   sendJson(res, 500, { detail: "internal server error" });
-}
-
-export function sendJson(
-  res: NodeResponse,
-  status: number,
-  body: JsonValue,
-  headers: Record<string, string> = {},
-): void {
-  if (res.headersSent || res.writableEnded) return;
-  const payload = JSON.stringify(body);
-  (res as ServerResponse).writeHead(status, {
-    ...headers,
-    "content-type": "application/json; charset=utf-8",
-    "content-length": Buffer.byteLength(payload),
-  });
-  res.end(payload);
 }
