@@ -15,7 +15,7 @@
 # ES_STATE_DIR (default .elasticsearch/node) holds its data, logs, pid and URL (a cluster's nodes in
 # node-1..N under it), so several nodes can run side by side. In a cluster only node-1 is
 # master-eligible: losing any other node keeps the master. ES_HEAP (default 512m) sets the JVM heap. Elasticsearch refuses to run as
-# root; when started by root the node runs as the unprivileged user `nobody`.
+# root; started by root, the node runs in a user namespace as an unprivileged user (unshare).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,7 +32,9 @@ java_home() {
 
 install() {
   if [ ! -x "$home/bin/elasticsearch" ]; then
-    mvn -B -q -f "$root/scripts/elasticsearch/pom.xml" package >&2
+    # Batch mode, no colours: the output may be a log file, not a terminal. Maven 3.8 still writes
+    # colour resets with -q, so they are stripped (pipefail keeps its exit status).
+    mvn -B -q -Dstyle.color=never -f "$root/scripts/elasticsearch/pom.xml" package 2>&1 | sed $'s/\x1b\\[[0-9;]*m//g' >&2
     [ -x "$home/bin/elasticsearch" ] || { echo "elasticsearch: unpack failed, $home missing" >&2; exit 1; }
   fi
   install_cjk_analyzer
@@ -73,10 +75,12 @@ launch_node() {
   rm -rf "$dir/config" && cp -r "$home/config" "$dir/config"
   local run_as=()
   if [ "$(id -u)" = 0 ]; then
-    # The distribution must be readable and the state writable by the unprivileged user.
-    chown -R nobody:nogroup "$dir"
-    chmod -R o+rX "$root/.elasticsearch/dist"
-    run_as=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+    # Elasticsearch refuses root. In a user namespace it runs as an ordinary user while the files
+    # stay root's: it reads the distribution and writes its state from any checkout, even one no
+    # other user can enter (a clone under /root, a mktemp -d folder).
+    run_as=(unshare --user --map-user=65534 --map-group=65534 --)
+    # State written by earlier versions, which ran the node as the system user nobody, is root's again.
+    chown -R 0:0 "$dir"
   fi
   "${run_as[@]}" env -i PATH="$PATH" HOME="$dir" ES_TMPDIR="$dir/tmp" ES_PATH_CONF="$dir/config" \
     ES_JAVA_HOME="$(java_home)" ES_JAVA_OPTS="-Xms$heap -Xmx$heap" \
@@ -167,9 +171,7 @@ start_cluster() {
     require_free_port "${http[-1]}"
   done
   install
-  # The nodes' user must be able to reach their directories under STATE.
   mkdir -p "$state"
-  if [ "$(id -u)" = 0 ]; then chown nobody:nogroup "$state"; fi
   # A node that fails to start takes the others down with it.
   trap stop EXIT
   local cluster="local-cluster-$$" master="local-node-$$-1" started_at; started_at=$(date +%s)

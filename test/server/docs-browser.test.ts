@@ -2,7 +2,8 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import puppeteer, { type Browser, type Page } from "puppeteer-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { useTestServer } from "../support/server.js";
+import { createTestElasticsearch } from "../support/elasticsearch.js";
+import { startTestServer, useTestServer } from "../support/server.js";
 
 // The docs page in a real headless Chromium (Debian's chromium package; .ci/run installs it).
 // The screenshot is kept as a CI artifact.
@@ -79,5 +80,26 @@ describe("the /docs page in a browser", () => {
     await page.screenshot({ path: SCREENSHOT as `${string}.png` });
     expect(consoleErrors).toEqual([]);
     expect(foreignRequests).toEqual([]);
+  });
+});
+
+describe("the Authorize button of /docs", () => {
+  it("is not shown while auth is off (no token would be checked)", async () => {
+    expect(await page.$(".auth-wrapper .authorize")).toBeNull();
+  });
+
+  it("is shown when tokens are configured", async () => {
+    const TOKEN = "docs-browser-token";
+    const secured = await startTestServer({ knex: t.db.knex, elasticsearch: createTestElasticsearch(), env: { AUTH_TOKENS: TOKEN } });
+    const securedPage = await browser.newPage();
+    try {
+      await securedPage.setExtraHTTPHeaders({ authorization: `Bearer ${TOKEN}` });
+      await securedPage.goto(`${secured.url}/docs`, { waitUntil: "networkidle0" });
+      await securedPage.waitForSelector(".opblock", { timeout: 30_000 });
+      expect(await securedPage.$(".auth-wrapper .authorize")).not.toBeNull();
+    } finally {
+      await securedPage.close();
+      await secured.close();
+    }
   });
 });

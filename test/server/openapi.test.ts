@@ -93,10 +93,8 @@ describe("GET /openapi.json", () => {
     expect(doc.components.schemas.Error).toMatchObject({ required: ["detail"] });
   });
 
-  it("declares the bearer scheme, without requiring it while no token is configured", () => {
-    expect((doc as unknown as { components: { securitySchemes: unknown } }).components.securitySchemes).toEqual({
-      bearer: expect.objectContaining({ type: "http", scheme: "bearer" }),
-    });
+  it("declares no security scheme while no token is configured (the docs page then shows no Authorize button)", () => {
+    expect((doc as unknown as { components: { securitySchemes?: unknown } }).components.securitySchemes).toBeUndefined();
     expect(doc.security).toBeUndefined();
   });
 });
@@ -185,6 +183,9 @@ describe("auth of the API docs", () => {
     const res = await fetch(`${secured.url}/openapi.json`, { headers: { authorization: `Bearer ${TOKEN}` } });
     const securedDoc = (await res.json()) as Document;
     expect(securedDoc.security).toEqual([{ bearer: [] }]);
+    expect((securedDoc as unknown as { components: { securitySchemes: unknown } }).components.securitySchemes).toEqual({
+      bearer: expect.objectContaining({ type: "http", scheme: "bearer" }),
+    });
     expect(securedDoc.paths["/api/gpu/templates"]!.get!.responses["401"]).toEqual({ $ref: "#/components/responses/Error401" });
   });
 });

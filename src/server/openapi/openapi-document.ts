@@ -79,9 +79,10 @@ export function createOpenApiDocument(options: OpenApiOptions): JsonObject {
             { description, content: { "application/json": { schema: { $ref: "#/components/schemas/Error" } } } },
           ]),
       ),
-      securitySchemes: {
-        bearer: { type: "http", scheme: "bearer", description: "One of the tokens configured in AUTH_TOKENS." },
-      },
+      // Only with auth on: Swagger UI shows its "Authorize" button for any declared scheme.
+      ...(options.authEnabled
+        ? { securitySchemes: { bearer: { type: "http", scheme: "bearer", description: "One of the tokens configured in AUTH_TOKENS." } } }
+        : {}),
     },
   };
 }

@@ -20,8 +20,13 @@ export function requestJsonOf(
     if (body === null || typeof body !== "object" || Array.isArray(body)) {
       throw new InvalidInputError("request body must be a JSON object");
     }
+    rejectUnknownKeys(schema, body, "");
     Object.assign(json, body);
   } else if (route.body !== "" && body !== undefined) {
+    const field = fieldNamed(schema, route.body);
+    if (field?.fieldKind === "message" && body !== null && typeof body === "object" && !Array.isArray(body)) {
+      rejectUnknownKeys(field.message, body, "");
+    }
     json[route.body] = body;
   }
   for (const [name, raw] of Object.entries(params)) {
@@ -54,6 +59,28 @@ export function requestJsonOf(
     }
   }
   return json;
+}
+
+/**
+ * A body key that names no field answers 400 naming it and the keys the message accepts, as an
+ * unknown query parameter does, down through nested messages (`custom_config.max_hours`).
+ * Well-known types (Struct, Timestamp, ...) keep their own JSON forms and are not walked.
+ */
+function rejectUnknownKeys(schema: DescMessage, object: JsonObject, prefix: string): void {
+  for (const [key, value] of Object.entries(object)) {
+    const field = fieldNamed(schema, key);
+    if (field === undefined) {
+      const accepted = schema.fields.map((f) => f.name).join(", ");
+      // The key is cut: a forged body must not make the answer as large as itself.
+      throw new InvalidInputError(`unknown field '${prefix}${truncate(key)}' in the request body; accepted keys: ${accepted}`, {
+        extra: { field: `${prefix}${truncate(key)}` },
+      });
+    }
+    const nested = field.fieldKind === "message" ? field.message : undefined;
+    if (nested && !nested.typeName.startsWith("google.protobuf.") && value !== null && typeof value === "object" && !Array.isArray(value)) {
+      rejectUnknownKeys(nested, value, `${prefix}${field.name}.`);
+    }
+  }
 }
 
 function fieldNamed(schema: DescMessage, name: string): DescField | undefined {

@@ -99,6 +99,16 @@ describe("request JSON from path, query and body", () => {
     ).toEqual({ template_name: "budget", body: { custom_config: { auto_destroy: true } } });
   });
 
+  it.each([
+    ["a top-level key of body '*'", "/api/gpu/search-offers", { max_price: 2, maxprice: 3 }, "maxprice", /accepted keys: .*max_price/],
+    ["a key of a named body", "/api/gpu/instances/from-template?template_name=budget", { custom_confg: {} }, "custom_confg", /accepted keys: custom_config/],
+  ])("rejects an unknown field in %s, naming it and the accepted keys", (_what, path, body, field, accepted) => {
+    const err = rejection(() => build("POST", path, body));
+    expect(err.extra).toEqual({ field });
+    expect(err.message).toMatch(new RegExp(`^unknown field '${field.replace(".", "\\.")}' in the request body`));
+    expect(err.message).toMatch(accepted);
+  });
+
   it("rejects a body '*' that is not a JSON object", () => {
     for (const body of [[1, 2], "text", 42, null]) {
       expect(rejection(() => build("POST", "/api/gpu/search-offers", body)).message).toMatch(/JSON object/);
