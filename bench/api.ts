@@ -13,7 +13,7 @@ import pino from "pino";
 import { loadConfig } from "../src/config.js";
 import { createKnex, migrateToLatest } from "../src/db/knex.js";
 import { createGpuModule } from "../src/gpu/gpu-module.js";
-import { createSimulatedMarketplace } from "../src/gpu/marketplace/simulated.js";
+import { createSimulatedMarketplace } from "../src/gpu/marketplace/simulated/simulated.js";
 import { createAppHandler } from "../src/server/app.js";
 import { registration } from "../src/server/service-registration.js";
 import { listen } from "../src/server/listen.js";

@@ -1,7 +1,7 @@
 // Shared by the benches: the throwaway database each one creates and drops, its goods, and their result tables.
 import pg from "pg";
 import { createKnex, migrateToLatest } from "../src/db/knex.js";
-import { generateGoods } from "../src/indexing/goods-generator.js";
+import { generateGoods } from "../src/indexing/goods/goods-generator.js";
 import { adminDatabaseUrl } from "../test/support/postgres.js";
 
 /** Runs one statement (create / drop database) on the server's admin database. */

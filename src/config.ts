@@ -1,9 +1,22 @@
 import { accessSync, constants as fsConstants } from "node:fs";
 import { validate as validateCron } from "node-cron";
-import { DEFAULT_TIMEOUTS, type ConnectionTimeouts } from "./server/listen.js";
 
 // Configuration is read from the environment once, validated, and frozen. A bad variable fails
 // start-up with a message naming it.
+
+/** How long a client may take before it is cut off (README "Configuration"). */
+export interface ConnectionTimeouts {
+  /** From the first byte of a connection to the end of a request's headers (HTTP/1.1), ms. */
+  headersMs: number;
+  /** From a request's headers to the end of its body, any protocol; past it the request gets 408, ms. */
+  requestMs: number;
+  /** Idle HTTP/1.1 keep-alive connection, ms. */
+  keepAliveMs: number;
+  /** HTTP/2 session with no activity, ms. */
+  http2IdleMs: number;
+}
+
+export const DEFAULT_TIMEOUTS: ConnectionTimeouts = { headersMs: 30_000, requestMs: 60_000, keepAliveMs: 5_000, http2IdleMs: 300_000 };
 
 export interface Config {
   /** TCP port for every protocol (REST, Connect, gRPC, gRPC-Web). */
@@ -176,11 +189,16 @@ function marketplaceConfig(env: Env): MarketplaceConfig {
     simLoadingMs: integer(env, "SIM_LOADING_MS", 10_000, 0, 3_600_000),
     simModelServerStartMs: integer(env, "SIM_MODEL_SERVER_START_MS", 5_000, 0, 3_600_000),
   };
-  if (kind === "remote" && config.url === undefined) throw new ConfigError("MARKETPLACE_URL is required when MARKETPLACE=remote");
-  if (kind === "remote" && config.apiKey === undefined) {
-    throw new ConfigError("MARKETPLACE_API_KEY is required when MARKETPLACE=remote");
+  // Every missing variable at once: an operator should not learn them one failed start at a time.
+  const required: Record<MarketplaceConfig["kind"], [string, unknown][]> = {
+    simulated: [],
+    remote: [["MARKETPLACE_URL", config.url], ["MARKETPLACE_API_KEY", config.apiKey]],
+    vastai: [["VAST_API_KEY", config.vastApiKey]],
+  };
+  const missing = required[kind].filter(([, value]) => value === undefined).map(([name]) => name);
+  if (missing.length > 0) {
+    throw new ConfigError(`${missing.join(" and ")} ${missing.length > 1 ? "are" : "is"} required when MARKETPLACE=${kind}`);
   }
-  if (kind === "vastai" && config.vastApiKey === undefined) throw new ConfigError("VAST_API_KEY is required when MARKETPLACE=vastai");
   return Object.freeze(config);
 }
 

@@ -43,3 +43,8 @@ const EXCERPT_CHARS = 64;
 export function excerpt(value: string): string {
   return value.length <= EXCERPT_CHARS ? value : `${value.slice(0, EXCERPT_CHARS)}... (${value.length} characters)`;
 }
+
+/** The text of any thrown value, for messages and logs. */
+export function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

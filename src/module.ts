@@ -2,8 +2,8 @@ import type { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { Config } from "./config.js";
-import type { CreationHooks } from "./gpu/creation.js";
-import type { Marketplace } from "./gpu/marketplace/marketplace.js";
+import type { CreationHooks } from "./gpu/creation/creation.js";
+import type { Marketplace } from "./gpu/marketplace/port.js";
 import type { Metrics } from "./server/metrics.js";
 import type { ServiceRegistration } from "./server/service-registration.js";
 

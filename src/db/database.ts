@@ -1,6 +1,7 @@
 import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { Config } from "../config.js";
+import { messageOf } from "../errors.js";
 import { redactUrl } from "../logger.js";
 import { databaseErrorText } from "./database-errors.js";
 import { startEmbeddedPostgres, type EmbeddedPostgres } from "./embedded-postgres.js";
@@ -61,5 +62,5 @@ export async function openDatabase(config: Pick<Config, "databaseUrl" | "dataDir
 }
 
 function firstLine(err: unknown): string {
-  return (err instanceof Error ? err.message : String(err)).split("\n", 1)[0]!.slice(0, 300);
+  return messageOf(err).split("\n", 1)[0]!.slice(0, 300);
 }

@@ -2,6 +2,7 @@ import { existsSync, renameSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
+import { messageOf } from "../errors.js";
 import { createKnex, migrateToLatest } from "./knex.js";
 
 // Earlier versions kept the embedded database in DATA_DIR/pglite (PGlite, PostgreSQL compiled to
@@ -43,7 +44,7 @@ export async function importPgliteData(dataDir: string, target: Knex, logger: Lo
     return copied;
   } catch (err) {
     await db.close().catch(() => {});
-    throw new Error(`importing the earlier embedded database (${source}) failed, nothing was changed: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    throw new Error(`importing the earlier embedded database (${source}) failed, nothing was changed: ${messageOf(err)}`, { cause: err });
   }
 }
 

@@ -1,10 +1,10 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { ApiHints } from "../server/openapi/api-hints.js";
-import { MARKET_STATUSES } from "./marketplace/marketplace.js";
-import { DEFAULT_LIMIT, MAX_LIMIT, OFFER_SORT_KEYS } from "./offers.js";
-import { INSTANCE_SORT_KEYS } from "./page-token.js";
-import { STORED_STATUSES } from "./status.js";
-import { listTemplates } from "./templates.js";
+import { MARKET_STATUSES } from "./marketplace/port.js";
+import { DEFAULT_LIMIT, MAX_LIMIT, OFFER_SORT_KEYS } from "./marketplace/offers.js";
+import { INSTANCE_SORT_KEYS } from "./store/page-token.js";
+import { STORED_STATUSES } from "./store/status.js";
+import { listTemplates } from "./creation/templates.js";
 
 // What GpuService's validation enforces beyond the protos, from the constants it enforces it with
 // (src/server/openapi/api-hints.ts).

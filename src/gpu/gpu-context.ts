@@ -1,10 +1,10 @@
 import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { Deployment } from "./deployment.js";
-import type { ExecutionLogStore } from "./execution-log-store.js";
-import type { InstanceStore, MarketFacts } from "./instance-store.js";
-import type { Marketplace, MarketInstance } from "./marketplace/marketplace.js";
-import type { ModelServerProbe } from "./probe.js";
+import type { ExecutionLogStore } from "./store/execution-log-store.js";
+import type { InstanceStore, MarketFacts } from "./store/instance-store.js";
+import type { Marketplace, MarketInstance } from "./marketplace/port.js";
+import type { ModelServerProbe } from "./lifecycle/probe.js";
 
 /** What the GPU service's parts share; built once by gpu-module.ts. */
 export interface GpuContext {

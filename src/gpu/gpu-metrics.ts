@@ -1,5 +1,5 @@
 import { Gauge, type Registry } from "prom-client";
-import type { StatisticsStore } from "./statistics-store.js";
+import type { StatisticsStore } from "./store/statistics-store.js";
 
 /**
  * `gpu_instances{status}`: stored instances by status, read at scrape time from the statistics

@@ -2,16 +2,16 @@ import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
 import type { ModuleDeps, ServiceModule } from "../module.js";
 import { registration } from "../server/service-registration.js";
 import { resolveDeployment, type Deployment } from "./deployment.js";
-import { ExecutionLogStore } from "./execution-log-store.js";
+import { ExecutionLogStore } from "./store/execution-log-store.js";
 import type { GpuContext } from "./gpu-context.js";
 import { registerGpuMetrics } from "./gpu-metrics.js";
 import { createGpuService } from "./gpu-service.js";
-import { InstanceStore } from "./instance-store.js";
+import { InstanceStore } from "./store/instance-store.js";
 import { withStatusCache } from "./marketplace/status-cache.js";
-import { createModelServerProbe } from "./probe.js";
-import { StatisticsStore } from "./statistics-store.js";
-import { createSyncLeader } from "./sync-leader.js";
-import { createSyncLoop, type SyncLoop } from "./sync-loop.js";
+import { createModelServerProbe } from "./lifecycle/probe.js";
+import { StatisticsStore } from "./store/statistics-store.js";
+import { createSyncLeader } from "./lifecycle/sync-leader.js";
+import { createSyncLoop, type SyncLoop } from "./lifecycle/sync-loop.js";
 
 export interface GpuModule extends ServiceModule {
   /** The status sync and reconciliation loop; tests run rounds on demand. */

@@ -1,16 +1,16 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
 import { excerpt, InvalidInputError, NotFoundError, UnavailableError } from "../errors.js";
-import { createInstance, type CreationHooks } from "./creation.js";
-import { destroyRecord } from "./destroy.js";
+import { createInstance, type CreationHooks } from "./creation/creation.js";
+import { destroyRecord } from "./lifecycle/destroy.js";
 import type { GpuContext } from "./gpu-context.js";
 import { basicStatus, costAnalysis, enhancedStatus, listInstances, requireRecord } from "./instance-reads.js";
-import type { MarketOffer } from "./marketplace/marketplace.js";
+import type { MarketOffer } from "./marketplace/port.js";
 import { logMessage, offerMessage } from "./messages.js";
-import { DEFAULT_LIMIT, searchOffers, validateLimit } from "./offers.js";
-import type { StatisticsStore } from "./statistics-store.js";
-import { findTemplate, listTemplates } from "./templates.js";
-import { roundMoney } from "./cost.js";
+import { DEFAULT_LIMIT, searchOffers, validateLimit } from "./marketplace/offers.js";
+import type { StatisticsStore } from "./store/statistics-store.js";
+import { findTemplate, listTemplates } from "./creation/templates.js";
+import { roundMoney } from "./money/cost.js";
 
 export interface GpuServiceOptions {
   ctx: GpuContext;

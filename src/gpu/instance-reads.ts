@@ -6,17 +6,17 @@ import type {
   ListInstancesResponseSchema,
 } from "../../gen/gpu/v1/gpu_service_pb.js";
 import { excerpt, InvalidInputError, NotFoundError } from "../errors.js";
-import { costFigures, formatUptime, uptimeMs } from "./cost.js";
+import { costFigures, formatUptime, uptimeMs } from "./money/cost.js";
 import type { GpuContext } from "./gpu-context.js";
-import { SORT_SQL } from "./instance-list-sql.js";
-import { INSTANCE_ID_PREFIX, type InstanceRecord } from "./instance-store.js";
-import { limitsView } from "./limits.js";
+import { SORT_SQL } from "./store/instance-list-sql.js";
+import { INSTANCE_ID_PREFIX, type InstanceRecord } from "./store/instance-store.js";
+import { limitsView } from "./money/limits.js";
 import { instanceMessage } from "./messages.js";
-import { DEFAULT_LIMIT, validateLimit } from "./offers.js";
-import { decodePageToken, encodePageToken, INSTANCE_SORT_KEYS, type InstanceSortKey } from "./page-token.js";
-import { modelServerPort } from "./probe.js";
-import { syncRecord } from "./status-sync.js";
-import { isStoredStatus, STORED_STATUSES } from "./status.js";
+import { DEFAULT_LIMIT, validateLimit } from "./marketplace/offers.js";
+import { decodePageToken, encodePageToken, INSTANCE_SORT_KEYS, type InstanceSortKey } from "./store/page-token.js";
+import { modelServerPort } from "./lifecycle/probe.js";
+import { syncRecord } from "./lifecycle/status-sync.js";
+import { isStoredStatus, STORED_STATUSES } from "./store/status.js";
 
 // The instance read RPCs. Status reads sync first (the marketplace is the truth); the list, the
 // cost analysis and the logs read the database only.

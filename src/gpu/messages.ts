@@ -2,12 +2,12 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { ExecutionLogSchema, InstanceSchema, OfferSchema } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { formatUptime, totalCost, uptimeMs } from "./cost.js";
-import type { LogEntry } from "./execution-log-store.js";
-import type { InstanceRecord } from "./instance-store.js";
-import type { MarketOffer } from "./marketplace/marketplace.js";
-import { pricePerGpu } from "./offers.js";
-import { roundMoney } from "./cost.js";
+import { formatUptime, totalCost, uptimeMs } from "./money/cost.js";
+import type { LogEntry } from "./store/execution-log-store.js";
+import type { InstanceRecord } from "./store/instance-store.js";
+import type { MarketOffer } from "./marketplace/port.js";
+import { pricePerGpu } from "./marketplace/offers.js";
+import { roundMoney } from "./money/cost.js";
 
 // Domain values to response messages. Absent times stay unset, so REST JSON omits them.
 

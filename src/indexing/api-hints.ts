@@ -1,7 +1,7 @@
 import type { ApiHints } from "../server/openapi/api-hints.js";
 import type { BatchStatus } from "./batch/batch-log.js";
 import { DEFAULT_CHUNK_SIZE } from "./batch/chunk-size.js";
-import type { IndexingMode } from "./goods-rows.js";
+import type { IndexingMode } from "./goods/goods-rows.js";
 import { DEFAULT_LOG_LIMIT, MAX_LOG_LIMIT } from "./indexing-service.js";
 
 // What IndexingService's code knows beyond the protos (src/server/openapi/api-hints.ts).

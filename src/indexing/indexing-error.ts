@@ -19,11 +19,6 @@ export class IndexingError extends Error {
   }
 }
 
-/** The text of any thrown value, for messages and logs. */
-export function messageOf(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
 /** Whether Elasticsearch could not be reached at all (as opposed to answering with an error). */
 export function isUnreachable(err: unknown): boolean {
   return err instanceof errors.ConnectionError || err instanceof errors.TimeoutError || err instanceof errors.NoLivingConnectionsError;

@@ -1,5 +1,5 @@
 import { Counter, Gauge, type Registry } from "prom-client";
-import type { IndexDrift } from "./index-status.js";
+import type { IndexDrift } from "./goods/index-status.js";
 import type { JobLock } from "./job-lock.js";
 
 /** What the indexing runs and the batch report to Prometheus. */

@@ -1,5 +1,5 @@
 import { InvalidInputError } from "../errors.js";
-import type { IndexingMode } from "./goods-rows.js";
+import type { IndexingMode } from "./goods/goods-rows.js";
 
 /**
  * The `interval` parameter of IndexGoods (SPEC.md section 3): absent or empty is full, "1" is

@@ -3,7 +3,7 @@ import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { GoodsAnalyzer } from "../config.js";
 import { isDatabaseUnavailable } from "../db/database-errors.js";
-import { clearDeletedBefore, finalizeRebuilt, finalizeSettled } from "./goods-finalize.js";
+import { clearDeletedBefore, finalizeRebuilt, finalizeSettled } from "./goods/goods-finalize.js";
 import {
   createBuildIndex,
   deleteIndex,
@@ -11,13 +11,13 @@ import {
   ensureGoodsAlias,
   restoreBuildIndex,
   swapAlias,
-} from "./goods-index.js";
-import { goodsItem, goodsQuery, removalItem, removalQuery, type GoodsKey, type GoodsRow, type IndexingMode, type RemovalRow } from "./goods-rows.js";
-import { databaseNow, recordRun } from "./index-runs.js";
-import { endLeftoverPause, pauseRefreshWhenLarge } from "./refresh-pause.js";
-import { measureDrift } from "./index-status.js";
-import { UnavailableError } from "../errors.js";
-import { errorCodeOf, IndexingError, messageOf } from "./indexing-error.js";
+} from "./goods/goods-index.js";
+import { goodsItem, goodsQuery, removalItem, removalQuery, type GoodsKey, type GoodsRow, type IndexingMode, type RemovalRow } from "./goods/goods-rows.js";
+import { databaseNow, recordRun } from "./goods/index-runs.js";
+import { endLeftoverPause, pauseRefreshWhenLarge } from "./goods/refresh-pause.js";
+import { measureDrift } from "./goods/index-status.js";
+import { messageOf, UnavailableError } from "../errors.js";
+import { errorCodeOf, IndexingError } from "./indexing-error.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
 import type { BulkItem, BulkStats } from "./pipeline/bulk-sender.js";
 import { runPipeline, type PipelineResult } from "./pipeline/pipeline.js";

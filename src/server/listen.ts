@@ -2,21 +2,8 @@ import { readFileSync } from "node:fs";
 import http from "node:http";
 import http2 from "node:http2";
 import net from "node:net";
+import { DEFAULT_TIMEOUTS, type ConnectionTimeouts } from "../config.js";
 import type { NodeHandler } from "./node-http.js";
-
-/** How long a client may take before it is cut off (README "Configuration"). */
-export interface ConnectionTimeouts {
-  /** From the first byte of a connection to the end of a request's headers (HTTP/1.1), ms. */
-  headersMs: number;
-  /** From a request's headers to the end of its body, any protocol; past it the request gets 408, ms. */
-  requestMs: number;
-  /** Idle HTTP/1.1 keep-alive connection, ms. */
-  keepAliveMs: number;
-  /** HTTP/2 session with no activity, ms. */
-  http2IdleMs: number;
-}
-
-export const DEFAULT_TIMEOUTS: ConnectionTimeouts = { headersMs: 30_000, requestMs: 60_000, keepAliveMs: 5_000, http2IdleMs: 300_000 };
 
 export interface ListenOptions {
   handler: NodeHandler;

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { migrateToLatest } from "../../src/db/knex.js";
-import { InstanceStore } from "../../src/gpu/instance-store.js";
-import { StatisticsStore } from "../../src/gpu/statistics-store.js";
+import { InstanceStore } from "../../src/gpu/store/instance-store.js";
+import { StatisticsStore } from "../../src/gpu/store/statistics-store.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 
 let db: TestDatabase;

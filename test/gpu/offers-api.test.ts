@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { beforeAll, describe, expect, it } from "vitest";
-import type { MarketOffer } from "../../src/gpu/marketplace/marketplace.js";
+import type { MarketOffer } from "../../src/gpu/marketplace/port.js";
 import { useTestServer } from "../support/server.js";
 import { gpuClient, rest } from "./helpers.js";
 

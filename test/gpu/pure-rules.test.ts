@@ -1,12 +1,12 @@
 import { describe, expect, it } from "vitest";
 import { create } from "@bufbuild/protobuf";
 import { TemplateSchema } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { parseCustomConfig } from "../../src/gpu/custom-config.js";
-import type { InstanceRecord } from "../../src/gpu/instance-store.js";
-import { limitsFor, reachedLimit } from "../../src/gpu/limits.js";
-import { normalizeGpuName } from "../../src/gpu/offers.js";
-import { decodePageToken, encodePageToken } from "../../src/gpu/page-token.js";
-import { storedStatusOf } from "../../src/gpu/status.js";
+import { parseCustomConfig } from "../../src/gpu/creation/custom-config.js";
+import type { InstanceRecord } from "../../src/gpu/store/instance-store.js";
+import { limitsFor, reachedLimit } from "../../src/gpu/money/limits.js";
+import { normalizeGpuName } from "../../src/gpu/marketplace/offers.js";
+import { decodePageToken, encodePageToken } from "../../src/gpu/store/page-token.js";
+import { storedStatusOf } from "../../src/gpu/store/status.js";
 import { InvalidInputError } from "../../src/errors.js";
 
 describe("limitsFor and reachedLimit", () => {

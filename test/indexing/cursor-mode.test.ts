@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
-import { generateGoods } from "../../src/indexing/goods-generator.js";
-import { goodsMapping } from "../../src/indexing/goods-index.js";
+import { generateGoods } from "../../src/indexing/goods/goods-generator.js";
+import { goodsMapping } from "../../src/indexing/goods/goods-index.js";
 import { IndexingError } from "../../src/indexing/indexing-error.js";
 import { runGoodsIndexing } from "../../src/indexing/modes.js";
 import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";

@@ -1,6 +1,6 @@
 import { Client } from "@elastic/elasticsearch";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { generateGoods } from "../../src/indexing/goods-generator.js";
+import { generateGoods } from "../../src/indexing/goods/goods-generator.js";
 import { IndexingError } from "../../src/indexing/indexing-error.js";
 import { runGoodsIndexing } from "../../src/indexing/modes.js";
 import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../support/elasticsearch.js";

@@ -1,9 +1,9 @@
 import { afterAll, afterEach, beforeEach, describe, expect, it } from "vitest";
 import { generateSources } from "../../src/indexing/batch/source-generator.js";
-import { generateGoods } from "../../src/indexing/goods-generator.js";
-import { measureDrift } from "../../src/indexing/index-status.js";
+import { generateGoods } from "../../src/indexing/goods/goods-generator.js";
+import { measureDrift } from "../../src/indexing/goods/index-status.js";
 import { runGoodsIndexing } from "../../src/indexing/modes.js";
-import type { IndexingMode } from "../../src/indexing/goods-rows.js";
+import type { IndexingMode } from "../../src/indexing/goods/goods-rows.js";
 import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { createBatchHarness, deleteHarnessIndexes } from "./batch/harness.js";

@@ -3,7 +3,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { Client } from "@elastic/elasticsearch";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IndexingService } from "../../gen/search/v1/indexing_service_pb.js";
-import { generateGoods } from "../../src/indexing/goods-generator.js";
+import { generateGoods } from "../../src/indexing/goods/goods-generator.js";
 import { createJobLock } from "../../src/indexing/job-lock.js";
 import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";

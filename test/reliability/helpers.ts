@@ -1,6 +1,6 @@
 import type { Client } from "@elastic/elasticsearch";
 import type { Logger } from "pino";
-import { generateGoods } from "../../src/indexing/goods-generator.js";
+import { generateGoods } from "../../src/indexing/goods/goods-generator.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 import { deleteGoodsIndices } from "../indexing/helpers.js";

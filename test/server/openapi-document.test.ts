@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
 import { CUSTOM_CONFIG_SCHEMA } from "../../src/gpu/api-hints.js";
-import { CUSTOM_CONFIG_KEYS } from "../../src/gpu/custom-config.js";
+import { CUSTOM_CONFIG_KEYS } from "../../src/gpu/creation/custom-config.js";
 import type { ApiHints } from "../../src/server/openapi/api-hints.js";
 import { createOpenApiDocument } from "../../src/server/openapi/openapi-document.js";
 import { loadProtoComments } from "../../src/server/openapi/proto-comments.js";

@@ -1,6 +1,6 @@
 import pino from "pino";
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { listTemplates } from "../../src/gpu/templates.js";
+import { listTemplates } from "../../src/gpu/creation/templates.js";
 import { createAppHandler } from "../../src/server/app.js";
 import type { NodeHandler } from "../../src/server/node-http.js";
 import { registration } from "../../src/server/service-registration.js";

@@ -12,7 +12,7 @@ export async function up(knex: Knex): Promise<void> {
     t.text("instance_id").primary();
     // The marketplace instance carries instance_id as its label, and the record is written
     // before the marketplace call: a crash between the call and the update that fills
-    // market_instance_id is repaired by matching labels (src/gpu/reconciler.ts).
+    // market_instance_id is repaired by matching labels (src/gpu/lifecycle/reconciler.ts).
     t.text("market_instance_id");
     t.text("offer_id").notNullable();
     t.text("image_name").notNullable().defaultTo("");

@@ -1,8 +1,8 @@
-import type { NewLogEntry } from "./execution-log-store.js";
-import { elapsedSince, marketFactsOf, type GpuContext } from "./gpu-context.js";
-import { gpuInfoJson, type InstanceRecord } from "./instance-store.js";
-import type { MarketInstance } from "./marketplace/marketplace.js";
-import { transition } from "./transition.js";
+import type { NewLogEntry } from "../store/execution-log-store.js";
+import { elapsedSince, marketFactsOf, type GpuContext } from "../gpu-context.js";
+import { gpuInfoJson, type InstanceRecord } from "../store/instance-store.js";
+import type { MarketInstance } from "../marketplace/port.js";
+import { transition } from "../lifecycle/transition.js";
 
 // The outcomes of a creation as records: completed (one create_instance log record) or failed
 // (status failed and one create_instance log record with success=false).

@@ -1,5 +1,5 @@
 import type { JsonObject } from "@bufbuild/protobuf";
-import { InvalidInputError } from "../errors.js";
+import { InvalidInputError } from "../../errors.js";
 
 // custom_config accepts exactly five keys; anything else is refused with the accepted list,
 // so that a typo never silently creates an instance with defaults.

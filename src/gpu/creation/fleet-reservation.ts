@@ -1,11 +1,11 @@
 import type { Knex } from "knex";
-import { ResourceExhaustedError } from "../errors.js";
-import { roundMoney } from "./cost.js";
-import type { GpuContext } from "./gpu-context.js";
-import { LIVE_PREDICATE, type InstanceRecord, type OfferFacts } from "./instance-store.js";
-import type { MarketOffer } from "./marketplace/marketplace.js";
+import { ResourceExhaustedError } from "../../errors.js";
+import { roundMoney } from "../money/cost.js";
+import type { GpuContext } from "../gpu-context.js";
+import { LIVE_PREDICATE, type InstanceRecord, type OfferFacts } from "../store/instance-store.js";
+import type { MarketOffer } from "../marketplace/port.js";
 import { offerTaken } from "./offer-choice.js";
-import { ACTIVE_STATUSES } from "./status.js";
+import { ACTIVE_STATUSES } from "../store/status.js";
 
 // Choosing the offer and writing the creating record happen under one PostgreSQL advisory
 // transaction lock, so that concurrent creates, in this process or in another replica on the

@@ -1,4 +1,4 @@
-import type { Template } from "../../gen/gpu/v1/gpu_service_pb.js";
+import type { Template } from "../../../gen/gpu/v1/gpu_service_pb.js";
 import type { CustomConfig } from "./custom-config.js";
 import { LLM_PORT } from "./templates.js";
 

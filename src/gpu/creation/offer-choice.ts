@@ -1,6 +1,6 @@
-import type { Template } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { ConflictError, excerpt, InvalidInputError, NotFoundError } from "../errors.js";
-import type { MarketOffer, OfferFilter } from "./marketplace/marketplace.js";
+import type { Template } from "../../../gen/gpu/v1/gpu_service_pb.js";
+import { ConflictError, excerpt, InvalidInputError, NotFoundError } from "../../errors.js";
+import type { MarketOffer, OfferFilter } from "../marketplace/port.js";
 
 // Which offer a creation rents. A template is a cost guard: the offer must have at least the
 // template's GPU RAM and cost at most its price cap, whether it is picked here or named.

@@ -1,10 +1,10 @@
-import { DomainError, ResourceExhaustedError, UnavailableError } from "../errors.js";
+import { DomainError, ResourceExhaustedError, UnavailableError } from "../../errors.js";
 import { failCreation } from "./creation-log.js";
 import { reserveOffer } from "./fleet-reservation.js";
-import { elapsedSince, type GpuContext } from "./gpu-context.js";
-import { gpuInfoJson, type InstanceRecord, type NewInstance, type OfferFacts } from "./instance-store.js";
+import { elapsedSince, type GpuContext } from "../gpu-context.js";
+import { gpuInfoJson, type InstanceRecord, type NewInstance, type OfferFacts } from "../store/instance-store.js";
 import type { LaunchPlan } from "./launch-plan.js";
-import type { MarketInstance, MarketOffer } from "./marketplace/marketplace.js";
+import type { MarketInstance, MarketOffer } from "../marketplace/port.js";
 import { isOfferTaken, MAX_OFFERS_TRIED } from "./offer-choice.js";
 
 // Reserves an offer (writing the creating record) and rents it. An automatic pick whose offer

@@ -1,5 +1,5 @@
 import { create } from "@bufbuild/protobuf";
-import { TemplateSchema, type Template } from "../../gen/gpu/v1/gpu_service_pb.js";
+import { TemplateSchema, type Template } from "../../../gen/gpu/v1/gpu_service_pb.js";
 
 /** Container image every model-serving template runs. */
 export const LLM_IMAGE = "vllm/vllm-openai:latest";

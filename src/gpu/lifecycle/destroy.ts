@@ -1,7 +1,7 @@
-import { ConflictError, UnavailableError } from "../errors.js";
-import { elapsedSince, type GpuContext } from "./gpu-context.js";
-import { gpuInfoJson, type InstanceRecord } from "./instance-store.js";
-import type { LimitName } from "./limits.js";
+import { ConflictError, UnavailableError } from "../../errors.js";
+import { elapsedSince, type GpuContext } from "../gpu-context.js";
+import { gpuInfoJson, type InstanceRecord } from "../store/instance-store.js";
+import type { LimitName } from "../money/limits.js";
 import { transition } from "./transition.js";
 
 // Verified destroy: the record becomes destroyed only once the marketplace confirmed it. Until

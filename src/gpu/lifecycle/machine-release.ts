@@ -1,7 +1,7 @@
-import { failCreation } from "./creation-log.js";
-import { elapsedSince, type GpuContext } from "./gpu-context.js";
-import type { InstanceRecord } from "./instance-store.js";
-import type { MarketInstance } from "./marketplace/marketplace.js";
+import { failCreation } from "../creation/creation-log.js";
+import { elapsedSince, type GpuContext } from "../gpu-context.js";
+import type { InstanceRecord } from "../store/instance-store.js";
+import type { MarketInstance } from "../marketplace/port.js";
 
 // An error answer never leaves a billed machine behind. When the marketplace rented a machine
 // but the creation cannot be completed, the record is failed first (so that, should this process

@@ -1,5 +1,5 @@
-import type { MarketInstance } from "./marketplace/marketplace.js";
-import { LLM_PORT } from "./templates.js";
+import type { MarketInstance } from "../marketplace/port.js";
+import { LLM_PORT } from "../creation/templates.js";
 
 // Is the model server answering? A real HTTP call: GET /health, and when that does not answer
 // 2xx, GET /v1/models (servers that have no /health still list their models). Each call has a

@@ -1,8 +1,8 @@
-import { completeCreation, failCreation } from "./creation-log.js";
-import { elapsedSince, type GpuContext } from "./gpu-context.js";
-import type { InstanceRecord } from "./instance-store.js";
-import type { MarketInstance } from "./marketplace/marketplace.js";
-import { isTerminal } from "./status.js";
+import { completeCreation, failCreation } from "../creation/creation-log.js";
+import { elapsedSince, type GpuContext } from "../gpu-context.js";
+import type { InstanceRecord } from "../store/instance-store.js";
+import type { MarketInstance } from "../marketplace/port.js";
+import { isTerminal } from "../store/status.js";
 
 // Nothing rented is ever forgotten. The reconciler matches the marketplace's instances carrying
 // this deployment's labels (deployment.ts) with the stored records: it adopts the instance of a creation interrupted

@@ -1,11 +1,11 @@
-import { UnavailableError } from "../errors.js";
+import { UnavailableError } from "../../errors.js";
 import { destroyRecord } from "./destroy.js";
 import { releaseMachine } from "./machine-release.js";
-import { marketFactsOf, type GpuContext } from "./gpu-context.js";
-import type { InstanceRecord } from "./instance-store.js";
-import type { MarketInstance } from "./marketplace/marketplace.js";
+import { marketFactsOf, type GpuContext } from "../gpu-context.js";
+import type { InstanceRecord } from "../store/instance-store.js";
+import type { MarketInstance } from "../marketplace/port.js";
 import { modelServerUrl } from "./probe.js";
-import { isTerminal, storedStatusOf, type StoredStatus } from "./status.js";
+import { isTerminal, storedStatusOf, type StoredStatus } from "../store/status.js";
 import { transition } from "./transition.js";
 
 // Keeps the stored status equal to the marketplace's (the marketplace is the truth). Called by

@@ -1,6 +1,6 @@
 import type { Knex } from "knex";
 import pg from "pg";
-import { databaseUrlOf } from "../db/knex.js";
+import { databaseUrlOf } from "../../db/knex.js";
 import type { Logger } from "pino";
 
 // One sync leader per database (SPEC.md section 2, "Request economy"): with several service

@@ -1,10 +1,10 @@
-import type { GpuContext } from "./gpu-context.js";
+import type { GpuContext } from "../gpu-context.js";
 import { destroyRecord } from "./destroy.js";
-import type { InstanceRecord } from "./instance-store.js";
-import { reachedLimit } from "./limits.js";
-import { isTerminal } from "./status.js";
+import type { InstanceRecord } from "../store/instance-store.js";
+import { reachedLimit } from "../money/limits.js";
+import { isTerminal } from "../store/status.js";
 import { reconcile, type ReconcilerOptions } from "./reconciler.js";
-import type { MarketInstance } from "./marketplace/marketplace.js";
+import type { MarketInstance } from "../marketplace/port.js";
 import { syncRecord } from "./status-sync.js";
 import type { SyncLeader } from "./sync-leader.js";
 

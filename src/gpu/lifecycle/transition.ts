@@ -1,7 +1,7 @@
 import type { Knex } from "knex";
-import type { NewLogEntry } from "./execution-log-store.js";
-import type { GpuContext } from "./gpu-context.js";
-import type { InstanceRecord } from "./instance-store.js";
+import type { NewLogEntry } from "../store/execution-log-store.js";
+import type { GpuContext } from "../gpu-context.js";
+import type { InstanceRecord } from "../store/instance-store.js";
 
 // Every change of a record's status goes through here: a compare-and-set write and its log
 // record, in one transaction. The write matches only the state the caller saw, so of two

@@ -2,14 +2,14 @@ import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { Config } from "../../config.js";
 import { redactUrl } from "../../logger.js";
-import type { Marketplace } from "./marketplace.js";
-import { createRemoteMarketplace } from "./remote.js";
-import { createSimulatedMarketplace } from "./simulated.js";
-import { createPgSimStore } from "./simulated-store.js";
-import { createVastMarketplace } from "./vastai.js";
+import type { Marketplace } from "./port.js";
+import { createRemoteMarketplace } from "./remote/remote.js";
+import { createSimulatedMarketplace } from "./simulated/simulated.js";
+import { createPgSimStore } from "./simulated/simulated-store.js";
+import { createVastMarketplace } from "./vastai/vastai.js";
 
-export type { Marketplace } from "./marketplace.js";
-export type { SimulatedMarketplace } from "./simulated.js";
+export type { Marketplace } from "./port.js";
+export type { SimulatedMarketplace } from "./simulated/simulated.js";
 
 /**
  * The adapter the configuration names: the simulated marketplace unless MARKETPLACE says remote

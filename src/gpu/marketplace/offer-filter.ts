@@ -1,5 +1,5 @@
-import { searchOffers } from "../offers.js";
-import type { MarketOffer, OfferFilter } from "./marketplace.js";
+import { searchOffers } from "./offers.js";
+import type { MarketOffer, OfferFilter } from "./port.js";
 
 // An offer search answered over a catalogue held in memory: how the simulated marketplace and the
 // remote contract (which has no search call) answer OfferFilter. Same rules as the REST search.

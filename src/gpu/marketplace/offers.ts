@@ -1,5 +1,5 @@
-import { InvalidInputError } from "../errors.js";
-import type { MarketOffer } from "./marketplace/marketplace.js";
+import { InvalidInputError } from "../../errors.js";
+import type { MarketOffer } from "./port.js";
 
 // Offer search: validation of the filters, filtering and sorting of the marketplace catalogue.
 // Pure: the catalogue is a few hundred offers, read from the marketplace on every search.

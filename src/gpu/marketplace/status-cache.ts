@@ -1,4 +1,4 @@
-import type { Marketplace, MarketInstance } from "./marketplace.js";
+import type { Marketplace, MarketInstance } from "./port.js";
 
 // Status reads of one instance within a couple of seconds reuse the last answer (SPEC.md section
 // 2, "Request economy"): a dashboard polling an instance, or a basic and an enhanced read in a

@@ -1,8 +1,8 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { InstanceLimitsSchema, Template } from "../../gen/gpu/v1/gpu_service_pb.js";
+import type { InstanceLimitsSchema, Template } from "../../../gen/gpu/v1/gpu_service_pb.js";
 import { round, roundMoney, totalCost, uptimeMs } from "./cost.js";
-import type { CustomConfig } from "./custom-config.js";
-import type { InstanceRecord } from "./instance-store.js";
+import type { CustomConfig } from "../creation/custom-config.js";
+import type { InstanceRecord } from "../store/instance-store.js";
 
 // Per-instance limits: max_hours (uptime) and max_cost (total cost, dollars), from custom_config
 // or the template's defaults. The sync loop destroys an instance that reached one (sync-loop.ts,

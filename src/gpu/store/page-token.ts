@@ -1,4 +1,4 @@
-import { InvalidInputError } from "../errors.js";
+import { InvalidInputError } from "../../errors.js";
 
 // Opaque page tokens for the instance list: keyset pagination, so that instances created while
 // a client pages never shift a page (OFFSET would repeat or skip rows). The token is base64url

@@ -1,4 +1,4 @@
-import type { MarketStatus } from "./marketplace/marketplace.js";
+import type { MarketStatus } from "../marketplace/port.js";
 
 // Stored status values (db_info.status, status_filter, status_distribution) and how they follow
 // the marketplace's. Pure, so that the mapping is tested on its own.

@@ -1,6 +1,6 @@
 import type { Knex } from "knex";
 import type { Logger } from "pino";
-import { recordRun } from "../index-runs.js";
+import { recordRun } from "../goods/index-runs.js";
 import type { BatchErrorInfo, BatchLogDocument, BatchLogStore, BatchStatus } from "./batch-log.js";
 import type { IndexingMetrics } from "../indexing-metrics.js";
 import type { IndexingStats } from "./indexing-failure.js";

@@ -1,6 +1,6 @@
 import type { Knex } from "knex";
 import type { Logger } from "pino";
-import { InvalidInputError, OperationFailedError } from "../../errors.js";
+import { InvalidInputError, messageOf, OperationFailedError } from "../../errors.js";
 import type { IndexingMetrics } from "../indexing-metrics.js";
 import type { JobLock } from "../job-lock.js";
 import { productBatchId } from "./batch-id.js";
@@ -175,8 +175,4 @@ function summary(load: LoadResult, stats: IndexingStats | undefined, warnings: s
 function snakeCounts(stats: IndexingStats | undefined) {
   const { fetchedCount, indexedCount, failedCount } = countsOf(stats);
   return { fetched_count: fetchedCount, indexed_count: indexedCount, failed_count: failedCount, removed_count: stats?.removedCount ?? 0, drift: stats?.drift };
-}
-
-function messageOf(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

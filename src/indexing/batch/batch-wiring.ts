@@ -4,7 +4,7 @@ import type { Logger } from "pino";
 import type { BatchConfig, IndexingConfig } from "../../config.js";
 import type { IndexingMetrics } from "../indexing-metrics.js";
 import type { JobLock } from "../job-lock.js";
-import { incrementalWindowMinutes } from "../index-runs.js";
+import { incrementalWindowMinutes } from "../goods/index-runs.js";
 import { runGoodsIndexing } from "../modes.js";
 import { createCronRunner, type CronJob, type CronRunner } from "../schedule.js";
 import { BatchLogStore } from "./batch-log.js";

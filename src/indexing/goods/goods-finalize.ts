@@ -1,7 +1,7 @@
 import type { Knex } from "knex";
-import { isDatabaseUnavailable } from "../db/database-errors.js";
+import { isDatabaseUnavailable } from "../../db/database-errors.js";
 import type { GoodsKey } from "./goods-rows.js";
-import { IndexingError } from "./indexing-error.js";
+import { IndexingError } from "../indexing-error.js";
 
 // Cursor finalize (SPEC.md section 3): as each bulk settles, one statement per kind of key flips
 // INDEX_YN to 'Y' for exactly the rows that bulk carried and Elasticsearch accepted (or deleted),

@@ -1,9 +1,9 @@
 import { errors, type Client, type estypes } from "@elastic/elasticsearch";
 import type { Logger } from "pino";
-import type { GoodsAnalyzer } from "../config.js";
-import { UnavailableError } from "../errors.js";
-import { kstTimestamp } from "./batch/batch-id.js";
-import { IndexingError, isUnreachable } from "./indexing-error.js";
+import type { GoodsAnalyzer } from "../../config.js";
+import { UnavailableError } from "../../errors.js";
+import { kstTimestamp } from "../kst-timestamp.js";
+import { IndexingError, isUnreachable } from "../indexing-error.js";
 
 // The goods index: GOODS_INDEX is an alias over one physical index `<alias>_<yyyyMMddHHmmss KST>`
 // with the explicit mapping. Field names are the column names of PR_GOODS_SEARCH_INTF, so a

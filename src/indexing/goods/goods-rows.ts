@@ -1,5 +1,5 @@
-import type { BulkItem } from "./pipeline/bulk-sender.js";
-import type { RowQuery } from "./pipeline/row-reader.js";
+import type { BulkItem } from "../pipeline/bulk-sender.js";
+import type { RowQuery } from "../pipeline/row-reader.js";
 
 // What each mode reads from PR_GOODS_SEARCH_INTF (SPEC.md section 3), and how a row becomes a
 // document. No ORDER BY: one cursor over one snapshot sees every selected row exactly once, and

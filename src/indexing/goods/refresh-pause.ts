@@ -1,6 +1,6 @@
 import type { Client } from "@elastic/elasticsearch";
 import type { Logger } from "pino";
-import { IndexingError, isUnreachable } from "./indexing-error.js";
+import { IndexingError, isUnreachable } from "../indexing-error.js";
 
 // Cursor and incremental runs write through the alias into the live index, which refreshes every
 // second. That suits the usual small run; a large one (a mass change, every row 'N' after a

@@ -1,5 +1,6 @@
 import { errors, type Client } from "@elastic/elasticsearch";
-import { IndexingError, isUnreachable, messageOf } from "../indexing-error.js";
+import { IndexingError, isUnreachable } from "../indexing-error.js";
+import { messageOf } from "../../errors.js";
 import { createLineEncoder, type LineEncoder } from "./line-encoder.js";
 
 // Sends documents to Elasticsearch in bulk requests bounded by document count and by bytes, with

@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Marketplace } from "../../src/gpu/marketplace/marketplace.js";
-import type { SimulatedMarketplace } from "../../src/gpu/marketplace/simulated.js";
-import { createTestElasticsearch } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { createFastSimulatedMarketplace, startTestServer, type TestServer } from "../support/server.js";
-import { rest } from "./helpers.js";
+import type { Marketplace } from "../../../src/gpu/marketplace/port.js";
+import type { SimulatedMarketplace } from "../../../src/gpu/marketplace/simulated/simulated.js";
+import { createTestElasticsearch } from "../../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
+import { createFastSimulatedMarketplace, startTestServer, type TestServer } from "../../support/server.js";
+import { rest } from "../helpers.js";
 
 // An error answer never leaves a billed machine behind. The fault is real: a trigger makes the
 // database refuse the write that completes the record after the marketplace rented the machine.

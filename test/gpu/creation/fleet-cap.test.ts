@@ -1,10 +1,10 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { SimulatedMarketplace } from "../../src/gpu/marketplace/simulated.js";
-import { createTestElasticsearch } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { createFastSimulatedMarketplace, startTestServer, type TestServer } from "../support/server.js";
-import { gpuClient, rest } from "./helpers.js";
+import type { SimulatedMarketplace } from "../../../src/gpu/marketplace/simulated/simulated.js";
+import { createTestElasticsearch } from "../../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
+import { createFastSimulatedMarketplace, startTestServer, type TestServer } from "../../support/server.js";
+import { gpuClient, rest } from "../helpers.js";
 
 // GPU_MAX_FLEET_DPH bounds the summed cost_per_hour of active instances. A create that would
 // exceed it answers 429 naming the cap and the spend, rents nothing and logs one failed

@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { CreateMarketInstanceRequest, Marketplace, MarketOffer, OfferFilter } from "../../src/gpu/marketplace/marketplace.js";
-import { filterOffers } from "../../src/gpu/marketplace/offer-filter.js";
-import type { SimulatedMarketplace } from "../../src/gpu/marketplace/simulated.js";
-import { createTestElasticsearch } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { createFastSimulatedMarketplace, startTestServer, type TestServer } from "../support/server.js";
-import { rest } from "./helpers.js";
+import type { CreateMarketInstanceRequest, Marketplace, MarketOffer, OfferFilter } from "../../../src/gpu/marketplace/port.js";
+import { filterOffers } from "../../../src/gpu/marketplace/offer-filter.js";
+import type { SimulatedMarketplace } from "../../../src/gpu/marketplace/simulated/simulated.js";
+import { createTestElasticsearch } from "../../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
+import { createFastSimulatedMarketplace, startTestServer, type TestServer } from "../../support/server.js";
+import { rest } from "../helpers.js";
 
 // Next offer on a race: an automatic pick whose offer was rented by someone else between the
 // offer search and the rent tries the next cheapest matching offer, up to 5; a named offer

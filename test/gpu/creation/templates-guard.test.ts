@@ -1,9 +1,9 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { beforeAll, describe, expect, it } from "vitest";
-import type { Marketplace, MarketOffer } from "../../src/gpu/marketplace/marketplace.js";
-import { createTestElasticsearch } from "../support/elasticsearch.js";
-import { createFastSimulatedMarketplace, startTestServer, useTestServer } from "../support/server.js";
-import { gpuClient, rest } from "./helpers.js";
+import type { Marketplace, MarketOffer } from "../../../src/gpu/marketplace/port.js";
+import { createTestElasticsearch } from "../../support/elasticsearch.js";
+import { createFastSimulatedMarketplace, startTestServer, useTestServer } from "../../support/server.js";
+import { gpuClient, rest } from "../helpers.js";
 
 // Templates are cost guards: whatever the caller names, an instance created from a template
 // rents an offer with at least its GPU RAM and at most its price.

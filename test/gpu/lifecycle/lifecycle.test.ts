@@ -1,10 +1,10 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createSimulatedMarketplace, type SimulatedMarketplace } from "../../src/gpu/marketplace/simulated.js";
-import { createTestElasticsearch } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { startTestServer, type TestServer } from "../support/server.js";
-import { gpuClient, rest, waitFor } from "./helpers.js";
+import { createSimulatedMarketplace, type SimulatedMarketplace } from "../../../src/gpu/marketplace/simulated/simulated.js";
+import { createTestElasticsearch } from "../../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
+import { startTestServer, type TestServer } from "../../support/server.js";
+import { gpuClient, rest, waitFor } from "../helpers.js";
 
 let db: TestDatabase;
 let server: TestServer;

@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { resolveDeployment, type Deployment } from "../../src/gpu/deployment.js";
-import type { SimulatedMarketplace } from "../../src/gpu/marketplace/simulated.js";
-import { createTestElasticsearch } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { createFastSimulatedMarketplace, startTestServer, type TestServer } from "../support/server.js";
-import { rest, waitFor } from "./helpers.js";
-import { HOUR } from "./seed.js";
+import { resolveDeployment, type Deployment } from "../../../src/gpu/deployment.js";
+import type { SimulatedMarketplace } from "../../../src/gpu/marketplace/simulated/simulated.js";
+import { createTestElasticsearch } from "../../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
+import { createFastSimulatedMarketplace, startTestServer, type TestServer } from "../../support/server.js";
+import { rest, waitFor } from "../helpers.js";
+import { HOUR } from "../seed.js";
 
 // Nothing rented is forgotten: a creation interrupted between the marketplace call and the
 // database update, a labelled marketplace instance with no record, and a creating record whose

@@ -1,15 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { elasticsearchUrl } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { spawnService, type ServiceProcess } from "../support/spawn-service.js";
-import { waitFor } from "../support/wait.js";
+import { elasticsearchUrl } from "../../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
+import { spawnService, type ServiceProcess } from "../../support/spawn-service.js";
+import { waitFor } from "../../support/wait.js";
 
 // One sync leader: two real service processes on one database, exactly one runs the sync and
 // reconcile loop (it holds the advisory lock on a dedicated connection); when it is SIGKILLed,
 // the other takes over within one interval.
 
 const SYNC_MS = 500;
-/** The sync leader's advisory key (src/gpu/sync-leader.ts). */
+/** The sync leader's advisory key (src/gpu/lifecycle/sync-leader.ts). */
 const LOCK_KEY = "7526466839954025";
 
 let db: TestDatabase;

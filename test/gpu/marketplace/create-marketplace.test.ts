@@ -4,7 +4,7 @@ import pino from "pino";
 import { describe, expect, it } from "vitest";
 import { ConfigError, loadConfig } from "../../../src/config.js";
 import { createMarketplace } from "../../../src/gpu/marketplace/index.js";
-import { startContractServer } from "./contract-server.js";
+import { startContractServer } from "./remote/contract-server.js";
 
 /** A logger that keeps every line it writes, to check what reaches the logs. */
 function capturingLogger() {
@@ -47,6 +47,7 @@ describe("marketplace configuration", () => {
     [{ GPU_STATUS_CACHE_MS: "soon" }, /GPU_STATUS_CACHE_MS must be an integer/],
     [{ MARKETPLACE: "remote", MARKETPLACE_URL: "http://m.example" }, /MARKETPLACE_API_KEY is required/],
     [{ MARKETPLACE: "remote", MARKETPLACE_API_KEY: "k" }, /MARKETPLACE_URL is required/],
+    [{ MARKETPLACE: "remote" }, /^MARKETPLACE_URL and MARKETPLACE_API_KEY are required when MARKETPLACE=remote$/],
     [{ MARKETPLACE: "cloud" }, /MARKETPLACE must be one of simulated, remote/],
     [{ MARKETPLACE_URL: "ftp://m.example" }, /MARKETPLACE_URL must start with http/],
     [{ MARKETPLACE_TIMEOUT_MS: "0" }, /MARKETPLACE_TIMEOUT_MS must be an integer/],

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { costFigures, formatUptime, uptimeMs } from "../../src/gpu/cost.js";
+import { costFigures, formatUptime, uptimeMs } from "../../../src/gpu/money/cost.js";
 
 describe("formatUptime", () => {
   it.each([

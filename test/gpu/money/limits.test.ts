@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createTestElasticsearch } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { startTestServer, type TestServer } from "../support/server.js";
-import { gpuClient, rest, waitFor } from "./helpers.js";
+import { createTestElasticsearch } from "../../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
+import { startTestServer, type TestServer } from "../../support/server.js";
+import { gpuClient, rest, waitFor } from "../helpers.js";
 
 // Per-instance limits: custom_config max_hours and max_cost. The sync loop destroys an instance
 // that reached one, with one auto_destroy log record naming it; enhanced status and cost

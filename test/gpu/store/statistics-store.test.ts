@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { InstanceStore } from "../../src/gpu/instance-store.js";
-import { StatisticsStore } from "../../src/gpu/statistics-store.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { HOUR, seedInstances } from "./seed.js";
+import { InstanceStore } from "../../../src/gpu/store/instance-store.js";
+import { StatisticsStore } from "../../../src/gpu/store/statistics-store.js";
+import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
+import { HOUR, seedInstances } from "../seed.js";
 
 // The statistics read a summary that triggers maintain. Whatever writes happen (bulk inserts,
 // status changes, destroys, deletes, concurrent updates), it must equal a full scan.

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { kstTimestamp, productBatchId } from "../../../src/indexing/batch/batch-id.js";
+import { productBatchId } from "../../../src/indexing/batch/batch-id.js";
+import { kstTimestamp } from "../../../src/indexing/kst-timestamp.js";
 
 describe("productBatchId", () => {
   it("is product_ + the KST time as yyyyMMddHHmmssSSS", () => {

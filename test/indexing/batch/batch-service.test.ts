@@ -1,7 +1,7 @@
 import type { Client } from "@elastic/elasticsearch";
 import pino from "pino";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { kstTimestamp } from "../../../src/indexing/batch/batch-id.js";
+import { kstTimestamp } from "../../../src/indexing/kst-timestamp.js";
 import type { BatchResult } from "../../../src/indexing/batch/batch-service.js";
 import { OperationFailedError } from "../../../src/errors.js";
 import { runGoodsIndexing } from "../../../src/indexing/modes.js";

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { generateGoods } from "../../src/indexing/goods-generator.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
+import { generateGoods } from "../../../src/indexing/goods/goods-generator.js";
+import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
 
 let db: TestDatabase;
 

@@ -1,4 +1,4 @@
-import { startModelServer, type ModelServer } from "../../../src/gpu/marketplace/model-server.js";
+import { startModelServer, type ModelServer } from "../../../src/gpu/marketplace/simulated/model-server.js";
 import { dphTotal, type VastAsk } from "./catalogue.js";
 
 // The emulator's rented machines and their rows in vast.ai's wire format

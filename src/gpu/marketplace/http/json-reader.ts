@@ -1,4 +1,4 @@
-import { OperationFailedError } from "../../errors.js";
+import { OperationFailedError } from "../../../errors.js";
 
 // Reads a marketplace's JSON answer field by field. A value of the wrong shape is a malformed
 // answer (500), named by its path in the answer, never a crash further down.

@@ -1,8 +1,8 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
-import { OperationFailedError, UnavailableError } from "../../errors.js";
-import { errorMessage } from "./wire.js";
-import { jitter, networkReason } from "./retry-timing.js";
+import { OperationFailedError, UnavailableError } from "../../../errors.js";
+import { errorMessage } from "./remote-wire.js";
+import { jitter, networkReason } from "../http/retry-timing.js";
 
 // HTTP JSON calls to the remote marketplace with the retry rules of docs/marketplace-api.md: a
 // timeout per attempt, retries with backoff on network errors, timeouts, 429 and 5xx (honouring

@@ -1,11 +1,11 @@
-import { isObject, jsonReader, type Json } from "./json-reader.js";
+import { isObject, jsonReader, type Json } from "../http/json-reader.js";
 import {
   MARKET_STATUSES,
   type CreateMarketInstanceRequest,
   type MarketInstance,
   type MarketOffer,
   type MarketStatus,
-} from "./marketplace.js";
+} from "../port.js";
 
 // The JSON of the remote marketplace (docs/marketplace-api.md) and its mapping to the port's
 // types. Answers are checked field by field: a marketplace that sends something else fails with a

@@ -1,11 +1,11 @@
-import { ConflictError, NotFoundError, OperationFailedError } from "../../errors.js";
-import { createMarketplaceHttp, type MarketplaceHttpOptions } from "./http-client.js";
-import type { Marketplace } from "./marketplace.js";
-import { filterOffers } from "./offer-filter.js";
-import { errorCode, errorMessage, parseInstanceAnswer, parseInstances, parseOffers, toCreateBody } from "./wire.js";
+import { ConflictError, NotFoundError, OperationFailedError } from "../../../errors.js";
+import { createMarketplaceHttp, type MarketplaceHttpOptions } from "./remote-http.js";
+import type { Marketplace } from "../port.js";
+import { filterOffers } from "../offer-filter.js";
+import { errorCode, errorMessage, parseInstanceAnswer, parseInstances, parseOffers, toCreateBody } from "./remote-wire.js";
 
 // The marketplace port over the HTTP contract of docs/marketplace-api.md. Transport concerns
-// (timeouts, retries, auth failures) live in http-client.ts; this file says what each answer means.
+// (timeouts, retries, auth failures) live in remote-http.ts; this file says what each answer means.
 
 export type RemoteMarketplaceOptions = MarketplaceHttpOptions;
 

@@ -1,4 +1,4 @@
-import type { MarketOffer } from "./marketplace.js";
+import type { MarketOffer } from "../port.js";
 
 // The simulated marketplace's offer catalogue. It is generated from a seeded PRNG so every start
 // (and every test) sees the same offers, yet it looks like a real spot market: a mix of consumer

@@ -1,5 +1,5 @@
 import type { Knex } from "knex";
-import type { CreateMarketInstanceRequest } from "./marketplace.js";
+import type { CreateMarketInstanceRequest } from "../port.js";
 
 // Where the simulated marketplace keeps its instances when they must outlive the process: the
 // table sim_market_instances of the service's database. The marketplace reads it before every

@@ -1,8 +1,8 @@
-import { ConflictError, NotFoundError, OperationFailedError } from "../../errors.js";
+import { ConflictError, NotFoundError, OperationFailedError } from "../../../errors.js";
 import { createCatalogue, type CatalogueOptions } from "./catalogue.js";
-import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, MarketStatus } from "./marketplace.js";
+import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, MarketStatus } from "../port.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
-import { filterOffers } from "./offer-filter.js";
+import { filterOffers } from "../offer-filter.js";
 import type { SimRecord, SimStore } from "./simulated-store.js";
 
 // The built-in marketplace: a deterministic catalogue and instances that live in memory, and,

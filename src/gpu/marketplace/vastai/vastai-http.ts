@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
-import { OperationFailedError, UnavailableError } from "../../errors.js";
-import { jitter, networkReason } from "./retry-timing.js";
+import { OperationFailedError, UnavailableError } from "../../../errors.js";
+import { jitter, networkReason } from "../http/retry-timing.js";
 
 // HTTP calls to vast.ai (docs/marketplace-vastai.md). vast.ai limits each API key per endpoint as
 // a minimum interval between calls and answers 429 ("API requests too frequent") without a

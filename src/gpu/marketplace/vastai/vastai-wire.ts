@@ -1,5 +1,5 @@
-import { jsonReader, type Json } from "./json-reader.js";
-import type { CreateMarketInstanceRequest, MarketInstance, MarketOffer, MarketStatus, OfferFilter, OfferOrder } from "./marketplace.js";
+import { jsonReader, type Json } from "../http/json-reader.js";
+import type { CreateMarketInstanceRequest, MarketInstance, MarketOffer, MarketStatus, OfferFilter, OfferOrder } from "../port.js";
 
 // vast.ai's JSON (docs/marketplace-vastai.md) and its mapping to the port's types. Units: vast.ai's
 // gpu_ram is MB per GPU as the host reports it (24564 for a 24 GB card), ours GB; ids are integers

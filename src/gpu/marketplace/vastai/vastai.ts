@@ -1,6 +1,6 @@
-import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError } from "../../errors.js";
-import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, OfferFilter } from "./marketplace.js";
-import { filterOffers } from "./offer-filter.js";
+import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError } from "../../../errors.js";
+import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, OfferFilter } from "../port.js";
+import { filterOffers } from "../offer-filter.js";
 import { createVastHttp, unexpectedAnswer, vastErrorCode, vastErrorMessage, type VastAnswer, type VastHttpOptions } from "./vastai-http.js";
 import { parseInstancePage, parseOffers, parseShownInstance, toCreateBody, toSearchBody } from "./vastai-wire.js";
 

@@ -1,8 +1,8 @@
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { ConflictError, NotFoundError } from "../../../src/errors.js";
-import type { MarketInstance, MarketOffer } from "../../../src/gpu/marketplace/marketplace.js";
-import { createSimulatedMarketplace, type SimulatedMarketplace } from "../../../src/gpu/marketplace/simulated.js";
+import { ConflictError, NotFoundError } from "../../../../src/errors.js";
+import type { MarketInstance, MarketOffer } from "../../../../src/gpu/marketplace/port.js";
+import { createSimulatedMarketplace, type SimulatedMarketplace } from "../../../../src/gpu/marketplace/simulated/simulated.js";
 
 // A marketplace that speaks docs/marketplace-api.md, written from that document (its own
 // snake_case JSON, not the adapter's mapping), over the simulated marketplace as its backend.

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { OperationFailedError } from "../../../src/errors.js";
-import { parseRetryAfter } from "../../../src/gpu/marketplace/http-client.js";
-import { parseInstanceAnswer, parseOffers, toCreateBody } from "../../../src/gpu/marketplace/wire.js";
+import { OperationFailedError } from "../../../../src/errors.js";
+import { parseRetryAfter } from "../../../../src/gpu/marketplace/remote/remote-http.js";
+import { parseInstanceAnswer, parseOffers, toCreateBody } from "../../../../src/gpu/marketplace/remote/remote-wire.js";
 
 const INSTANCE = {
   id: "9", offer_id: "31", label: "gpu-1", status: "running", public_ip: "203.0.113.7", ssh_port: 20001,

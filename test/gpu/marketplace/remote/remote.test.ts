@@ -1,8 +1,8 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ConflictError, NotFoundError, OperationFailedError, UnavailableError } from "../../../src/errors.js";
-import type { CreateMarketInstanceRequest, Marketplace } from "../../../src/gpu/marketplace/marketplace.js";
-import { createRemoteMarketplace, type RemoteMarketplaceOptions } from "../../../src/gpu/marketplace/remote.js";
+import { ConflictError, NotFoundError, OperationFailedError, UnavailableError } from "../../../../src/errors.js";
+import type { CreateMarketInstanceRequest, Marketplace } from "../../../../src/gpu/marketplace/port.js";
+import { createRemoteMarketplace, type RemoteMarketplaceOptions } from "../../../../src/gpu/marketplace/remote/remote.js";
 import { startContractServer, type ContractServer } from "./contract-server.js";
 
 const API_KEY = "test-key-0123456789";

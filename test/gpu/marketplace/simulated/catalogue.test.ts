@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { createCatalogue, DEFAULT_CATALOGUE_SIZE } from "../../../src/gpu/marketplace/catalogue.js";
+import { createCatalogue, DEFAULT_CATALOGUE_SIZE } from "../../../../src/gpu/marketplace/simulated/catalogue.js";
 
 // The template limits of the contract (SPEC.md section 2), written out independently of src.
 const TEMPLATE_LIMITS = [

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { elasticsearchUrl } from "../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
-import { spawnService, type ServiceProcess } from "../support/spawn-service.js";
-import { waitFor } from "../support/wait.js";
-import { rest } from "./helpers.js";
+import { elasticsearchUrl } from "../../../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../../../support/postgres.js";
+import { spawnService, type ServiceProcess } from "../../../support/spawn-service.js";
+import { waitFor } from "../../../support/wait.js";
+import { rest } from "../../helpers.js";
 
 // The simulated marketplace keeps its instances in the service's database: two processes on one
 // database share them, and a process started after the others stopped resumes the instances and

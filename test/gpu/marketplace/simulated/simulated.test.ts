@@ -1,8 +1,8 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ConflictError, NotFoundError, OperationFailedError } from "../../../src/errors.js";
-import type { CreateMarketInstanceRequest, MarketInstance, MarketStatus } from "../../../src/gpu/marketplace/marketplace.js";
-import { createSimulatedMarketplace, type SimulatedMarketplace } from "../../../src/gpu/marketplace/simulated.js";
+import { ConflictError, NotFoundError, OperationFailedError } from "../../../../src/errors.js";
+import type { CreateMarketInstanceRequest, MarketInstance, MarketStatus } from "../../../../src/gpu/marketplace/port.js";
+import { createSimulatedMarketplace, type SimulatedMarketplace } from "../../../../src/gpu/marketplace/simulated/simulated.js";
 
 const CLOCK = { creatingMs: 60, loadingMs: 60, modelServerStartMs: 60 };
 const MODEL = "Qwen/Qwen2.5-Coder-7B-Instruct";

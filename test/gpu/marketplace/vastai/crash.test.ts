@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { resolveDeployment, type Deployment } from "../../../src/gpu/deployment.js";
-import { elasticsearchUrl } from "../../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
-import { spawnService, type ServiceProcess } from "../../support/spawn-service.js";
-import { startVastEmulator, type VastEmulator } from "../../support/vastai/emulator.js";
-import { waitFor } from "../../support/wait.js";
+import { resolveDeployment, type Deployment } from "../../../../src/gpu/deployment.js";
+import { elasticsearchUrl } from "../../../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../../../support/postgres.js";
+import { spawnService, type ServiceProcess } from "../../../support/spawn-service.js";
+import { startVastEmulator, type VastEmulator } from "../../../support/vastai/emulator.js";
+import { waitFor } from "../../../support/wait.js";
 
 // The service process SIGKILLed while vast.ai is answering its create, then started again on
 // the same database: the machine rented for the dead process is adopted, no record stays

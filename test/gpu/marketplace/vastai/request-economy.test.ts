@@ -1,12 +1,12 @@
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { loadConfig } from "../../../src/config.js";
-import { createMarketplace, type Marketplace } from "../../../src/gpu/marketplace/index.js";
-import { startVastEmulator, type EmulatorRequest, type VastEmulator } from "../../support/vastai/emulator.js";
-import { createTestElasticsearch } from "../../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
-import { startTestServer, type TestServer } from "../../support/server.js";
-import { rest, waitFor } from "../helpers.js";
+import { loadConfig } from "../../../../src/config.js";
+import { createMarketplace, type Marketplace } from "../../../../src/gpu/marketplace/index.js";
+import { startVastEmulator, type EmulatorRequest, type VastEmulator } from "../../../support/vastai/emulator.js";
+import { createTestElasticsearch } from "../../../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../../../support/postgres.js";
+import { startTestServer, type TestServer } from "../../../support/server.js";
+import { rest, waitFor } from "../../helpers.js";
 
 // Request economy (SPEC.md section 2): a sync round costs one marketplace list call for all live
 // instances, shared with the reconciler, whatever their number; repeated status reads of one

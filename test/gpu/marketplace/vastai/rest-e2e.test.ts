@@ -1,14 +1,14 @@
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { loadConfig } from "../../../src/config.js";
-import { createMarketplace, type Marketplace } from "../../../src/gpu/marketplace/index.js";
-import { LLM_DISK_GB } from "../../../src/gpu/launch-plan.js";
-import { dphTotal } from "../../support/vastai/catalogue.js";
-import { startVastEmulator, type VastEmulator } from "../../support/vastai/emulator.js";
-import { createTestElasticsearch } from "../../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
-import { startTestServer, type TestServer } from "../../support/server.js";
-import { rest, waitFor } from "../helpers.js";
+import { loadConfig } from "../../../../src/config.js";
+import { createMarketplace, type Marketplace } from "../../../../src/gpu/marketplace/index.js";
+import { LLM_DISK_GB } from "../../../../src/gpu/creation/launch-plan.js";
+import { dphTotal } from "../../../support/vastai/catalogue.js";
+import { startVastEmulator, type VastEmulator } from "../../../support/vastai/emulator.js";
+import { createTestElasticsearch } from "../../../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../../../support/postgres.js";
+import { startTestServer, type TestServer } from "../../../support/server.js";
+import { rest, waitFor } from "../../helpers.js";
 
 // GpuService with MARKETPLACE=vastai, end to end through its REST API against the vast.ai
 // emulator: the adapter is built from the configuration exactly as `npm start` builds it.

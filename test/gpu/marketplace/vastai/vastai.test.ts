@@ -1,10 +1,10 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, UnavailableError } from "../../../src/errors.js";
-import type { CreateMarketInstanceRequest, Marketplace } from "../../../src/gpu/marketplace/marketplace.js";
-import { createVastMarketplace, type VastMarketplaceOptions } from "../../../src/gpu/marketplace/vastai.js";
-import { dphTotal } from "../../support/vastai/catalogue.js";
-import { startVastEmulator, type VastEmulator } from "../../support/vastai/emulator.js";
-import { waitFor } from "../../support/wait.js";
+import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, UnavailableError } from "../../../../src/errors.js";
+import type { CreateMarketInstanceRequest, Marketplace } from "../../../../src/gpu/marketplace/port.js";
+import { createVastMarketplace, type VastMarketplaceOptions } from "../../../../src/gpu/marketplace/vastai/vastai.js";
+import { dphTotal } from "../../../support/vastai/catalogue.js";
+import { startVastEmulator, type VastEmulator } from "../../../support/vastai/emulator.js";
+import { waitFor } from "../../../support/wait.js";
 
 const API_KEY = "vast-test-key-0123456789";
 const MODEL = "Qwen/Qwen2.5-Coder-7B-Instruct";
