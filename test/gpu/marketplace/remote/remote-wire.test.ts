@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { OperationFailedError } from "../../../../src/errors.js";
-import { parseRetryAfter } from "../../../../src/gpu/marketplace/remote/remote-http.js";
+import { parseRetryAfter } from "../../../../src/gpu/marketplace/http/json-http.js";
 import { parseInstanceAnswer, parseOffers, toCreateBody } from "../../../../src/gpu/marketplace/remote/remote-wire.js";
 
 const INSTANCE = {

@@ -1,0 +1,171 @@
+import { setTimeout as sleep } from "node:timers/promises";
+import type { Logger } from "pino";
+import { UnavailableError } from "../../../errors.js";
+
+// The one JSON-over-HTTP client of the marketplace adapters (remote and vast.ai): a timeout per
+// attempt, an optional limiter before each attempt, and retries with backoff and jitter.
+//
+// - 429 is always retried: the server did nothing. A Retry-After is honoured (one longer than
+//   maxRetryAfterMs answers unavailable at once).
+// - 5xx, network errors and timeouts are retried only for a call that is safe to repeat: a create
+//   that may have reached the marketplace is never sent twice unless the marketplace deduplicates.
+//   Not retried, or retried to the end, they answer UnavailableError (503).
+// - Any other answer goes back to the adapter, which says what it means.
+//
+// The API key goes into the Authorization header and nowhere else: not into logs, not into errors.
+
+export interface JsonHttpOptions {
+  /** Who is called, in messages: "The marketplace", "vast.ai". */
+  name: string;
+  baseUrl: string;
+  apiKey: string;
+  /** Per attempt, headers and body. */
+  timeoutMs: number;
+  /** Retries after the first attempt. */
+  retries: number;
+  /** First backoff step, ms; doubles each retry up to maxBackoffMs. */
+  backoffMs: number;
+  maxBackoffMs: number;
+  /** A Retry-After longer than this is not waited for; default 30 s. */
+  maxRetryAfterMs?: number;
+  /** Waits for the call's turn before each attempt (vast.ai's per-endpoint minimum interval). */
+  limiter?: (endpoint: string, signal?: AbortSignal) => Promise<void>;
+  /** The readable part of an error body, added to the messages of unavailable answers. */
+  errorText?: (body: unknown) => string | undefined;
+  logger?: Logger;
+}
+
+export interface JsonCall {
+  method: string;
+  /** Appended to the base URL, e.g. "/v1/instances". */
+  path: string;
+  /** Query arguments: strings as they are, other values as JSON (how vast.ai's CLI sends them). */
+  query?: Record<string, unknown>;
+  body?: unknown;
+  headers?: Record<string, string>;
+  /** The limiter's key and the name in logs; default "METHOD path". */
+  endpoint?: string;
+  /** False for a call that must not be sent twice after an unknown outcome; default true. */
+  repeatable?: boolean;
+  signal?: AbortSignal;
+}
+
+export interface JsonAnswer {
+  status: number;
+  /** Parsed JSON; the text itself when the body is not JSON; undefined when empty. */
+  body: unknown;
+}
+
+export type JsonHttp = (call: JsonCall) => Promise<JsonAnswer>;
+
+const TRANSIENT_STATUSES = new Set([500, 502, 503, 504]);
+
+export function createJsonHttp(options: JsonHttpOptions): JsonHttp {
+  const base = options.baseUrl.replace(/\/+$/, "");
+  const maxRetryAfterMs = options.maxRetryAfterMs ?? 30_000;
+
+  async function attempt(call: JsonCall): Promise<{ answer: JsonAnswer; retryAfterMs?: number } | { failure: string }> {
+    const timeout = AbortSignal.timeout(options.timeoutMs);
+    const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
+    try {
+      const res = await fetch(urlOf(base, call), {
+        method: call.method,
+        signal,
+        headers: {
+          authorization: `Bearer ${options.apiKey}`,
+          accept: "application/json",
+          ...(call.body !== undefined && { "content-type": "application/json" }),
+          ...call.headers,
+        },
+        body: call.body === undefined ? undefined : JSON.stringify(call.body),
+      });
+      const answer = { status: res.status, body: parseBody(await res.text()) };
+      return { answer, retryAfterMs: parseRetryAfter(res.headers.get("retry-after")) };
+    } catch (err) {
+      if (call.signal?.aborted) throw call.signal.reason;
+      return { failure: timeout.aborted ? `no answer within ${options.timeoutMs} ms` : networkReason(err) };
+    }
+  }
+
+  return async (call) => {
+    const endpoint = call.endpoint ?? `${call.method} ${call.path}`;
+    const repeatable = call.repeatable ?? true;
+    for (let attemptNo = 0; ; attemptNo++) {
+      await options.limiter?.(endpoint, call.signal);
+      const outcome = await attempt(call);
+      const answer = "answer" in outcome ? outcome.answer : undefined;
+      const what = answer ? `HTTP ${answer.status}` : (outcome as { failure: string }).failure;
+      const detail = answer ? detailOf(options.errorText?.(answer.body)) : "";
+      const transient = answer === undefined || TRANSIENT_STATUSES.has(answer.status);
+      const retryable = answer?.status === 429 || (transient && repeatable);
+      if (!retryable) {
+        if (transient) throw new UnavailableError(`${options.name} is unavailable: ${what}${detail}`);
+        return answer!;
+      }
+      const retryAfterMs = "answer" in outcome ? outcome.retryAfterMs : undefined;
+      if (retryAfterMs !== undefined && retryAfterMs > maxRetryAfterMs) {
+        throw new UnavailableError(`${options.name} is unavailable: ${what}, asked to retry after ${Math.ceil(retryAfterMs / 1000)} s`);
+      }
+      if (attemptNo >= options.retries) {
+        throw new UnavailableError(`${options.name} is unavailable: ${what}${detail} (${attemptNo + 1} attempts)`);
+      }
+      const delayMs = retryAfterMs ?? jitter(Math.min(options.maxBackoffMs, options.backoffMs * 2 ** attemptNo));
+      options.logger?.warn({ marketplace: options.name, endpoint, attempt: attemptNo + 1, outcome: what, delay_ms: delayMs }, "marketplace call retried");
+      await sleep(delayMs, undefined, call.signal ? { signal: call.signal } : undefined);
+    }
+  };
+}
+
+/**
+ * One slot per endpoint every minIntervalMs: callers of a busy endpoint queue up in call order,
+ * other endpoints are not held back.
+ */
+export function createEndpointLimiter(minIntervalMs: number): (endpoint: string, signal?: AbortSignal) => Promise<void> {
+  const nextFree = new Map<string, number>();
+  return async (endpoint, signal) => {
+    const now = Date.now();
+    const slot = Math.max(now, nextFree.get(endpoint) ?? 0);
+    nextFree.set(endpoint, slot + minIntervalMs);
+    if (slot > now) await sleep(slot - now, undefined, signal ? { signal } : undefined);
+  };
+}
+
+/** Retry-After in ms: delta-seconds or an HTTP date; undefined when absent or unreadable. */
+export function parseRetryAfter(value: string | null, now = Date.now()): number | undefined {
+  if (value === null || value.trim() === "") return undefined;
+  if (/^\d+$/.test(value.trim())) return Number(value.trim()) * 1000;
+  const date = Date.parse(value);
+  return Number.isNaN(date) ? undefined : Math.max(0, date - now);
+}
+
+/** Half to full of the step, so that many clients backing off together spread out. */
+export function jitter(ms: number): number {
+  return Math.round(ms / 2 + (Math.random() * ms) / 2);
+}
+
+/** "unreachable", with the system's error code when there is one (ECONNREFUSED, ...). */
+function networkReason(err: unknown): string {
+  const cause = err instanceof Error && err.cause instanceof Error ? err.cause : err;
+  const code = (cause as NodeJS.ErrnoException | undefined)?.code;
+  return code ? `unreachable (${code})` : "unreachable";
+}
+
+function urlOf(base: string, call: JsonCall): string {
+  const query = Object.entries(call.query ?? {})
+    .map(([key, value]) => `${key}=${encodeURIComponent(typeof value === "string" ? value : JSON.stringify(value))}`)
+    .join("&");
+  return `${base}${call.path}${query ? `?${query}` : ""}`;
+}
+
+function parseBody(text: string): unknown {
+  if (text === "") return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+function detailOf(text: string | undefined): string {
+  return text ? ` (${text})` : "";
+}
