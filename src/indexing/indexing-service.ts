@@ -6,7 +6,7 @@ import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { IndexGoodsResponseSchema, IndexingService } from "../../gen/search/v1/indexing_service_pb.js";
 import type { IndexingConfig } from "../config.js";
-import { DomainError, InvalidInputError, messageOf, OperationFailedError, UnavailableError } from "../errors.js";
+import { DomainError, InvalidInputError, OperationFailedError, UnavailableError } from "../errors.js";
 import type { BatchLogStore } from "./batch/batch-log.js";
 import { batchLogMessage } from "./batch/batch-log-message.js";
 import type { BatchService } from "./batch/batch-service.js";
@@ -15,16 +15,16 @@ import { parseInterval } from "./interval.js";
 import { lastRuns } from "./goods/index-runs.js";
 import { measureDrift } from "./goods/index-status.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
-import type { JobLock } from "./job-lock.js";
-import { runGoodsIndexing, type IndexingResult } from "./modes.js";
+import type { IndexingResult } from "./modes.js";
+import type { IndexingRuns } from "./run.js";
 
 export interface IndexingServiceDeps {
   knex: Knex;
   elasticsearch: Client;
   logger: Logger;
   indexing: IndexingConfig;
-  /** The one lock of every indexing job and the batch. */
-  jobLock: JobLock;
+  /** Every indexing run goes through it (run.ts). */
+  runs: IndexingRuns;
   metrics?: IndexingMetrics;
   batch: BatchService;
   batchLogs: BatchLogStore;
@@ -38,22 +38,9 @@ export function createIndexingService(deps: IndexingServiceDeps): ServiceImpl<ty
   return {
     async indexGoods(request) {
       const { mode, intervalMinutes } = parseInterval(request.interval);
-      const result = await deps.jobLock.run(`index_goods_${mode}`, (signal) =>
-        runGoodsIndexing({
-          ...pipelineSizes(deps.indexing),
-          knex: deps.knex,
-          elasticsearch: deps.elasticsearch,
-          logger: deps.logger,
-          metrics: deps.metrics,
-          mode,
-          intervalMinutes,
-          signal,
-        }).catch(
-          (err: unknown) => {
-            throw signal.aborted ? stoppedError(mode, signal, err) : toDomainError(err);
-          },
-        ),
-      );
+      const result = await deps.runs.run({ mode, intervalMinutes }).catch((err: unknown) => {
+        throw toDomainError(err);
+      });
       return indexGoodsResponse(result, deps.indexing.goodsIndex);
     },
     async getIndexStatus() {
@@ -80,19 +67,6 @@ export function createIndexingService(deps: IndexingServiceDeps): ServiceImpl<ty
   };
 }
 
-/** The pipeline sizes of the configuration, as runGoodsIndexing takes them. */
-export function pipelineSizes(config: IndexingConfig) {
-  return {
-    index: config.goodsIndex,
-    fetchSize: config.fetchSize,
-    bulkSize: config.bulkSize,
-    bulkMaxBytes: config.bulkMaxBytes,
-    bulksInFlight: config.bulksInFlight,
-    analyzer: config.goodsAnalyzer,
-    channelCapacity: config.channelCapacity > 0 ? config.channelCapacity : undefined,
-  };
-}
-
 function indexGoodsResponse(result: IndexingResult, index: string): MessageInitShape<typeof IndexGoodsResponseSchema> {
   const success = result.failedCount === 0;
   const failed = success ? "" : `, ${result.failedCount} rejected (their rows stay to be indexed again)`;
@@ -107,14 +81,6 @@ function indexGoodsResponse(result: IndexingResult, index: string): MessageInitS
     removedCount: result.removedCount,
     elapsedMs: result.elapsedMs,
   };
-}
-
-/**
- * A run stopped by its signal (shutdown) failed because the service is going away, whatever
- * error the interrupted step raised: 503, so that a client knows to run it again.
- */
-function stoppedError(mode: string, signal: AbortSignal, cause: unknown): UnavailableError {
-  return new UnavailableError(`${mode} indexing stopped before it finished: ${messageOf(signal.reason)}; run it again`, { cause });
 }
 
 /** IndexingError codes travel in the message and as `code` in the REST body; the run logged the failure. */

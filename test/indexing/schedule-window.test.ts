@@ -1,7 +1,7 @@
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config.js";
-import { createBatchWiring } from "../../src/indexing/batch/batch-wiring.js";
+import { createIndexingWiring } from "../../src/indexing/indexing-wiring.js";
 import { generateGoods } from "../../src/indexing/goods/goods-generator.js";
 import { incrementalWindowMinutes } from "../../src/indexing/goods/index-runs.js";
 import { createJobLock } from "../../src/indexing/job-lock.js";
@@ -32,7 +32,7 @@ afterAll(async () => {
 function startProcess() {
   const config = loadConfig({ GOODS_INDEX: goodsIndex, CRON_INCREMENTAL_MINUTES: "30", CRON_INCREMENTAL_OVERLAP_MINUTES: "5" });
   const jobLock = createJobLock({ databaseUrl: db.url, logger });
-  return createBatchWiring({ knex: db.knex, elasticsearch: es, logger, indexing: config.indexing, batch: config.batch, jobLock }).cron;
+  return createIndexingWiring({ knex: db.knex, elasticsearch: es, logger, indexing: config.indexing, batch: config.batch, jobLock }).cron;
 }
 
 const lastSuccess = async () =>

@@ -1,14 +1,14 @@
 import type { Client } from "@elastic/elasticsearch";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { loadConfig } from "../../../src/config.js";
-import { BatchLogStore } from "../../../src/indexing/batch/batch-log.js";
-import { createBatchWiring } from "../../../src/indexing/batch/batch-wiring.js";
-import { createJobLock } from "../../../src/indexing/job-lock.js";
-import { createTestElasticsearch, uniqueIndexName } from "../../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
-import { insertCatalogue } from "./fixtures.js";
-import { deleteGoodsIndices } from "../helpers.js";
+import { loadConfig } from "../../src/config.js";
+import { BatchLogStore } from "../../src/indexing/batch/batch-log.js";
+import { createIndexingWiring } from "../../src/indexing/indexing-wiring.js";
+import { createJobLock } from "../../src/indexing/job-lock.js";
+import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
+import { insertCatalogue } from "./batch/fixtures.js";
+import { deleteGoodsIndices } from "./helpers.js";
 
 // The cron tasks as the indexing module builds them from configuration, fired for real.
 
@@ -33,7 +33,7 @@ afterAll(async () => {
 function wiring(env: Record<string, string>) {
   const config = loadConfig({ GOODS_INDEX: goodsIndex, BATCH_LOG_INDEX: logIndex, ...env });
   const jobLock = createJobLock({ databaseUrl: db.url, logger });
-  return createBatchWiring({ knex: db.knex, elasticsearch: es, logger, indexing: config.indexing, batch: config.batch, jobLock });
+  return createIndexingWiring({ knex: db.knex, elasticsearch: es, logger, indexing: config.indexing, batch: config.batch, jobLock });
 }
 
 describe("cron tasks of the indexing module", () => {

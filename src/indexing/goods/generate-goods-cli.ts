@@ -1,8 +1,8 @@
 import { parseArgs } from "node:util";
-import { ConfigError, loadConfig } from "../config.js";
-import { openDatabase } from "../db/database.js";
-import { createLogger } from "../logger.js";
-import { generateGoods } from "./goods/goods-generator.js";
+import { ConfigError, loadConfig } from "../../config.js";
+import { openDatabase } from "../../db/database.js";
+import { createLogger } from "../../logger.js";
+import { generateGoods } from "./goods-generator.js";
 
 // npm run generate:goods -- --rows N [--first N] [--truncate]
 // Fills PR_GOODS_SEARCH_INTF of the service's database with generated goods: DATABASE_URL, or,
