@@ -78,6 +78,28 @@ export async function spawnService(
   };
 }
 
+/** The services a test file starts over one environment, stopped together at its end. */
+export interface ServiceGroup {
+  /** Starts one more service with the group's environment (read at each start). */
+  start(): Promise<ServiceProcess>;
+  /** SIGKILLs every service the group started (a test may have stopped some already). */
+  stopAll(): Promise<void>;
+}
+
+export function serviceGroup(env: () => Record<string, string>): ServiceGroup {
+  const started: ServiceProcess[] = [];
+  return {
+    async start() {
+      const service = await spawnService(env());
+      started.push(service);
+      return service;
+    },
+    async stopAll() {
+      await Promise.all(started.map((service) => service.stop("SIGKILL")));
+    },
+  };
+}
+
 function parseLine(line: string): Record<string, unknown> {
   try {
     return JSON.parse(line) as Record<string, unknown>;

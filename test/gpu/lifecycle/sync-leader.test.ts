@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { elasticsearchUrl } from "../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
-import { spawnService, type ServiceProcess } from "../../support/spawn-service.js";
+import { serviceGroup, type ServiceProcess } from "../../support/spawn-service.js";
 import { waitFor } from "../../support/wait.js";
 
 // One sync leader: two real service processes on one database, exactly one runs the sync and
@@ -13,22 +13,18 @@ const SYNC_MS = 500;
 const LOCK_KEY = "7526466839954025";
 
 let db: TestDatabase;
-const started: ServiceProcess[] = [];
+
+const services = serviceGroup(() => ({ DATABASE_URL: db.url, ELASTICSEARCH_URL: elasticsearchUrl(), GPU_STATUS_SYNC_MS: String(SYNC_MS) }));
+const start = () => services.start();
 
 beforeAll(async () => {
   db = await createTestDatabase();
 });
 
 afterAll(async () => {
-  await Promise.all(started.map((service) => service.stop("SIGKILL")));
+  await services.stopAll();
   await db?.drop();
 });
-
-async function start(): Promise<ServiceProcess> {
-  const service = await spawnService({ DATABASE_URL: db.url, ELASTICSEARCH_URL: elasticsearchUrl(), GPU_STATUS_SYNC_MS: String(SYNC_MS) });
-  started.push(service);
-  return service;
-}
 
 const leads = (service: ServiceProcess) => service.logs.some((l) => l.msg === "sync leadership taken");
 

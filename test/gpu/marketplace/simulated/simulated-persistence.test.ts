@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { elasticsearchUrl } from "../../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../../support/postgres.js";
-import { spawnService, type ServiceProcess } from "../../../support/spawn-service.js";
+import { serviceGroup, type ServiceProcess } from "../../../support/spawn-service.js";
 import { waitFor } from "../../../support/wait.js";
 import { rest } from "../../helpers.js";
 
@@ -10,29 +10,25 @@ import { rest } from "../../helpers.js";
 // their model servers (on the same host port) instead of losing them.
 
 let db: TestDatabase;
-const started: ServiceProcess[] = [];
+
+const services = serviceGroup(() => ({
+  DATABASE_URL: db.url,
+  ELASTICSEARCH_URL: elasticsearchUrl(),
+  SIM_CREATING_MS: "100",
+  SIM_LOADING_MS: "100",
+  SIM_MODEL_SERVER_START_MS: "100",
+  GPU_STATUS_SYNC_MS: "200",
+}));
+const start = () => services.start();
 
 beforeAll(async () => {
   db = await createTestDatabase();
 });
 
 afterAll(async () => {
-  await Promise.all(started.map((service) => service.stop("SIGKILL")));
+  await services.stopAll();
   await db?.drop();
 });
-
-async function start(): Promise<ServiceProcess> {
-  const service = await spawnService({
-    DATABASE_URL: db.url,
-    ELASTICSEARCH_URL: elasticsearchUrl(),
-    SIM_CREATING_MS: "100",
-    SIM_LOADING_MS: "100",
-    SIM_MODEL_SERVER_START_MS: "100",
-    GPU_STATUS_SYNC_MS: "200",
-  });
-  started.push(service);
-  return service;
-}
 
 interface Enhanced {
   data: { basic_status: { status: string }; llm_status: { running: boolean; port: number }; db_info: { status: string } };

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { resolveDeployment, type Deployment } from "../../../../src/gpu/deployment.js";
 import { elasticsearchUrl } from "../../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../../support/postgres.js";
-import { spawnService, type ServiceProcess } from "../../../support/spawn-service.js";
+import { serviceGroup, type ServiceProcess } from "../../../support/spawn-service.js";
 import { startVastEmulator, type VastEmulator } from "../../../support/vastai/emulator.js";
 import { waitFor } from "../../../support/wait.js";
 
@@ -17,7 +17,18 @@ const SYNC_MS = 300;
 let vast: VastEmulator;
 let db: TestDatabase;
 let deployment: Deployment;
-const started: ServiceProcess[] = [];
+
+const services = serviceGroup(() => ({
+  DATABASE_URL: db.url,
+  ELASTICSEARCH_URL: elasticsearchUrl(),
+  MARKETPLACE: "vastai",
+  VAST_API_KEY: API_KEY,
+  VAST_API_URL: vast.url,
+  VAST_MIN_INTERVAL_MS: "0",
+  GPU_STATUS_SYNC_MS: String(SYNC_MS),
+  GPU_CREATION_GRACE_MS: "2000",
+}));
+const start = () => services.start();
 
 beforeAll(async () => {
   vast = await startVastEmulator({ apiKey: API_KEY, provisioningMs: 100, loadingMs: 100 });
@@ -26,25 +37,10 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await Promise.all(started.map((service) => service.stop("SIGKILL")));
+  await services.stopAll();
   await db?.drop();
   await vast?.close();
 });
-
-async function start(): Promise<ServiceProcess> {
-  const service = await spawnService({
-    DATABASE_URL: db.url,
-    ELASTICSEARCH_URL: elasticsearchUrl(),
-    MARKETPLACE: "vastai",
-    VAST_API_KEY: API_KEY,
-    VAST_API_URL: vast.url,
-    VAST_MIN_INTERVAL_MS: "0",
-    GPU_STATUS_SYNC_MS: String(SYNC_MS),
-    GPU_CREATION_GRACE_MS: "2000",
-  });
-  started.push(service);
-  return service;
-}
 
 describe("a service killed while vast.ai answers its create", () => {
   it("leaves nothing creating and no machine of its deployment without a live record, and never touches someone else's", async () => {
