@@ -1,4 +1,4 @@
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { importCircles, importGraph } from "../support/import-graph.js";
 
@@ -6,6 +6,19 @@ import { importCircles, importGraph } from "../support/import-graph.js";
 // two files cannot be read, tested or moved apart. See docs/architecture.md.
 
 const root = join(import.meta.dirname, "../..");
+
+/**
+ * What a file may import from a folder above its own: the shared bottom layer of src/, and the
+ * one or few files each folder keeps for its subfolders (its context, its port, its error type).
+ */
+const BOTTOM = [
+  /^src\/(errors|logger|config|module)\.ts$/,
+  /^src\/db\//,
+  /^src\/gpu\/gpu-context\.ts$/, // what the GPU service's parts share
+  /^src\/gpu\/marketplace\/(port|offer-filter)\.ts$/, // the adapters' interface and their shared offer filter
+  /^src\/indexing\/(indexing-error|indexing-metrics|job-lock|kst-timestamp)\.ts$/,
+  /^src\/server\/(node-http|service-registration|client-gone)\.ts$/,
+];
 
 describe("the imports of src/", () => {
   const graph = importGraph(root, "src");
@@ -18,6 +31,13 @@ describe("the imports of src/", () => {
 
   it("form no circle", () => {
     expect(importCircles(graph)).toEqual([]);
+  });
+
+  it("point down the tree, or up only to a folder's shared bottom files", () => {
+    const upward = [...graph].flatMap(([file, targets]) =>
+      targets.filter((t) => dirname(file).startsWith(`${dirname(t)}/`) && !BOTTOM.some((b) => b.test(t))).map((t) => `${file} -> ${t}`),
+    );
+    expect(upward).toEqual([]);
   });
 
   it("a circle is found when there is one", () => {
