@@ -36,9 +36,18 @@ describe("storedStatusOf", () => {
     ["running", false, "running"],
     ["running", true, "running_llm"],
     ["exited", true, "exited"],
-    ["offline", false, "exited"],
   ] as const)("maps marketplace %s (probe answered: %s) to %s", (market, answered, stored) => {
-    expect(storedStatusOf(market, answered)).toBe(stored);
+    expect(storedStatusOf(market, answered, "running")).toBe(stored);
+  });
+
+  it.each([
+    ["running_llm", "running"],
+    ["running", "running"],
+    ["loading", "loading"],
+    ["creating", "creating"],
+    ["exited", "exited"],
+  ] as const)("keeps %s through a host that is offline for a while (transient), as %s", (current, stored) => {
+    expect(storedStatusOf("offline", false, current)).toBe(stored);
   });
 });
 

@@ -21,11 +21,13 @@ export function isTerminal(status: StoredStatus): boolean {
 }
 
 /**
- * The stored status for what the marketplace reports. `running` becomes `running_llm` only when
- * the model server answered its probe. `offline` (the host is unreachable) is stored as
- * `exited`: the instance is not serving, and the stored statuses have no other word for it.
+ * The stored status for what the marketplace reports, given the stored one. `running` becomes
+ * `running_llm` only when the model server answered its probe. `offline` (the host sends no
+ * heartbeat, is rebooting or frozen: transient) changes nothing but that the model server is not
+ * known to answer; only `exited` (stopped, or its container ended) says the machine is done, and
+ * only it lets auto_destroy act (status-sync.ts).
  */
-export function storedStatusOf(market: MarketStatus, llmAnswered: boolean): StoredStatus {
+export function storedStatusOf(market: MarketStatus, llmAnswered: boolean, current: StoredStatus): StoredStatus {
   switch (market) {
     case "creating":
       return "creating";
@@ -34,7 +36,8 @@ export function storedStatusOf(market: MarketStatus, llmAnswered: boolean): Stor
     case "running":
       return llmAnswered ? "running_llm" : "running";
     case "exited":
-    case "offline":
       return "exited";
+    case "offline":
+      return current === "running_llm" ? "running" : current;
   }
 }

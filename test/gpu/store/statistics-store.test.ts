@@ -1,3 +1,4 @@
+import type { Knex } from "knex";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InstanceStore } from "../../../src/gpu/store/instance-store.js";
 import { StatisticsStore } from "../../../src/gpu/store/statistics-store.js";
@@ -18,8 +19,8 @@ afterAll(async () => {
 });
 
 /** The statistics computed the slow way, straight from every record. */
-async function fullScan() {
-  const { rows } = await db.knex.raw<{ rows: Array<{ status: string; gpu: string; n: string; cost: string; cph: string }> }>(`
+async function fullScan(knex: Knex) {
+  const { rows } = await knex.raw<{ rows: Array<{ status: string; gpu: string; n: string; cost: string; cph: string }> }>(`
     select status, gpu_info->>'gpu_name' as gpu, count(*) as n, sum(cost_per_hour) as cph,
            sum(cost_per_hour * extract(epoch from (coalesce(destroyed_at, now()) - created_at)) / 3600) as cost
     from gpu_instances group by 1, 2`);
@@ -30,7 +31,8 @@ async function fullScan() {
 }
 
 async function expectSummaryEqualsFullScan() {
-  const [stats, expected] = await Promise.all([StatisticsStore.create({ knex: db.knex }).statistics(), fullScan()]);
+  // One transaction, so that both read the same now() (live instances' cost grows with it).
+  const [stats, expected] = await db.knex.transaction(async (trx) => [await StatisticsStore.create({ knex: trx }).statistics(), await fullScan(trx)] as const);
   expect(stats.totalInstances).toBe(expected.total);
   expect(stats.statusDistribution).toEqual(expected.byStatus);
   expect(stats.gpuDistribution).toEqual(expected.byGpu);

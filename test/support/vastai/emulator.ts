@@ -47,7 +47,10 @@ export interface VastEmulator {
   failNextStart(): void;
   /** A machine somebody else created on this account, with their label. */
   addForeignInstance(label: string): number;
-  /** actual_status of an instance becomes this (e.g. "exited", "offline"). */
+  /**
+   * actual_status of an instance becomes this: "exited" (stopped), "offline", "unknown", "frozen",
+   * "rebooting", "running" again; "unloaded" is cur_state "unloaded" with no actual_status.
+   */
   setStatus(id: number, actualStatus: string): void;
   /** The ask is rentable right now (no instance holds it and the host offers it). */
   isRentable(askId: number): boolean;

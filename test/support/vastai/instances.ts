@@ -36,6 +36,8 @@ export function createInstances(clock: Clock) {
   let nextId = 31_000_001;
 
   function actualStatus(i: EmulatedInstance): string | null {
+    // An unloaded container has no actual status at all: only cur_state says what happened.
+    if (i.forcedStatus === "unloaded") return null;
     if (i.forcedStatus !== undefined) return i.forcedStatus;
     const age = Date.now() - i.createdAt;
     if (age < clock.provisioningMs) return null;
@@ -65,7 +67,7 @@ export function createInstances(clock: Clock) {
       machine_id: i.ask.machine_id,
       actual_status: status,
       intended_status: i.forcedStatus === "exited" ? "stopped" : "running",
-      cur_state: i.forcedStatus === "exited" ? "stopped" : "running",
+      cur_state: i.forcedStatus === "exited" ? "stopped" : i.forcedStatus === "unloaded" ? "unloaded" : "running",
       next_state: "running",
       label: i.label,
       image_uuid: i.image,

@@ -131,19 +131,24 @@ export function parseInstance(value: unknown, where: string): MarketInstance {
 }
 
 /**
- * The port's status of a vast.ai instance row (the table of docs/marketplace-vastai.md):
- * a failed start and a stop the owner asked for read as exited, no heartbeat as offline.
+ * The port's status of a vast.ai instance row (the table of docs/marketplace-vastai.md). Only a
+ * stop (asked for by the owner, or the host's) and an ended container are `exited`; a host that is
+ * rebooting comes back through `loading`; no heartbeat or a frozen host is `offline`, transient.
  */
 export function marketStatusOf(row: Json): MarketStatus {
   const actual = typeof row.actual_status === "string" ? row.actual_status : "";
   if (failureOf(row) !== undefined) return "exited";
-  if (row.intended_status === "stopped" || row.cur_state === "stopped") return actual === "offline" || actual === "unknown" ? "offline" : "exited";
+  // The host unloaded the container (whatever actual_status says, often nothing): it is not coming back.
+  if (row.cur_state === "unloaded") return "exited";
+  const stopped = row.intended_status === "stopped" || row.cur_state === "stopped";
+  if (stopped) return actual === "offline" || actual === "unknown" ? "offline" : "exited";
   switch (actual) {
     case "":
     case "created":
     case "scheduling":
       return "creating";
     case "loading":
+    case "rebooting":
       return "loading";
     case "running":
       return "running";
@@ -151,7 +156,7 @@ export function marketStatusOf(row: Json): MarketStatus {
     case "stopped":
       return "exited";
     default:
-      return "offline"; // "offline", "unknown": the host sends no heartbeat.
+      return "offline"; // "offline", "unknown", "frozen", anything new: not known to have ended.
   }
 }
 

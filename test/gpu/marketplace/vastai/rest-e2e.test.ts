@@ -129,6 +129,34 @@ describe("MARKETPLACE=vastai through the REST API", () => {
     await waitFor("the machine destroyed", async () => (vast.instances.has(machineId) ? undefined : true), 10_000);
   });
 
+  it("rides out a reboot and a frozen host with auto_destroy on, and destroys only a machine that really ended", async () => {
+    const created = await rest<{ instance_id: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget", {
+      custom_config: { auto_destroy: true },
+    });
+    expect(created.status).toBe(200);
+    const id = created.body.instance_id;
+    await waitFor("running_llm", async () => ((await record(id)).status === "running_llm" ? true : undefined), 15_000);
+    const machineId = Number((await record(id)).market_instance_id);
+    const rounds = () => new Promise((resolve) => setTimeout(resolve, 400)); // several sync rounds
+
+    vast.setStatus(machineId, "rebooting");
+    await waitFor("loading while rebooting", async () => ((await record(id)).status === "loading" ? true : undefined), 5_000);
+    vast.setStatus(machineId, "frozen");
+    await rounds();
+    expect((await record(id)).status).toBe("loading");
+    vast.setStatus(machineId, "offline");
+    await rounds();
+    expect(vast.instances.has(machineId)).toBe(true);
+    vast.setStatus(machineId, "running");
+    await waitFor("running_llm again", async () => ((await record(id)).status === "running_llm" ? true : undefined), 15_000);
+    const logs = await rest<{ logs: Array<{ operation: string }> }>(server.url, "GET", `/api/gpu/instances/${id}/logs?limit=100`);
+    expect(logs.body.logs.map((l) => l.operation)).not.toContain("auto_destroy");
+
+    vast.setStatus(machineId, "unloaded");
+    await waitFor("destroyed once unloaded", async () => ((await record(id)).status === "destroyed" ? true : undefined), 10_000);
+    expect(vast.instances.has(machineId)).toBe(false);
+  });
+
   it("never touches a machine labelled by someone else", async () => {
     const foreign = vast.addForeignInstance("my-training-run");
     await new Promise((resolve) => setTimeout(resolve, 500)); // several sync and reconcile rounds

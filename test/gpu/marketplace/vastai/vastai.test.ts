@@ -146,9 +146,18 @@ describe("vast.ai instances", () => {
     expect(calls("GET", /^\/api\/v0\/instances\/\d+\/$/).every((r) => r.query.get("owner") === "me")).toBe(true);
   });
 
-  it("maps stopped, offline, unknown and a failed start", async () => {
+  it("maps stopped, unloaded, rebooting, frozen, offline, unknown and a failed start", async () => {
     const a = await market.createInstance(llmRequest(String(rentableAsk().id), "gpu-1"));
-    for (const [actual, expected] of [["exited", "exited"], ["offline", "offline"], ["unknown", "offline"]] as const) {
+    const states = [
+      ["exited", "exited"],
+      ["unloaded", "exited"],
+      ["rebooting", "loading"],
+      ["frozen", "offline"],
+      ["offline", "offline"],
+      ["unknown", "offline"],
+      ["running", "running"],
+    ] as const;
+    for (const [actual, expected] of states) {
       vast.setStatus(Number(a.id), actual);
       expect((await market.getInstance(a.id))!.status).toBe(expected);
     }
