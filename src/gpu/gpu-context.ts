@@ -20,7 +20,14 @@ export interface GpuContext {
   inFlight: Set<string>;
   /** GPU_MAX_FLEET_DPH: cap on the summed cost_per_hour of active instances; undefined: none. */
   maxFleetDph: number | undefined;
+  /**
+   * GPU_CREATION_GRACE_MS: how long a creating record waits for the marketplace to show its
+   * instance (vast.ai lags by seconds) before its absence means the machine is gone; default 5 min.
+   */
+  creationGraceMs?: number;
 }
+
+export const DEFAULT_CREATION_GRACE_MS = 300_000;
 
 export function marketFactsOf(market: MarketInstance): MarketFacts {
   return {

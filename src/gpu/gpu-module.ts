@@ -41,6 +41,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     probe: createModelServerProbe(config.gpu.probeTimeoutMs),
     inFlight: new Set(),
     maxFleetDph: config.gpu.maxFleetDph,
+    creationGraceMs: config.gpu.creationGraceMs,
   };
   const syncLoop = createSyncLoop(ctx, {
     intervalMs: config.gpu.statusSyncMs,

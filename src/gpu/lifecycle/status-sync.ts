@@ -1,7 +1,7 @@
 import { UnavailableError } from "../../errors.js";
 import { destroyRecord } from "./destroy.js";
 import { releaseMachine } from "./machine-release.js";
-import { marketFactsOf, type GpuContext } from "../gpu-context.js";
+import { DEFAULT_CREATION_GRACE_MS, marketFactsOf, type GpuContext } from "../gpu-context.js";
 import type { InstanceRecord } from "../store/instance-store.js";
 import type { MarketInstance } from "../marketplace/port.js";
 import { modelServerUrl } from "./probe.js";
@@ -37,7 +37,12 @@ export async function syncRecord(ctx: GpuContext, record: InstanceRecord, observ
   } catch (err) {
     throw new UnavailableError("The marketplace did not report the instance status", { cause: err });
   }
-  if (!market) return { ...idle, record: await markVanished(ctx, record) };
+  if (!market) {
+    // A machine just rented may not be shown yet: never conclude it is gone before the grace ends.
+    const waited = Date.now() - record.updatedAt.getTime();
+    if (record.status === "creating" && waited < (ctx.creationGraceMs ?? DEFAULT_CREATION_GRACE_MS)) return idle;
+    return { ...idle, record: await markVanished(ctx, record) };
+  }
   if (market.failure !== undefined) return { ...idle, market, record: await failStart(ctx, record, market) };
   const url = modelServerUrl(market);
   const llmAnswered = market.status === "running" && record.templateName !== null && url !== undefined && (await ctx.probe(url));

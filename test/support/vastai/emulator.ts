@@ -45,8 +45,10 @@ export interface VastEmulator {
   onCreate(hook: (() => Promise<void> | void) | undefined): void;
   /** The next create rents the machine but its container fails to start (OCI runtime error). */
   failNextStart(): void;
-  /** A machine somebody else created on this account, with their label. */
-  addForeignInstance(label: string): number;
+  /** A machine somebody else created on this account, with their label (on the given ask, or the first rentable). */
+  addForeignInstance(label: string, askId?: number): number;
+  /** New instances stay unseen (show answers `instances: null`, the list leaves them out) for this long, as vast.ai lags. */
+  showLag(ms: number): void;
   /**
    * actual_status of an instance becomes this: "exited" (stopped), "offline", "unknown", "frozen",
    * "rebooting", "running" again; "unloaded" is cur_state "unloaded" with no actual_status.
@@ -64,7 +66,8 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
   const instances = createInstances({ provisioningMs: options.provisioningMs ?? 100, loadingMs: options.loadingMs ?? 100 });
   const requests: EmulatorRequest[] = [];
   const lastCall = new Map<string, number>();
-  const switches = { throttle: 0, throttleJson: false, fail: 0, failStatus: 503, delayMs: 0, failStart: false };
+  const switches = { throttle: 0, throttleJson: false, fail: 0, failStatus: 503, delayMs: 0, failStart: false, showLagMs: 0 };
+  const shown = (i: EmulatedInstance) => Date.now() - i.createdAt >= switches.showLagMs;
   let createHook: (() => Promise<void> | void) | undefined;
 
   const isRentable = (ask: VastAsk) => ask.rentable && ![...instances.all.values()].some((i) => i.askId === ask.id);
@@ -95,6 +98,8 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     requests.push({ method, path: url.pathname, query: url.searchParams, body, at: Date.now() });
     if (switches.delayMs > 0) await sleep(switches.delayMs);
     if (req.headers.authorization !== `Bearer ${options.apiKey}`) {
+      // As vast.ai does: the offer search answers an unknown key with 404, the other endpoints with 401.
+      if (method === "POST" && url.pathname === "/api/v0/bundles/") return send(res, 404, error("not_found", "Not found"));
       return send(res, 401, error("auth_error", "Invalid user key"));
     }
     if (switches.throttle > 0) {
@@ -154,8 +159,9 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     if (invalid) return [400, { ...error("invalid_args", `error 400/3467: Invalid args: ${invalid}`), ask_id: askId }];
     const ask = asks.find((a) => a.id === askId);
     if (!ask) return [404, { ...error("invalid_args", `error 404/3603: no_such_ask Instance type by id ${askId} is not available.`), ask_id: askId }];
+    // vast.ai answers an ask rented meanwhile exactly as one that never existed.
     if (!isRentable(ask)) {
-      return [410, { ...error("no_such_ask", `error 410/3907: no_such_ask Instance type ${askId} is no longer available.`), ask_id: askId }];
+      return [404, { ...error("no_such_ask", `error 404/3603: no_such_ask Instance type by id ${askId} is not available.`), ask_id: askId }];
     }
     const request = body as Record<string, unknown>;
     const instance = await instances.rent(ask, request, switches.failStart);
@@ -173,7 +179,7 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
       after = decoded;
     }
     const filters = parseJsonParam(query.get("select_filters")) ?? {};
-    const rows = [...instances.all.values()].map((i) => instances.row(i));
+    const rows = [...instances.all.values()].filter(shown).map((i) => instances.row(i));
     const matched = matchesQuery(rows, filters, new Set());
     if (typeof matched === "string") return [400, error("invalid_args", matched)];
     const all = matched.sort((a, b) => Number(a.id) - Number(b.id));
@@ -196,7 +202,7 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
 
   function show(id: number): [number, unknown] {
     const instance = instances.all.get(id);
-    return [200, { instances: instance ? instances.row(instance) : null }];
+    return [200, { instances: instance && shown(instance) ? instances.row(instance) : null }];
   }
 
   async function destroy(id: number): Promise<[number, unknown]> {
@@ -218,7 +224,8 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     delay: (ms) => void (switches.delayMs = ms),
     onCreate: (hook) => void (createHook = hook),
     failNextStart: () => void (switches.failStart = true),
-    addForeignInstance: (label) => instances.foreign(asks.find(isRentable)!, label).id,
+    addForeignInstance: (label, askId) => instances.foreign(asks.find((a) => (askId === undefined ? isRentable(a) : a.id === askId))!, label).id,
+    showLag: (ms) => void (switches.showLagMs = ms),
     setStatus: (id, actualStatus) => instances.setStatus(id, actualStatus),
     isRentable: (askId) => isRentable(asks.find((a) => a.id === askId)!),
     async close() {

@@ -1,4 +1,5 @@
-import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError } from "../../../errors.js";
+import { setTimeout as sleep } from "node:timers/promises";
+import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, UnavailableError } from "../../../errors.js";
 import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, OfferFilter } from "../port.js";
 import { filterOffers } from "../offer-filter.js";
 import { createVastHttp, unexpectedAnswer, vastErrorCode, vastErrorMessage, type VastAnswer, type VastHttpOptions } from "./vastai-http.js";
@@ -14,6 +15,11 @@ export type VastMarketplaceOptions = VastHttpOptions;
 export const CATALOGUE_LIMIT = 1000;
 /** vast.ai's page size of the instance list (its maximum). */
 const PAGE_SIZE = 25;
+/** Asks remembered from searches: a create rents what a search of this process just showed. */
+const SEEN_ASKS = 10_000;
+/** vast.ai shows a new instance seconds after renting it: how long a create waits at most. */
+const SHOW_ATTEMPTS = 5;
+const SHOW_WAIT_MS = 2_000;
 
 const ASK = "PUT /api/v0/asks/{id}/";
 const SEARCH = "POST /api/v0/bundles/";
@@ -24,13 +30,29 @@ const DESTROY = "DELETE /api/v0/instances/{id}/";
 export function createVastMarketplace(options: VastMarketplaceOptions): Marketplace {
   const http = createVastHttp(options);
   const instancePath = (id: string) => `/api/v0/instances/${encodeURIComponent(id)}/`;
+  // The terms of the asks searches showed, newest last: what a create rented before vast.ai shows
+  // the instance, and whether a 404 on a create means "taken" (seen) or "no such ask" (never seen).
+  const seen = new Map<string, MarketOffer>();
+
+  function remember(offers: readonly MarketOffer[]): void {
+    for (const offer of offers) {
+      seen.delete(offer.id);
+      seen.set(offer.id, offer);
+    }
+    for (const oldest of seen.keys()) {
+      if (seen.size <= SEEN_ASKS) break;
+      seen.delete(oldest);
+    }
+  }
 
   async function searchOffers(filter: OfferFilter, signal?: AbortSignal): Promise<MarketOffer[]> {
     // vast.ai ids are integers: any other id names no offer.
     if (filter.offerId !== undefined && !isVastId(filter.offerId)) return [];
     const answer = await http({ endpoint: SEARCH, method: "POST", path: "/api/v0/bundles/", body: toSearchBody(filter), repeatable: true, signal });
-    if (answer.status !== 200) throw unexpectedAnswer(answer, "search its offers");
-    return filterOffers(parseOffers(answer.body), filter);
+    if (answer.status !== 200) throw searchError(answer);
+    const offers = parseOffers(answer.body);
+    remember(offers);
+    return filterOffers(offers, filter);
   }
 
   async function getInstance(id: string, signal?: AbortSignal): Promise<MarketInstance | undefined> {
@@ -48,14 +70,25 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
     if (answer.status !== 200 || !isSuccess(answer.body)) throw unexpectedAnswer(answer, `destroy instance ${id}`);
   }
 
-  /** What a create rented: the instance as vast.ai shows it, or, before it shows it, the ask's terms. */
+  /**
+   * What a create rented: the instance as vast.ai shows it, or, while vast.ai does not show it yet
+   * (it lags by seconds), `creating` on the terms the search showed for the ask. A machine is never
+   * destroyed because vast.ai has not shown it: the sync loop follows it from here.
+   */
   async function rented(id: string, request: CreateMarketInstanceRequest, signal?: AbortSignal): Promise<MarketInstance> {
-    const shown = await getInstance(id, signal);
-    if (shown) return shown;
-    const [offer] = await searchOffers({ offerId: request.offerId, diskGb: request.diskGb }, signal);
-    if (!offer) throw new OperationFailedError(`vast.ai created instance ${id} but shows neither it nor ask ${request.offerId}`);
-    const { gpuName, numGpus, gpuRam, dphTotal } = offer;
-    return { id, offerId: offer.id, label: request.label, status: "creating", publicIp: "", sshPort: 0, portMappings: {}, gpuName, numGpus, gpuRam, dphTotal };
+    for (let attempt = 0; ; attempt++) {
+      const shown = await getInstance(id, signal);
+      if (shown) return shown;
+      const offer = seen.get(request.offerId);
+      if (offer) {
+        const { gpuName, numGpus, gpuRam, dphTotal } = offer;
+        return { id, offerId: offer.id, label: request.label, status: "creating", publicIp: "", sshPort: 0, portMappings: {}, gpuName, numGpus, gpuRam, dphTotal };
+      }
+      if (attempt + 1 >= SHOW_ATTEMPTS) {
+        throw new UnavailableError(`vast.ai rented instance ${id} for ask ${request.offerId} but does not show it yet; it is adopted by its label once shown`);
+      }
+      await sleep(SHOW_WAIT_MS, undefined, signal ? { signal } : undefined);
+    }
   }
 
   return {
@@ -77,15 +110,12 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
       });
       const contract = newContractOf(answer.body);
       if (answer.status === 200 && isSuccess(answer.body) && contract !== undefined) {
-        const market = await rented(contract, request, signal).catch(async (err: unknown) => {
-          await destroyInstance(contract, signal);
-          throw err;
-        });
+        const market = await rented(contract, request, signal);
         return { ...market, offerId: market.offerId || offerId };
       }
       // A failed create can still have rented a machine (vast.ai then names it): give it back.
       if (contract !== undefined) await destroyInstance(contract, signal);
-      throw createError(answer, offerId);
+      throw createError(answer, offerId, seen.has(offerId));
     },
 
     async listInstances(labelPrefix, signal) {
@@ -128,14 +158,13 @@ function newContractOf(body: unknown): string | undefined {
 }
 
 /**
- * vast.ai's "no such instance": `instances: null` on a show, a 404 with an error code, or
- * `no_such_instance`. A 404 without a JSON error (a wrong VAST_API_URL, a proxy's page) is not
- * read as gone: that would stop billing nowhere but here.
+ * vast.ai's "no such instance" on an instance's own path: `instances: null` on a show, the error
+ * `no_such_instance`, or a 404 `not_found`. Any other 404 (a wrong VAST_API_URL, a proxy's page,
+ * another error code) is not read as gone: that would stop billing nowhere but here.
  */
 function isGone(answer: VastAnswer): boolean {
   const code = vastErrorCode(answer.body);
-  if (code === "no_such_instance") return true;
-  if (answer.status === 404) return code !== undefined;
+  if (code === "no_such_instance" || (answer.status === 404 && code === "not_found")) return true;
   const body = answer.body;
   return answer.status === 200 && typeof body === "object" && body !== null && (body as Record<string, unknown>).instances === null;
 }
@@ -144,15 +173,31 @@ function offerNotFound(offerId: string): NotFoundError {
   return new NotFoundError(`Offer '${offerId}' not found`, { extra: { field: "offer_id" } });
 }
 
-/** The documented errors of PUT /api/v0/asks/{id}/. */
-function createError(answer: VastAnswer, offerId: string): Error {
+/** vast.ai answers an invalid key with 401, and on a search with 404: a configuration error either way. */
+function searchError(answer: VastAnswer): Error {
+  if (answer.status !== 404) return unexpectedAnswer(answer, "search its offers");
+  return new OperationFailedError("vast.ai answered a search with 404, as it does for an invalid API key; check VAST_API_KEY (and VAST_API_URL)", {
+    extra: { code: "MARKETPLACE_AUTH_REFUSED" },
+  });
+}
+
+/**
+ * The documented errors of PUT /api/v0/asks/{id}/. vast.ai answers 404 "not found or not
+ * available" both for an ask that never existed and for one rented meanwhile: an ask a search of
+ * this process showed is taken (an auto-pick moves on), any other is not found.
+ */
+function createError(answer: VastAnswer, offerId: string, seenInSearch: boolean): Error {
   const why = vastErrorMessage(answer.body);
+  const taken = (reason: string) => new ConflictError(`Offer '${offerId}' is not rentable any more: ${reason}`, { extra: { field: "offer_id" } });
   switch (answer.status) {
     case 404:
-      return offerNotFound(offerId);
+      return seenInSearch ? taken(`vast.ai answered that it is not available (rented meanwhile)${why ? `: ${why}` : ""}`) : offerNotFound(offerId);
     case 409:
     case 410:
-      return new ConflictError(`Offer '${offerId}' is not rentable any more${why ? `: ${why}` : ""}`, { extra: { field: "offer_id" } });
+      return taken(why ?? "vast.ai answered that it is no longer available");
+    case 403:
+      // The key is fine (a search worked); this ask cannot be rented by this account.
+      return taken(`vast.ai does not let this account rent it${why ? `: ${why}` : ""}`);
     case 400:
       return new InvalidInputError(`vast.ai refused to rent offer '${offerId}'${why ? `: ${why}` : ""}`, { extra: { field: "offer_id" } });
     default:

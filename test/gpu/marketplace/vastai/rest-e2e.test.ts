@@ -157,6 +157,44 @@ describe("MARKETPLACE=vastai through the REST API", () => {
     expect(vast.instances.has(machineId)).toBe(false);
   });
 
+  it("moves on to the next offer when the cheapest is taken between search and rent (vast.ai answers 404)", async () => {
+    const fitting = vast.asks
+      .filter((a) => a.verified && vast.isRentable(a.id) && Math.round(a.gpu_ram / 1024) >= 8 && dphTotal(a, LLM_DISK_GB) <= 0.5)
+      .sort((a, b) => dphTotal(a, LLM_DISK_GB) - dphTotal(b, LLM_DISK_GB) || a.id - b.id);
+    const [cheapest, next] = fitting;
+    // Someone else rents the cheapest ask right after our search, before our create arrives.
+    vast.onCreate(() => {
+      vast.onCreate(undefined);
+      vast.addForeignInstance("someone-quicker", cheapest!.id);
+    });
+    const created = await rest<{ instance_id: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget");
+    expect(created.status).toBe(200);
+    const row = await record(created.body.instance_id);
+    expect(row.offer_id).toBe(String(next!.id));
+    const creates = vast.requests.filter((r) => r.method === "PUT").slice(-2).map((r) => r.path);
+    expect(creates).toEqual([`/api/v0/asks/${cheapest!.id}/`, `/api/v0/asks/${next!.id}/`]);
+    await waitFor("running", async () => (["running", "running_llm"].includes((await record(created.body.instance_id)).status) ? true : undefined), 15_000);
+    await rest(server.url, "DELETE", `/api/gpu/instances/${created.body.instance_id}`);
+  });
+
+  it("keeps a new instance that vast.ai shows only seconds later creating, then running: nothing destroyed", async () => {
+    vast.showLag(3_000);
+    try {
+      const created = await rest<{ instance_id: string; status: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget");
+      expect(created.status).toBe(200);
+      expect(created.body.status).toBe("creating");
+      const machineId = Number((await record(created.body.instance_id)).market_instance_id);
+      await new Promise((resolve) => setTimeout(resolve, 1_500)); // many sync rounds while vast.ai shows nothing
+      expect((await record(created.body.instance_id)).status).toBe("creating");
+      expect(vast.instances.has(machineId)).toBe(true);
+      await waitFor("running", async () => (["running", "running_llm"].includes((await record(created.body.instance_id)).status) ? true : undefined), 15_000);
+      expect(vast.instances.has(machineId)).toBe(true);
+      await rest(server.url, "DELETE", `/api/gpu/instances/${created.body.instance_id}`);
+    } finally {
+      vast.showLag(0);
+    }
+  });
+
   it("never touches a machine labelled by someone else", async () => {
     const foreign = vast.addForeignInstance("my-training-run");
     await new Promise((resolve) => setTimeout(resolve, 500)); // several sync and reconcile rounds

@@ -204,26 +204,34 @@ describe("vast.ai instances", () => {
 });
 
 describe("vast.ai create errors", () => {
-  it("maps an unknown ask to NotFoundError, a rented one to ConflictError, invalid arguments to InvalidInputError", async () => {
+  it("maps an unknown ask to NotFoundError, one a search showed and vast.ai answers 404 to (taken) to ConflictError, invalid arguments to InvalidInputError", async () => {
     await expect(market.createInstance(llmRequest("4299999", "gpu-1"))).rejects.toThrow(NotFoundError);
     await expect(market.createInstance(llmRequest("sim-1", "gpu-1"))).rejects.toThrow(NotFoundError);
     const ask = rentableAsk();
+    expect(await market.searchOffers({ offerId: String(ask.id) })).toHaveLength(1);
     await market.createInstance(llmRequest(String(ask.id), "gpu-2"));
     const taken = await market.createInstance(llmRequest(String(ask.id), "gpu-3")).catch((e: unknown) => e);
+    // vast.ai answers 404 "not available" for a taken ask, as for one that never existed.
+    expect(vast.requests.at(-1)).toMatchObject({ method: "PUT" });
     expect(taken).toBeInstanceOf(ConflictError);
     expect((taken as ConflictError).extra).toMatchObject({ field: "offer_id" });
+    expect((taken as Error).message).toMatch(/rented meanwhile/);
     const invalid = await market.createInstance(llmRequest(String(rentableAsk().id), "gpu-4", { diskGb: 4 })).catch((e: unknown) => e);
     expect(invalid).toBeInstanceOf(InvalidInputError);
     expect((invalid as Error).message).toMatch(/disk/);
     expect(vast.instances.size).toBe(1);
   });
 
-  it("refuses a wrong key with a message naming VAST_API_KEY, sent as a Bearer token", async () => {
+  it("refuses a wrong key with a message naming VAST_API_KEY, sent as a Bearer token (a search answers it 404, a show 401)", async () => {
     const wrong = connect({ apiKey: "not-the-key" });
-    const err = await wrong.searchOffers({}).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(OperationFailedError);
-    expect((err as Error).message).toMatch(/VAST_API_KEY/);
-    expect((err as Error).message).not.toContain("not-the-key");
+    for (const call of [() => wrong.searchOffers({}), () => wrong.getInstance("31000001")]) {
+      const err = await call().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OperationFailedError);
+      expect((err as OperationFailedError).extra).toMatchObject({ code: "MARKETPLACE_AUTH_REFUSED" });
+      expect((err as Error).message).toMatch(/VAST_API_KEY/);
+      expect((err as Error).message).not.toContain("not-the-key");
+    }
+    expect(vast.requests.filter((r) => r.path === "/api/v0/bundles/").length).toBeGreaterThan(0);
   });
 
   it("answers UnavailableError for 5xx and an unreachable host, and never repeats a create that may have arrived", async () => {
