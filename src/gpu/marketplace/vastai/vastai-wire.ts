@@ -2,7 +2,7 @@ import { jsonReader, type Json } from "../http/json-reader.js";
 import type { CreateMarketInstanceRequest, MarketInstance, MarketOffer, MarketStatus, OfferFilter, OfferOrder } from "../port.js";
 
 // vast.ai's JSON (docs/marketplace-vastai.md) and its mapping to the port's types. Units: vast.ai's
-// gpu_ram is MB per GPU as the host reports it (24564 for a 24 GB card), ours GB; ids are integers
+// gpu_ram is MB per GPU as the host reports it (23028 for a 24 GB A10G), ours nominal GB; ids are integers
 // there and strings here. Answers are checked field by field, so a changed wire format fails with
 // a clear error instead of putting NaN prices into the database.
 
@@ -45,8 +45,8 @@ export function toSearchBody(filter: OfferFilter): Json {
   if (filter.offerId !== undefined) body.id = { eq: Number(filter.offerId) };
   if (filter.gpuName) body.gpu_name = gpuNameBound(filter.gpuName);
   if (filter.maxPrice !== undefined) body.dph_total = { lte: filter.maxPrice };
-  // round(mb / 1024) >= g exactly when mb >= (g - 0.5) * 1024.
-  if (filter.minGpuRam !== undefined && filter.minGpuRam > 0) body.gpu_ram = { gte: (filter.minGpuRam - 0.5) * 1024 };
+  // A bound on what hosts report, loose enough for every card that snaps to the floor; the answer is re-checked.
+  if (filter.minGpuRam !== undefined && filter.minGpuRam > 0) body.gpu_ram = { gte: minMegabytes(filter.minGpuRam) };
   if (filter.numGpus !== undefined) body.num_gpus = { eq: filter.numGpus };
   if (filter.limit !== undefined) body.limit = filter.limit;
   return body;
@@ -179,7 +179,26 @@ function portMappingsOf(value: unknown): Record<string, number> {
   return mappings;
 }
 
-/** MB as the host reports it to whole GB: 24564 MB is a 24 GB card. */
+/** The memory sizes GPUs are sold with, GB. */
+const NOMINAL_GB = [4, 6, 8, 10, 11, 12, 16, 20, 24, 32, 40, 48, 64, 80, 94, 96, 128, 141, 180, 192];
+/** How far a host's report may fall from the nominal size (gpuhunt snaps within 7% too). */
+const NOMINAL_TOLERANCE = 0.07;
+
+/**
+ * MB as the host reports it to the size users name the card by: vast.ai shows what the driver
+ * reports (an A10G 23028 MB, an L40S 46068 MB), which snaps to the nearest nominal size within 7%
+ * (24 GB, 48 GB); anything else rounds to whole GB.
+ */
 export function gigabytes(mb: number): number {
-  return Math.round(mb / 1024);
+  const gb = mb / 1024;
+  let best: number | undefined;
+  for (const size of NOMINAL_GB) {
+    if (Math.abs(gb - size) <= size * NOMINAL_TOLERANCE && (best === undefined || Math.abs(gb - size) < Math.abs(gb - best))) best = size;
+  }
+  return best ?? Math.round(gb);
+}
+
+/** The least MB a host may report for a card of at least `gb` GB as gigabytes() names it. */
+export function minMegabytes(gb: number): number {
+  return Math.floor(Math.min(gb * (1 - NOMINAL_TOLERANCE), gb - 0.5) * 1024);
 }

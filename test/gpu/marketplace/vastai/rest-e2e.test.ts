@@ -9,6 +9,7 @@ import { createTestElasticsearch } from "../../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../../support/postgres.js";
 import { startTestServer, type TestServer } from "../../../support/server.js";
 import { rest, waitFor } from "../../helpers.js";
+import { gigabytes, minMegabytes } from "../../../../src/gpu/marketplace/vastai/vastai-wire.js";
 
 // GpuService with MARKETPLACE=vastai, end to end through its REST API against the vast.ai
 // emulator: the adapter is built from the configuration exactly as `npm start` builds it.
@@ -59,7 +60,7 @@ describe("MARKETPLACE=vastai through the REST API", () => {
 
     // research: >= 16 GB per GPU, <= $1/h at the disk the create asks for.
     const fitting = vast.asks
-      .filter((a) => a.verified && vast.isRentable(a.id) && Math.round(a.gpu_ram / 1024) >= 16 && dphTotal(a, LLM_DISK_GB) <= 1)
+      .filter((a) => a.verified && vast.isRentable(a.id) && gigabytes(a.gpu_ram) >= 16 && dphTotal(a, LLM_DISK_GB) <= 1)
       .sort((a, b) => dphTotal(a, LLM_DISK_GB) - dphTotal(b, LLM_DISK_GB) || a.id - b.id);
     const cheapest = fitting[0]!;
     const searchesBefore = vast.requests.filter((r) => r.path === "/api/v0/bundles/").length;
@@ -69,7 +70,7 @@ describe("MARKETPLACE=vastai through the REST API", () => {
     const id = created.body.instance_id;
     const searches = vast.requests.filter((r) => r.path === "/api/v0/bundles/").slice(searchesBefore);
     expect(searches).toHaveLength(1); // one search within the template's limits, not the catalogue
-    expect(searches[0]!.body).toMatchObject({ dph_total: { lte: 1 }, gpu_ram: { gte: 15.5 * 1024 }, rentable: { eq: true }, allocated_storage: LLM_DISK_GB });
+    expect(searches[0]!.body).toMatchObject({ dph_total: { lte: 1 }, gpu_ram: { gte: minMegabytes(16) }, rentable: { eq: true }, allocated_storage: LLM_DISK_GB });
     const row = await record(id);
     expect(row).toMatchObject({ offer_id: String(cheapest.id), cost_per_hour: dphTotal(cheapest, LLM_DISK_GB) });
     expect(vast.isRentable(cheapest.id)).toBe(false);
@@ -159,7 +160,7 @@ describe("MARKETPLACE=vastai through the REST API", () => {
 
   it("moves on to the next offer when the cheapest is taken between search and rent (vast.ai answers 404)", async () => {
     const fitting = vast.asks
-      .filter((a) => a.verified && vast.isRentable(a.id) && Math.round(a.gpu_ram / 1024) >= 8 && dphTotal(a, LLM_DISK_GB) <= 0.5)
+      .filter((a) => a.verified && vast.isRentable(a.id) && gigabytes(a.gpu_ram) >= 8 && dphTotal(a, LLM_DISK_GB) <= 0.5)
       .sort((a, b) => dphTotal(a, LLM_DISK_GB) - dphTotal(b, LLM_DISK_GB) || a.id - b.id);
     const [cheapest, next] = fitting;
     // Someone else rents the cheapest ask right after our search, before our create arrives.

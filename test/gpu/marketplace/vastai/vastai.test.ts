@@ -5,6 +5,7 @@ import { createVastMarketplace, type VastMarketplaceOptions } from "../../../../
 import { dphTotal } from "../../../support/vastai/catalogue.js";
 import { startVastEmulator, type VastEmulator } from "../../../support/vastai/emulator.js";
 import { waitFor } from "../../../support/wait.js";
+import { minMegabytes } from "../../../../src/gpu/marketplace/vastai/vastai-wire.js";
 
 const API_KEY = "vast-test-key-0123456789";
 const MODEL = "Qwen/Qwen2.5-Coder-7B-Instruct";
@@ -66,7 +67,7 @@ describe("vast.ai offers", () => {
     expect(search!.body).toMatchObject({
       gpu_name: { in: ["RTX 4090"] },
       dph_total: { lte: 1.5 },
-      gpu_ram: { gte: 23.5 * 1024 },
+      gpu_ram: { gte: minMegabytes(24) },
       num_gpus: { eq: 2 },
       rentable: { eq: true },
       verified: { eq: true },
