@@ -74,8 +74,11 @@ export interface MarketplaceConfig {
   readonly vastApiKey: string | undefined;
   /** vastai only: base URL of vast.ai's REST API. */
   readonly vastApiUrl: string;
-  /** vastai only: minimum interval between two calls of one endpoint, ms. */
-  readonly vastMinIntervalMs: number;
+  /**
+   * vastai only: minimum interval between two calls of one endpoint, ms, for every endpoint;
+   * undefined: vast.ai's documented interval of each endpoint (vastai-http.ts).
+   */
+  readonly vastMinIntervalMs: number | undefined;
   /** vastai only: retries of a call answered 429 (or failing transiently, when safe to repeat). */
   readonly vastRetries: number;
   /** vastai only: first backoff step after a 429, ms; doubles each retry up to 16x. */
@@ -182,7 +185,7 @@ function marketplaceConfig(env: Env): MarketplaceConfig {
     retries: integer(env, "MARKETPLACE_RETRIES", 3, 0, 10),
     vastApiKey: text(env, "VAST_API_KEY"),
     vastApiUrl: url(env, "VAST_API_URL", ["http:", "https:"]) ?? "https://console.vast.ai",
-    vastMinIntervalMs: integer(env, "VAST_MIN_INTERVAL_MS", 1_000, 0, 60_000),
+    vastMinIntervalMs: text(env, "VAST_MIN_INTERVAL_MS") === undefined ? undefined : integer(env, "VAST_MIN_INTERVAL_MS", 0, 0, 60_000),
     vastRetries: integer(env, "VAST_RETRIES", 8, 0, 20),
     vastBackoffMs: integer(env, "VAST_BACKOFF_MS", 500, 1, 60_000),
     simCreatingMs: integer(env, "SIM_CREATING_MS", 5_000, 0, 3_600_000),

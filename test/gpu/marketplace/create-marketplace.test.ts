@@ -28,7 +28,7 @@ describe("marketplace configuration", () => {
       retries: 3,
       vastApiKey: undefined,
       vastApiUrl: "https://console.vast.ai",
-      vastMinIntervalMs: 1_000,
+      vastMinIntervalMs: undefined,
       vastRetries: 8,
       vastBackoffMs: 500,
       simCreatingMs: 5_000,

@@ -35,7 +35,7 @@ export interface VastEmulator {
   readonly requests: EmulatorRequest[];
   readonly asks: VastAsk[];
   readonly instances: Map<number, EmulatedInstance>;
-  /** The next `count` requests answer 429; as JSON `{success, error, msg}` when asked, else plain text. */
+  /** The next `count` requests answer 429: as JSON `{success, error, msg}` naming threshold=0.5 when asked, else plain text. */
   throttle(count: number, json?: boolean): void;
   /** The next `count` requests answer this status without being handled. */
   failNext(count: number, status: number): void;
@@ -59,7 +59,9 @@ export interface VastEmulator {
   close(): Promise<void>;
 }
 
-const TOO_FREQUENT = "API requests too frequent endpoint threshold=1.0";
+// vast.ai's two shapes of a 429: plain text, and JSON naming the endpoint's interval in seconds.
+const TOO_FREQUENT = "API requests too frequent";
+const TOO_FREQUENT_THRESHOLD = "API requests too frequent endpoint threshold=0.5";
 
 export async function startVastEmulator(options: EmulatorOptions): Promise<VastEmulator> {
   const asks = createAsks();
@@ -104,7 +106,7 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     }
     if (switches.throttle > 0) {
       switches.throttle--;
-      return switches.throttleJson ? send(res, 429, error("rate_limit_exceeded", TOO_FREQUENT)) : sendText(res, 429, TOO_FREQUENT);
+      return switches.throttleJson ? send(res, 429, error("rate_limit_exceeded", TOO_FREQUENT_THRESHOLD)) : sendText(res, 429, TOO_FREQUENT);
     }
     if (switches.fail > 0) {
       switches.fail--;
@@ -115,7 +117,9 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     if (options.minIntervalMs) {
       const last = lastCall.get(route.endpoint);
       lastCall.set(route.endpoint, Date.now());
-      if (last !== undefined && Date.now() - last < options.minIntervalMs) return sendText(res, 429, TOO_FREQUENT);
+      if (last !== undefined && Date.now() - last < options.minIntervalMs) {
+        return sendText(res, 429, `API requests too frequent endpoint threshold=${options.minIntervalMs / 1000}`);
+      }
     }
     const [status, answer] = await route.handle(body, url.searchParams);
     send(res, status, answer);

@@ -32,6 +32,8 @@ export interface JsonHttpOptions {
   limiter?: (endpoint: string, signal?: AbortSignal) => Promise<void>;
   /** The readable part of an error body, added to the messages of unavailable answers. */
   errorText?: (body: unknown) => string | undefined;
+  /** How long a 429 asks to wait, when its body says so (vast.ai's `threshold=`), ms. */
+  waitOf429?: (body: unknown, endpoint: string) => number | undefined;
   logger?: Logger;
 }
 
@@ -102,7 +104,8 @@ export function createJsonHttp(options: JsonHttpOptions): JsonHttp {
         if (transient) throw new UnavailableError(`${options.name} is unavailable: ${what}${detail}`);
         return answer!;
       }
-      const retryAfterMs = "answer" in outcome ? outcome.retryAfterMs : undefined;
+      const asked = answer?.status === 429 ? options.waitOf429?.(answer.body, endpoint) : undefined;
+      const retryAfterMs = "answer" in outcome ? (outcome.retryAfterMs ?? asked) : undefined;
       if (retryAfterMs !== undefined && retryAfterMs > maxRetryAfterMs) {
         throw new UnavailableError(`${options.name} is unavailable: ${what}, asked to retry after ${Math.ceil(retryAfterMs / 1000)} s`);
       }
@@ -116,18 +119,32 @@ export function createJsonHttp(options: JsonHttpOptions): JsonHttp {
   };
 }
 
+export interface EndpointLimiter {
+  /** Waits for the endpoint's next slot. */
+  (endpoint: string, signal?: AbortSignal): Promise<void>;
+  /** The server asked for a longer interval: the endpoint keeps at least this one from now on. */
+  widen(endpoint: string, intervalMs: number): void;
+}
+
 /**
- * One slot per endpoint every minIntervalMs: callers of a busy endpoint queue up in call order,
- * other endpoints are not held back.
+ * One slot per endpoint every interval (intervalOf(endpoint), ms): callers of a busy endpoint
+ * queue up in call order, other endpoints are not held back. One limiter serves the whole process.
  */
-export function createEndpointLimiter(minIntervalMs: number): (endpoint: string, signal?: AbortSignal) => Promise<void> {
+export function createEndpointLimiter(intervalOf: (endpoint: string) => number): EndpointLimiter {
   const nextFree = new Map<string, number>();
-  return async (endpoint, signal) => {
+  const widened = new Map<string, number>();
+  const limiter = async (endpoint: string, signal?: AbortSignal) => {
     const now = Date.now();
     const slot = Math.max(now, nextFree.get(endpoint) ?? 0);
-    nextFree.set(endpoint, slot + minIntervalMs);
+    nextFree.set(endpoint, slot + Math.max(intervalOf(endpoint), widened.get(endpoint) ?? 0));
     if (slot > now) await sleep(slot - now, undefined, signal ? { signal } : undefined);
   };
+  return Object.assign(limiter, {
+    widen(endpoint: string, intervalMs: number) {
+      if (intervalMs > (widened.get(endpoint) ?? 0)) widened.set(endpoint, intervalMs);
+      nextFree.set(endpoint, Math.max(nextFree.get(endpoint) ?? 0, Date.now() + intervalMs));
+    },
+  });
 }
 
 /** Retry-After in ms: delta-seconds or an HTTP date; undefined when absent or unreadable. */

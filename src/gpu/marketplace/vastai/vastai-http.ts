@@ -14,8 +14,8 @@ export interface VastHttpOptions {
   apiKey: string;
   /** Per attempt, headers and body. */
   timeoutMs: number;
-  /** Minimum interval between two calls of one endpoint, ms. */
-  minIntervalMs: number;
+  /** Minimum interval between two calls of one endpoint, ms, for all; undefined: VAST_INTERVALS_MS. */
+  minIntervalMs: number | undefined;
   /** Retries after the first attempt. */
   retries: number;
   /** First backoff step, ms; doubles each retry up to maxBackoffMs. */
@@ -40,7 +40,30 @@ export interface VastCall {
 
 export type VastHttp = (call: VastCall) => Promise<VastAnswer>;
 
+/**
+ * vast.ai's minimum interval per endpoint and identity, ms, as its API reference states them
+ * (the `threshold` of each endpoint's rate limit): create 4.5 s, destroy 3 s, show 2 s, the
+ * instance list 1 s; search about 10 a minute. A call inside the interval answers 429, which can
+ * extend the lock-out, so the limiter keeps them by default.
+ */
+export const VAST_INTERVALS_MS: Readonly<Record<string, number>> = {
+  "PUT /api/v0/asks/{id}/": 4_500,
+  "DELETE /api/v0/instances/{id}/": 3_000,
+  "GET /api/v0/instances/{id}/": 2_000,
+  "GET /api/v1/instances/": 1_000,
+  "POST /api/v0/bundles/": 6_000,
+};
+const OTHER_ENDPOINT_MS = 1_000;
+
+/** The interval a 429 names: "API requests too frequent endpoint threshold=4.5" -> 4500 ms. */
+export function thresholdMsOf(body: unknown): number | undefined {
+  const text = typeof body === "string" ? body : vastErrorMessage(body);
+  const seconds = Number(/threshold=(\d+(?:\.\d+)?)/.exec(text ?? "")?.[1]);
+  return Number.isFinite(seconds) && seconds > 0 ? Math.round(seconds * 1000) : undefined;
+}
+
 export function createVastHttp(options: VastHttpOptions): VastHttp {
+  const limiter = createEndpointLimiter((endpoint) => options.minIntervalMs ?? VAST_INTERVALS_MS[endpoint] ?? OTHER_ENDPOINT_MS);
   return createJsonHttp({
     name: "vast.ai",
     baseUrl: options.baseUrl,
@@ -49,8 +72,14 @@ export function createVastHttp(options: VastHttpOptions): VastHttp {
     retries: options.retries,
     backoffMs: options.backoffMs,
     maxBackoffMs: options.maxBackoffMs,
-    limiter: createEndpointLimiter(options.minIntervalMs),
+    limiter,
     errorText: vastErrorMessage,
+    // A 429 naming its threshold: wait that long, and keep that interval for the endpoint from now on.
+    waitOf429: (body, endpoint) => {
+      const threshold = thresholdMsOf(body);
+      if (threshold !== undefined) limiter.widen(endpoint, threshold);
+      return threshold;
+    },
     logger: options.logger,
   });
 }

@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, UnavailableError } from "../../../../src/errors.js";
 import type { CreateMarketInstanceRequest, Marketplace } from "../../../../src/gpu/marketplace/port.js";
 import { createVastMarketplace, type VastMarketplaceOptions } from "../../../../src/gpu/marketplace/vastai/vastai.js";
+import { thresholdMsOf, VAST_INTERVALS_MS } from "../../../../src/gpu/marketplace/vastai/vastai-http.js";
 import { dphTotal } from "../../../support/vastai/catalogue.js";
 import { startVastEmulator, type VastEmulator } from "../../../support/vastai/emulator.js";
 import { waitFor } from "../../../support/wait.js";
@@ -256,7 +257,7 @@ describe("vast.ai rate limits", () => {
     const created = await market.createInstance(llmRequest(String(rentableAsk().id), "gpu-1"));
     expect(calls("PUT", /asks/)).toHaveLength(6);
     expect(vast.instances.size).toBe(1);
-    vast.throttle(3, true);
+    vast.throttle(3);
     const patient = connect({ backoffMs: 40, maxBackoffMs: 400 });
     expect((await patient.getInstance(created.id))!.label).toBe("gpu-1");
     const shows = calls("GET", /^\/api\/v0\/instances\/\d+\/$/).slice(-4);
@@ -273,6 +274,29 @@ describe("vast.ai rate limits", () => {
     expect((err as Error).message).toMatch(/429.*API requests too frequent/);
     expect(calls("PUT", /asks/)).toHaveLength(7);
     expect(vast.instances.size).toBe(0);
+  });
+
+  it("waits the threshold a 429 names, and keeps that interval for the endpoint from then on", async () => {
+    vast.throttle(1, true); // "API requests too frequent endpoint threshold=0.5"
+    const patient = connect({ backoffMs: 10, maxBackoffMs: 10 });
+    await patient.getInstance("31000001");
+    await patient.getInstance("31000001");
+    const shows = calls("GET", /^\/api\/v0\/instances\/\d+\/$/).slice(-3);
+    expect(shows).toHaveLength(3); // the 429, its retry, the next read
+    expect(shows[1]!.at - shows[0]!.at).toBeGreaterThanOrEqual(490);
+    expect(shows[2]!.at - shows[1]!.at).toBeGreaterThanOrEqual(490);
+  });
+
+  it("keeps vast.ai's documented interval of each endpoint when VAST_MIN_INTERVAL_MS is unset", () => {
+    expect(VAST_INTERVALS_MS).toMatchObject({
+      "PUT /api/v0/asks/{id}/": 4_500,
+      "DELETE /api/v0/instances/{id}/": 3_000,
+      "GET /api/v0/instances/{id}/": 2_000,
+      "GET /api/v1/instances/": 1_000,
+    });
+    expect(thresholdMsOf("API requests too frequent endpoint threshold=4.5")).toBe(4_500);
+    expect(thresholdMsOf({ success: false, error: "rate_limit_exceeded", msg: "API requests too frequent endpoint threshold=2.0" })).toBe(2_000);
+    expect(thresholdMsOf("API requests too frequent")).toBeUndefined();
   });
 
   it("keeps each endpoint under vast.ai's minimum interval without holding other endpoints back", async () => {
