@@ -56,6 +56,12 @@ export function costFigures(costPerHour: number, uptime: number): CostFigures {
   };
 }
 
+/** The money an instance has cost so far, unrounded: what limits are compared with. */
+export function accruedCost(costPerHour: number, uptime: number): number {
+  return (costPerHour * uptime) / MS_PER_HOUR;
+}
+
+/** The money an instance has cost so far, as reported. */
 export function totalCost(costPerHour: number, uptime: number): number {
-  return roundMoney((costPerHour * uptime) / MS_PER_HOUR);
+  return roundMoney(accruedCost(costPerHour, uptime));
 }

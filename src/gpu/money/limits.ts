@@ -1,6 +1,6 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { InstanceLimitsSchema, Template } from "../../../gen/gpu/v1/gpu_service_pb.js";
-import { round, roundMoney, totalCost, uptimeMs } from "./cost.js";
+import { accruedCost, round, roundMoney, uptimeMs } from "./cost.js";
 import type { CustomConfig } from "../creation/custom-config.js";
 import type { InstanceRecord } from "../store/instance-store.js";
 
@@ -31,9 +31,10 @@ export function reachedLimit(record: InstanceRecord, now: Date): { limit: LimitN
   if (record.maxHours !== null && uptime >= record.maxHours * MS_PER_HOUR) {
     return { limit: "max_hours", reason: `max_hours reached: up ${round(uptime / MS_PER_HOUR, 4)} h of ${record.maxHours} h` };
   }
-  const cost = totalCost(record.costPerHour, uptime);
+  // Compared unrounded: a limit finer than the reported cents is reached when it is really reached.
+  const cost = accruedCost(record.costPerHour, uptime);
   if (record.maxCost !== null && cost >= record.maxCost) {
-    return { limit: "max_cost", reason: `max_cost reached: cost $${cost} of $${record.maxCost}` };
+    return { limit: "max_cost", reason: `max_cost reached: cost $${roundMoney(cost)} of $${record.maxCost}` };
   }
   return undefined;
 }
@@ -44,11 +45,12 @@ export function limitsView(record: InstanceRecord, now: Date): MessageInitShape<
   const view: MessageInitShape<typeof InstanceLimitsSchema> = {};
   if (record.maxHours !== null) {
     view.maxHours = record.maxHours;
-    view.hoursLeft = round(Math.max(0, record.maxHours - uptime / MS_PER_HOUR), 4);
+    // Rounded, but never above the limit itself (a limit finer than the rounding stays exact).
+    view.hoursLeft = Math.min(record.maxHours, round(Math.max(0, record.maxHours - uptime / MS_PER_HOUR), 4));
   }
   if (record.maxCost !== null) {
     view.maxCost = record.maxCost;
-    view.costLeft = roundMoney(Math.max(0, record.maxCost - totalCost(record.costPerHour, uptime)));
+    view.costLeft = Math.min(record.maxCost, roundMoney(Math.max(0, record.maxCost - accruedCost(record.costPerHour, uptime))));
   }
   return view;
 }
