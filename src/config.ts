@@ -79,6 +79,10 @@ export interface MarketplaceConfig {
    * undefined: vast.ai's documented interval of each endpoint (vastai-http.ts).
    */
   readonly vastMinIntervalMs: number | undefined;
+  /** vastai only: timeout of a create (renting can take vast.ai a minute), ms; other calls use timeoutMs. */
+  readonly vastCreateTimeoutMs: number;
+  /** vastai only: hosts less reliable than this (vast.ai's reliability2, 0..1) are never offered. */
+  readonly vastMinReliability: number;
   /** vastai only: retries of a call answered 429 (or failing transiently, when safe to repeat). */
   readonly vastRetries: number;
   /** vastai only: first backoff step after a 429, ms; doubles each retry up to 16x. */
@@ -186,6 +190,8 @@ function marketplaceConfig(env: Env): MarketplaceConfig {
     vastApiKey: text(env, "VAST_API_KEY"),
     vastApiUrl: url(env, "VAST_API_URL", ["http:", "https:"]) ?? "https://console.vast.ai",
     vastMinIntervalMs: text(env, "VAST_MIN_INTERVAL_MS") === undefined ? undefined : integer(env, "VAST_MIN_INTERVAL_MS", 0, 0, 60_000),
+    vastCreateTimeoutMs: integer(env, "VAST_CREATE_TIMEOUT_MS", 90_000, 1_000, 600_000),
+    vastMinReliability: fraction(env, "VAST_MIN_RELIABILITY", 0.95),
     vastRetries: integer(env, "VAST_RETRIES", 8, 0, 20),
     vastBackoffMs: integer(env, "VAST_BACKOFF_MS", 500, 1, 60_000),
     simCreatingMs: integer(env, "SIM_CREATING_MS", 5_000, 0, 3_600_000),
@@ -243,6 +249,16 @@ function deploymentId(env: Env, name: string): string | undefined {
     throw new ConfigError(`${name} must be 1 to 40 letters, digits, '_' or '-', got '${value}'`);
   }
   return value;
+}
+
+/** A number from 0 to 1. */
+function fraction(env: Env, name: string, fallback: number): number {
+  const value = text(env, name);
+  if (value === undefined) return fallback;
+  if (!/^\d+(\.\d+)?$/.test(value) || Number(value) > 1) {
+    throw new ConfigError(`${name} must be a number from 0 to 1, got '${value}'`);
+  }
+  return Number(value);
 }
 
 /** A number > 0, or undefined when the variable is unset. */

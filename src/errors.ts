@@ -34,6 +34,12 @@ export class ResourceExhaustedError extends DomainError {}
 /** A dependency (database, search engine, marketplace) is unreachable: HTTP 503, Connect unavailable. */
 export class UnavailableError extends DomainError {}
 
+/**
+ * A call that must not be repeated (a create) got no answer, or a 5xx: it may or may not have
+ * done its work. Whoever made it finds out (a marketplace create looks its machine up by label).
+ */
+export class OutcomeUnknownError extends UnavailableError {}
+
 /** A failure the service detected and reports as such (HTTP 500), with a safe message. */
 export class OperationFailedError extends DomainError {}
 

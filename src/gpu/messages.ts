@@ -21,6 +21,9 @@ export function offerMessage(offer: MarketOffer): MessageInitShape<typeof OfferS
     rentable: offer.rentable,
     pricePerGpu: roundMoney(pricePerGpu(offer)),
     location: offer.location,
+    directPortCount: offer.directPortCount,
+    cudaMaxGood: offer.cudaMaxGood,
+    reliability: offer.reliability,
   };
 }
 

@@ -1,9 +1,11 @@
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
+import { findTemplate } from "../../src/gpu/creation/templates.js";
+import type { MarketOffer } from "../../src/gpu/marketplace/port.js";
 
 // Small helpers for the GPU end-to-end tests: REST calls that return status and JSON, the
-// generated Connect client, and polling until a condition holds.
+// generated Connect client, polling until a condition holds, and the offers a template may rent.
 
 export interface RestAnswer<T = Record<string, unknown>> {
   status: number;
@@ -37,4 +39,25 @@ export async function waitFor<T>(what: string, probe: () => Promise<T | undefine
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
+}
+
+/**
+ * The offers a template may rent, cheapest first as the service orders them: rentable, within its
+ * RAM floor and price cap, and a machine its model runs on (a GPU count it splits over, enough GPU
+ * memory in all, the image's CUDA, a direct port; a fact an offer leaves out does not exclude it).
+ */
+export function templateOffers(offers: readonly MarketOffer[], name: string): MarketOffer[] {
+  const c = findTemplate(name)!.config!;
+  return offers
+    .filter(
+      (o) =>
+        o.rentable &&
+        o.gpuRam >= c.minGpuRam &&
+        o.dphTotal <= c.maxPrice &&
+        c.tensorParallelSizes.includes(o.numGpus) &&
+        o.numGpus * o.gpuRam >= c.minTotalGpuRam &&
+        (o.cudaMaxGood ?? c.minCuda) >= c.minCuda &&
+        (o.directPortCount ?? 1) >= 1,
+    )
+    .sort((a, b) => a.dphTotal - b.dphTotal || a.id.localeCompare(b.id));
 }

@@ -61,6 +61,26 @@ describe("POST /api/gpu/search-offers filters", () => {
   });
 });
 
+describe("the host facts of an offer", () => {
+  it("shows each offer's direct ports, driver CUDA and reliability as the marketplace reports them", async () => {
+    const res = await rest<{ offers: Array<OfferJson & { direct_port_count: number; cuda_max_good: number; reliability: number }> }>(
+      t.server.url,
+      "POST",
+      "/api/gpu/search-offers",
+      { limit: 1000 },
+    );
+    expect(res.status).toBe(200);
+    const byId = new Map(catalogue.map((o) => [o.id, o]));
+    for (const offer of res.body.offers) {
+      const known = byId.get(offer.id)!;
+      expect(offer).toMatchObject({ direct_port_count: known.directPortCount, cuda_max_good: known.cudaMaxGood, reliability: known.reliability });
+    }
+    // A market lists hosts that cannot serve a model: the caller sees which.
+    expect(res.body.offers.some((o) => o.direct_port_count === 0)).toBe(true);
+    expect(res.body.offers.some((o) => o.cuda_max_good < 12.8)).toBe(true);
+  });
+});
+
 describe("POST /api/gpu/search-offers sorting and limit", () => {
   const sorts: Array<[string, string, (o: OfferJson) => number]> = [
     ["price", "ascending", (o) => o.dph_total],

@@ -5,7 +5,7 @@ import { completeCreation } from "./creation-log.js";
 import { parseCustomConfig } from "./custom-config.js";
 import type { GpuContext } from "../gpu-context.js";
 import type { InstanceRecord } from "../store/instance-store.js";
-import { launchPlanOf } from "./launch-plan.js";
+import { launchPlanOf, onMachine } from "./launch-plan.js";
 import { limitsFor } from "../money/limits.js";
 import { releaseMachine } from "../lifecycle/machine-release.js";
 import type { MarketInstance, MarketOffer } from "../marketplace/port.js";
@@ -61,7 +61,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
         ...offer,
         imageName: plan.image,
         templateName,
-        startCommand: plan.startCommand,
+        startCommand: onMachine(plan, offer.gpuInfo.numGpus).startCommand,
         autoDestroy: plan.autoDestroy,
         ...limits,
       }),

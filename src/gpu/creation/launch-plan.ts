@@ -3,7 +3,9 @@ import type { CustomConfig } from "./custom-config.js";
 import { LLM_PORT } from "./templates.js";
 
 // What an instance runs: the image, the start command and environment of its model server
-// (templates), or a bare CUDA image with no command (no template).
+// (templates), or a bare CUDA image with no command (no template). The model server splits the
+// model over all of the machine's GPUs (tensor parallelism), so its command is completed once the
+// offer, and with it the GPU count, is known (onMachine).
 
 /** Image of an instance created without a template: a bare CUDA runtime, no model server. */
 export const BARE_IMAGE = "nvidia/cuda:12.4.1-runtime-ubuntu22.04";
@@ -20,6 +22,17 @@ export interface LaunchPlan {
   llmPort?: number;
   llmModelName?: string;
   autoDestroy: boolean;
+  /** The model server runs with --tensor-parallel-size set to the machine's GPU count. */
+  tensorParallel?: boolean;
+}
+
+/** The plan's command and environment on a machine of `numGpus` GPUs. */
+export function onMachine(plan: LaunchPlan, numGpus: number): Pick<LaunchPlan, "startCommand" | "env"> {
+  if (!plan.tensorParallel) return { startCommand: plan.startCommand, env: plan.env };
+  return {
+    startCommand: `${plan.startCommand} --tensor-parallel-size ${numGpus}`,
+    env: { ...plan.env, LLM_TENSOR_PARALLEL_SIZE: String(numGpus) },
+  };
 }
 
 export function launchPlanOf(template: Template | undefined, custom: CustomConfig): LaunchPlan {
@@ -31,6 +44,7 @@ export function launchPlanOf(template: Template | undefined, custom: CustomConfi
   const memory = custom.llmGpuMemoryUtilization ?? config.llmGpuMemoryUtilization;
   return {
     image: config.imageName,
+    tensorParallel: true,
     diskGb: LLM_DISK_GB,
     startCommand: [
       `vllm serve ${config.llmModelName}`,

@@ -1,12 +1,27 @@
 import type { Template } from "../../../gen/gpu/v1/gpu_service_pb.js";
 import { ConflictError, excerpt, InvalidInputError, NotFoundError } from "../../errors.js";
+import { canServe } from "../marketplace/offer-filter.js";
 import type { MarketOffer, OfferFilter } from "../marketplace/port.js";
 
 // Which offer a creation rents. A template is a cost guard: the offer must have at least the
-// template's GPU RAM and cost at most its price cap, whether it is picked here or named.
+// template's GPU RAM and cost at most its price cap, whether it is picked here or named. It must
+// also be a machine that can serve the template's model: enough GPU memory over all its GPUs, a GPU
+// count tensor parallelism can split the model over, a driver with the image's CUDA, and a direct
+// port for the model server.
 
 function limitsOf(template: Template): { minGpuRam: number; maxPrice: number } {
   return { minGpuRam: template.config?.minGpuRam ?? 0, maxPrice: template.config?.maxPrice ?? 0 };
+}
+
+/** The bounds of OfferFilter a template's model needs (absent ones are not set on the template). */
+export function servingNeeds(template: Template): Pick<OfferFilter, "minTotalGpuRam" | "numGpusIn" | "minCuda" | "directPort"> {
+  const config = template.config;
+  return {
+    ...(config?.minTotalGpuRam ? { minTotalGpuRam: config.minTotalGpuRam } : {}),
+    ...(config?.tensorParallelSizes.length ? { numGpusIn: config.tensorParallelSizes } : {}),
+    ...(config?.minCuda ? { minCuda: config.minCuda } : {}),
+    directPort: true,
+  };
 }
 
 /** How many offers an automatic pick tries at the marketplace before answering 409. */
@@ -23,7 +38,7 @@ export function candidateFilter(template: Template | undefined, offerId: string 
   if (offerId !== undefined) return { offerId, diskGb };
   if (!template) return undefined;
   const { minGpuRam, maxPrice } = limitsOf(template);
-  return { rentable: true, minGpuRam, maxPrice, order: "price", limit: CANDIDATES_ASKED, diskGb };
+  return { rentable: true, minGpuRam, maxPrice, ...servingNeeds(template), order: "price", limit: CANDIDATES_ASKED, diskGb };
 }
 
 /**
@@ -35,11 +50,11 @@ export function offerCandidates(catalogue: readonly MarketOffer[], template: Tem
   if (!template) throw new InvalidInputError("offer_id is required when no template_name is given", { extra: { field: "offer_id" } });
   const { minGpuRam, maxPrice } = limitsOf(template);
   const fitting = catalogue
-    .filter((o) => o.rentable && o.gpuRam >= minGpuRam && o.dphTotal <= maxPrice)
+    .filter((o) => o.rentable && o.gpuRam >= minGpuRam && o.dphTotal <= maxPrice && canServe(o, servingNeeds(template)))
     .sort((a, b) => a.dphTotal - b.dphTotal || a.id.localeCompare(b.id));
   if (fitting.length === 0) {
     throw new NotFoundError(
-      `No rentable offer matches template '${template.name}' (min_gpu_ram ${minGpuRam} GB, max_price $${maxPrice}/h)`,
+      `No rentable offer matches template '${template.name}' (min_gpu_ram ${minGpuRam} GB, max_price $${maxPrice}/h, ${machineNeedsText(template)})`,
     );
   }
   return fitting;
@@ -58,8 +73,38 @@ function namedOffer(catalogue: readonly MarketOffer[], template: Template | unde
   const offer = catalogue.find((o) => o.id === offerId);
   if (!offer) throw new NotFoundError(`Offer '${excerpt(offerId)}' not found`, { extra: { field: "offer_id" } });
   if (!offer.rentable) throw new ConflictError(`Offer '${excerpt(offerId)}' is not rentable any more`, { extra: { field: "offer_id" } });
-  if (template) checkTemplateLimits(offer, template, offer.dphTotal);
+  if (template) {
+    checkTemplateLimits(offer, template, offer.dphTotal);
+    checkServing(offer, template);
+  }
   return offer;
+}
+
+function machineNeedsText(template: Template): string {
+  const config = template.config;
+  return [
+    `min_total_gpu_ram ${config?.minTotalGpuRam ?? 0} GB`,
+    `num_gpus in ${(config?.tensorParallelSizes ?? []).join("/")}`,
+    `min_cuda ${config?.minCuda ?? 0}`,
+    "a direct port",
+  ].join(", ");
+}
+
+/** Throws InvalidInputError naming the first thing the offer lacks to serve the template's model. */
+function checkServing(offer: MarketOffer, template: Template): void {
+  const needs = servingNeeds(template);
+  const refuse = (limit: string, why: string) =>
+    new InvalidInputError(`Offer '${offer.id}' ${why}, so it cannot serve template '${template.name}'`, { extra: { field: "offer_id", limit } });
+  if (needs.numGpusIn && !canServe(offer, { numGpusIn: needs.numGpusIn })) {
+    throw refuse("tensor_parallel_sizes", `has ${offer.numGpus} GPUs, not one of ${needs.numGpusIn.join("/")} its model can be split over`);
+  }
+  if (!canServe(offer, { minTotalGpuRam: needs.minTotalGpuRam })) {
+    throw refuse("min_total_gpu_ram", `has ${offer.numGpus * offer.gpuRam} GB of GPU RAM in all, below the ${needs.minTotalGpuRam} GB its model needs`);
+  }
+  if (!canServe(offer, { minCuda: needs.minCuda })) {
+    throw refuse("min_cuda", `runs CUDA up to ${offer.cudaMaxGood}, below the ${needs.minCuda} its image needs`);
+  }
+  if (!canServe(offer, { directPort: true })) throw refuse("direct_port", "has no direct port for the model server");
 }
 
 /** Throws InvalidInputError naming the template limit the offer (at the given price) violates. */

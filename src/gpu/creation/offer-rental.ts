@@ -1,16 +1,18 @@
-import { DomainError, ResourceExhaustedError, UnavailableError } from "../../errors.js";
+import { DomainError, OutcomeUnknownError, ResourceExhaustedError, UnavailableError } from "../../errors.js";
 import { failCreation } from "./creation-log.js";
 import { reserveOffer } from "./fleet-reservation.js";
 import { elapsedSince, type GpuContext } from "../gpu-context.js";
 import { gpuInfoJson, type InstanceRecord, type NewInstance, type OfferFacts } from "../store/instance-store.js";
-import type { LaunchPlan } from "./launch-plan.js";
+import { onMachine, type LaunchPlan } from "./launch-plan.js";
 import type { MarketInstance, MarketOffer } from "../marketplace/port.js";
 import { isOfferTaken, MAX_OFFERS_TRIED } from "./offer-choice.js";
 
 // Reserves an offer (writing the creating record) and rents it. An automatic pick whose offer
 // was rented by someone else meanwhile moves the record on to the next matching offer, up to
 // MAX_OFFERS_TRIED offers; a named offer answers 409 at once. Every failure after the record was
-// written leaves it failed with one success=false log record.
+// written leaves it failed with one success=false log record, except a create whose outcome the
+// marketplace left unknown: its record stays creating, so that the reconciler adopts the machine
+// if one shows up under its label, and fails the record if none does within the creation grace.
 
 export interface RentalRequest {
   instanceId: string;
@@ -38,6 +40,7 @@ export async function rentOffer(ctx: GpuContext, request: RentalRequest): Promis
     try {
       return { record, market: await rent(ctx, record, request.plan) };
     } catch (err) {
+      if (err instanceof OutcomeUnknownError) throw leftCreating(ctx, record, err);
       const error = asMarketplaceError(err, "The marketplace did not create the instance");
       const taken = record.offerId;
       candidates = candidates.filter((o) => o.id !== taken);
@@ -48,6 +51,14 @@ export async function rentOffer(ctx: GpuContext, request: RentalRequest): Promis
       ctx.logger.info({ instance_id: record.instanceId, offer_id: taken }, "offer rented by someone else meanwhile; trying the next one");
     }
   }
+}
+
+function leftCreating(ctx: GpuContext, record: InstanceRecord, err: OutcomeUnknownError): UnavailableError {
+  ctx.logger.warn({ err, instance_id: record.instanceId, offer_id: record.offerId }, "create outcome unknown; the record stays creating for the reconciler");
+  return new UnavailableError(`${err.message} (instance ${record.instanceId})`, {
+    cause: err,
+    extra: { instance_id: record.instanceId, status: "creating" },
+  });
 }
 
 /** Writes the creating record for the first free candidate, or moves `current` on to it. */
@@ -63,7 +74,9 @@ async function reserve(
       candidates,
       fleetCap: ctx.maxFleetDph,
       write: (offer, trx) =>
-        current ? ctx.instances.retarget(current.instanceId, offer, trx) : ctx.instances.insertCreating(request.newRecord(offer), trx),
+        current
+          ? ctx.instances.retarget(current.instanceId, offer, onMachine(request.plan, offer.gpuInfo.numGpus).startCommand, trx)
+          : ctx.instances.insertCreating(request.newRecord(offer), trx),
     });
   } catch (err) {
     if (current) await failCreation(ctx, current, (err as Error).message, request.started);
@@ -96,8 +109,8 @@ function rent(ctx: GpuContext, record: InstanceRecord, plan: LaunchPlan): Promis
     label: record.marketLabel,
     image: plan.image,
     diskGb: plan.diskGb,
-    startCommand: plan.startCommand,
-    env: plan.env,
+    ...onMachine(plan, record.gpuInfo.numGpus),
+    terms: { ...record.gpuInfo, dphTotal: record.costPerHour },
     ...(plan.llmPort !== undefined ? { llmPort: plan.llmPort, llmModelName: plan.llmModelName } : {}),
   });
 }

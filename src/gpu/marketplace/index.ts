@@ -36,6 +36,8 @@ export function createMarketplace(config: Config, logger: Logger, knex?: Knex): 
       baseUrl: settings.vastApiUrl,
       apiKey: settings.vastApiKey,
       timeoutMs: settings.timeoutMs,
+      createTimeoutMs: settings.vastCreateTimeoutMs,
+      minReliability: settings.vastMinReliability,
       minIntervalMs: settings.vastMinIntervalMs,
       retries: settings.vastRetries,
       backoffMs: settings.vastBackoffMs,

@@ -14,6 +14,12 @@ export interface MarketOffer {
   dphTotal: number;
   rentable: boolean;
   location: string;
+  /** Ports the host publishes directly; absent where the marketplace does not say. */
+  directPortCount?: number;
+  /** Highest CUDA version the host's driver runs; absent where the marketplace does not say. */
+  cudaMaxGood?: number;
+  /** Share of time the host's machines stayed up, 0..1; absent where the marketplace does not say. */
+  reliability?: number;
 }
 
 /** Sort orders of an offer search: price and price per GPU cheapest first, the others largest first. */
@@ -31,6 +37,16 @@ export interface OfferFilter {
   /** GB per GPU. */
   minGpuRam?: number;
   numGpus?: number;
+  /** GPU counts accepted (a template's tensor-parallel sizes). */
+  numGpusIn?: readonly number[];
+  /** GB over all of the machine's GPUs. */
+  minTotalGpuRam?: number;
+  /** Hosts whose driver runs at least this CUDA version. */
+  minCuda?: number;
+  /** Hosts that can publish a port directly (the model server's). */
+  directPort?: boolean;
+  /** Hosts at least this reliable, 0..1 (vast.ai's floor, VAST_MIN_RELIABILITY). */
+  minReliability?: number;
   rentable?: boolean;
   order?: OfferOrder;
   limit?: number;
@@ -76,6 +92,8 @@ export interface CreateMarketInstanceRequest {
   llmPort?: number;
   /** Model the model server serves, when the instance runs one. */
   llmModelName?: string;
+  /** The offer's terms as the creation's search showed them: what a machine not shown yet is reported with. */
+  terms?: Pick<MarketOffer, "gpuName" | "numGpus" | "gpuRam" | "dphTotal">;
 }
 
 export interface Marketplace {
@@ -83,7 +101,11 @@ export interface Marketplace {
   listOffers(signal?: AbortSignal): Promise<MarketOffer[]>;
   /** The offers matching the filter, in its order (price by default), at most its limit. */
   searchOffers(filter: OfferFilter, signal?: AbortSignal): Promise<MarketOffer[]>;
-  /** Rents an offer. Throws NotFoundError for an unknown offer, ConflictError when it is not rentable. */
+  /**
+   * Rents an offer. Throws NotFoundError for an unknown offer, ConflictError when it is not
+   * rentable, OutcomeUnknownError when it cannot tell whether a machine was rented (the machine,
+   * if any, carries the request's label).
+   */
   createInstance(request: CreateMarketInstanceRequest, signal?: AbortSignal): Promise<MarketInstance>;
   /** undefined when the marketplace does not know the instance (never created, or gone). */
   getInstance(id: string, signal?: AbortSignal): Promise<MarketInstance | undefined>;

@@ -181,7 +181,7 @@ export class InstanceStore {
   }
 
   /** Points a creating record that has rented nothing yet at another offer (the first was taken). */
-  async retarget(instanceId: string, offer: OfferFacts, trx?: Knex.Transaction): Promise<InstanceRecord | null> {
+  async retarget(instanceId: string, offer: OfferFacts, startCommand: string, trx?: Knex.Transaction): Promise<InstanceRecord | null> {
     const [row] = await (trx ?? this.knex)(TABLE)
       .where({ instance_id: instanceId, status: "creating" })
       .whereNull("market_instance_id")
@@ -189,6 +189,7 @@ export class InstanceStore {
         offer_id: offer.offerId,
         gpu_info: JSON.stringify(gpuInfoJson(offer.gpuInfo)),
         cost_per_hour: offer.costPerHour,
+        start_command: startCommand,
         updated_at: this.knex.fn.now(),
       })
       .returning("*");

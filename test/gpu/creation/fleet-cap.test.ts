@@ -4,7 +4,7 @@ import type { SimulatedMarketplace } from "../../../src/gpu/marketplace/simulate
 import { createTestElasticsearch } from "../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
 import { createFastSimulatedMarketplace, startTestServer, type TestServer } from "../../support/server.js";
-import { gpuClient, rest } from "../helpers.js";
+import { gpuClient, rest, templateOffers } from "../helpers.js";
 
 // GPU_MAX_FLEET_DPH bounds the summed cost_per_hour of active instances. A create that would
 // exceed it answers 429 naming the cap and the spend, rents nothing and logs one failed
@@ -87,7 +87,7 @@ describe("the fleet cap", () => {
     const spend = await activeSpend();
     expect(spend).toBeLessThanOrEqual(CAP);
     // Refused only when the next cheapest budget offer did not fit: a cap nearly reached.
-    const cheapestLeft = (await marketplace.listOffers()).filter((o) => o.rentable && o.gpuRam >= 8 && o.dphTotal <= 0.5).map((o) => o.dphTotal);
+    const cheapestLeft = templateOffers(await marketplace.listOffers(), "budget").map((o) => o.dphTotal);
     expect(spend + Math.min(...cheapestLeft)).toBeGreaterThan(CAP);
     expect((await refusals()).length - before).toBe(statuses.filter((s) => s === 429).length);
     await destroyAll();

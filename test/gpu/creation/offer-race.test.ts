@@ -5,7 +5,7 @@ import type { SimulatedMarketplace } from "../../../src/gpu/marketplace/simulate
 import { createTestElasticsearch } from "../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
 import { createFastSimulatedMarketplace, startTestServer, type TestServer } from "../../support/server.js";
-import { rest } from "../helpers.js";
+import { rest, templateOffers } from "../helpers.js";
 
 // Next offer on a race: an automatic pick whose offer was rented by someone else between the
 // offer search and the rent tries the next cheapest matching offer, up to 5; a named offer
@@ -17,6 +17,8 @@ let server: TestServer;
 /** Offers a rival renter takes right after the service searched the offers. */
 let rivalTakes: (offers: MarketOffer[]) => MarketOffer[] = () => [];
 const rentAttempts: string[] = [];
+/** Concurrent creates: most of the budget offers left rentable after the tests before. */
+const CONCURRENT = 20;
 
 /** The simulated marketplace, with a rival account renting offers the moment the service has found them. */
 function withRival(market: SimulatedMarketplace): Marketplace {
@@ -50,9 +52,8 @@ afterAll(async () => {
   await db?.drop();
 });
 
-/** Rentable budget offers (>= 8 GB, <= $0.5/h), cheapest first, as the service orders them. */
-const budgetOffers = (offers: MarketOffer[]) =>
-  offers.filter((o) => o.rentable && o.gpuRam >= 8 && o.dphTotal <= 0.5).sort((a, b) => a.dphTotal - b.dphTotal || a.id.localeCompare(b.id));
+/** The offers the budget template may rent, cheapest first, as the service orders them. */
+const budgetOffers = (offers: MarketOffer[]) => templateOffers(offers, "budget");
 
 const record = (id: string) => db.knex("gpu_instances").where({ instance_id: id }).first();
 const logsOf = (id: string) => db.knex("GpuExecutionLog").where({ instance_id: id }).orderBy("id");
@@ -126,22 +127,23 @@ describe("creating with an explicit offer_id", () => {
   });
 });
 
-describe("30 concurrent creates from budget", () => {
+describe(`${CONCURRENT} concurrent creates from budget`, () => {
   it("all succeed, each on an offer of its own", async () => {
     const before = await db.knex("gpu_instances").count<Array<{ count: string }>>("* as count");
+    expect(budgetOffers(await simulated.listOffers()).length).toBeGreaterThanOrEqual(CONCURRENT);
     rentAttempts.length = 0;
 
     const answers = await Promise.all(
-      Array.from({ length: 30 }, () => rest<{ instance_id: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget")),
+      Array.from({ length: CONCURRENT }, () => rest<{ instance_id: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget")),
     );
 
-    expect(answers.map((a) => a.status)).toEqual(Array(30).fill(200));
+    expect(answers.map((a) => a.status)).toEqual(Array(CONCURRENT).fill(200));
     const ids = answers.map((a) => a.body.instance_id);
     const rows = await db.knex("gpu_instances").whereIn("instance_id", ids);
     expect(rows.every((r) => r.status !== "failed" && r.market_instance_id !== null)).toBe(true);
-    expect(new Set(rows.map((r) => r.offer_id)).size).toBe(30);
-    expect(rentAttempts).toHaveLength(30);
+    expect(new Set(rows.map((r) => r.offer_id)).size).toBe(CONCURRENT);
+    expect(rentAttempts).toHaveLength(CONCURRENT);
     const after = await db.knex("gpu_instances").count<Array<{ count: string }>>("* as count");
-    expect(Number(after[0]!.count) - Number(before[0]!.count)).toBe(30);
+    expect(Number(after[0]!.count) - Number(before[0]!.count)).toBe(CONCURRENT);
   });
 });

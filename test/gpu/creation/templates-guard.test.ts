@@ -3,10 +3,10 @@ import { beforeAll, describe, expect, it } from "vitest";
 import type { Marketplace, MarketOffer } from "../../../src/gpu/marketplace/port.js";
 import { createTestElasticsearch } from "../../support/elasticsearch.js";
 import { createFastSimulatedMarketplace, startTestServer, useTestServer } from "../../support/server.js";
-import { gpuClient, rest } from "../helpers.js";
+import { gpuClient, rest, templateOffers } from "../helpers.js";
 
 // Templates are cost guards: whatever the caller names, an instance created from a template
-// rents an offer with at least its GPU RAM and at most its price.
+// rents an offer with at least its GPU RAM and at most its price, on a machine its model runs on.
 
 const t = useTestServer();
 let catalogue: MarketOffer[];
@@ -21,9 +21,9 @@ const instanceCount = async () => Number((await t.db.knex("gpu_instances").count
 
 describe("creating from a template without an offer", () => {
   it("rents the cheapest rentable offer within the template's RAM floor and price cap", async () => {
-    const expected = catalogue
-      .filter((o) => o.rentable && o.gpuRam >= 16 && o.dphTotal <= 1.0)
-      .sort((a, b) => a.dphTotal - b.dphTotal)[0]!;
+    const expected = templateOffers(catalogue, "research")[0]!;
+    // Cheaper offers within the RAM floor and price cap exist, but cannot serve the 14B model.
+    expect(catalogue.some((o) => o.rentable && o.gpuRam >= 16 && o.dphTotal < expected.dphTotal)).toBe(true);
     const res = await fromTemplate("template_name=research");
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ success: true, template_name: "research", status: "creating" });
@@ -51,6 +51,22 @@ describe("creating from a template with an offer", () => {
     expect(res.status).toBe(400);
     expect(res.body).toMatchObject({ limit: "min_gpu_ram" });
     expect(res.body.detail).toContain("min_gpu_ram");
+  });
+
+  it.each([
+    // Within the RAM floor and price cap, but a machine the model cannot run on.
+    ["min_total_gpu_ram", "research", (o: MarketOffer) => o.numGpus === 1 && o.gpuRam >= 16 && o.gpuRam < 40 && o.dphTotal <= 1],
+    ["min_cuda", "budget", (o: MarketOffer) => o.gpuRam * o.numGpus >= 24 && o.dphTotal <= 0.5 && o.cudaMaxGood! < 12.8 && o.directPortCount! > 0],
+    ["direct_port", "budget", (o: MarketOffer) => o.gpuRam * o.numGpus >= 24 && o.dphTotal <= 0.5 && o.cudaMaxGood! >= 12.8 && o.directPortCount === 0],
+  ])("refuses a named offer that cannot serve the model with a 400 naming %s, and creates nothing", async (limit, template, unfit) => {
+    const offer = catalogue.find((o) => o.rentable && [1, 2, 4].includes(o.numGpus) && unfit(o))!;
+    expect(offer).toBeDefined();
+    const before = await instanceCount();
+    const res = await fromTemplate(`template_name=${template}&offer_id=${offer.id}`);
+    expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({ limit, field: "offer_id" });
+    expect(res.body.detail).toContain(`cannot serve template '${template}'`);
+    expect(await instanceCount()).toBe(before);
   });
 
   it("answers 404 for an unknown offer and 409 for one that is not rentable", async () => {
@@ -121,7 +137,9 @@ describe("a catalogue where no offer fits a template", () => {
     try {
       const res = await rest(other.url, "POST", "/api/gpu/instances/from-template?template_name=budget");
       expect(res.status).toBe(404);
-      expect(res.body.detail).toBe("No rentable offer matches template 'budget' (min_gpu_ram 8 GB, max_price $0.5/h)");
+      expect(res.body.detail).toBe(
+        "No rentable offer matches template 'budget' (min_gpu_ram 8 GB, max_price $0.5/h, min_total_gpu_ram 24 GB, num_gpus in 1/2/4, min_cuda 12.8, a direct port)",
+      );
     } finally {
       await other.close();
       await simulated.close();

@@ -19,6 +19,8 @@ export interface EmulatorRequest {
   query: URLSearchParams;
   body: unknown;
   at: number;
+  /** The answer's status, once sent. */
+  status?: number;
 }
 
 export interface EmulatorOptions {
@@ -26,8 +28,12 @@ export interface EmulatorOptions {
   /** How long actual_status stays null, then "loading", ms. */
   provisioningMs?: number;
   loadingMs?: number;
-  /** Answer 429 when one endpoint is called again within this interval (0: no limit). */
-  minIntervalMs?: number;
+  /**
+   * Answer 429 when one endpoint is called again within this interval (0: no limit), one for all
+   * or per endpoint (search, ask, show, list, destroy). As on vast.ai, a call inside the interval
+   * extends the lock-out: the interval runs again from it.
+   */
+  minIntervalMs?: number | Partial<Record<"search" | "ask" | "show" | "list" | "destroy", number>>;
 }
 
 export interface VastEmulator {
@@ -41,6 +47,8 @@ export interface VastEmulator {
   failNext(count: number, status: number): void;
   /** Every request waits this long before it is handled. */
   delay(ms: number): void;
+  /** Creates rent the machine at once but answer only this much later (after the caller's timeout). */
+  answerCreatesAfter(ms: number): void;
   /** Runs when a create request arrives, before it is handled (e.g. to kill the caller meanwhile). */
   onCreate(hook: (() => Promise<void> | void) | undefined): void;
   /** The next create rents the machine but its container fails to start (OCI runtime error). */
@@ -68,7 +76,9 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
   const instances = createInstances({ provisioningMs: options.provisioningMs ?? 100, loadingMs: options.loadingMs ?? 100 });
   const requests: EmulatorRequest[] = [];
   const lastCall = new Map<string, number>();
-  const switches = { throttle: 0, throttleJson: false, fail: 0, failStatus: 503, delayMs: 0, failStart: false, showLagMs: 0 };
+  const switches = { throttle: 0, throttleJson: false, fail: 0, failStatus: 503, delayMs: 0, failStart: false, showLagMs: 0, createAnswerMs: 0 };
+  const intervalOf = (endpoint: string) =>
+    typeof options.minIntervalMs === "object" ? (options.minIntervalMs as Record<string, number | undefined>)[endpoint] ?? 0 : (options.minIntervalMs ?? 0);
   const shown = (i: EmulatedInstance) => Date.now() - i.createdAt >= switches.showLagMs;
   let createHook: (() => Promise<void> | void) | undefined;
 
@@ -79,7 +89,6 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     dph_total: dphTotal(ask, storageGb),
     rentable: isRentable(ask),
     rented: false,
-    external: false,
     verification: ask.verified ? "verified" : "unverified",
   });
 
@@ -97,7 +106,9 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     } catch {
       return send(res, 400, error("invalid_args", `error 400/1782: Invalid args: invalid json: ${raw.slice(0, 40)}`));
     }
-    requests.push({ method, path: url.pathname, query: url.searchParams, body, at: Date.now() });
+    const entry: EmulatorRequest = { method, path: url.pathname, query: url.searchParams, body, at: Date.now() };
+    requests.push(entry);
+    res.on("finish", () => (entry.status = res.statusCode));
     if (switches.delayMs > 0) await sleep(switches.delayMs);
     if (req.headers.authorization !== `Bearer ${options.apiKey}`) {
       // As vast.ai does: the offer search answers an unknown key with 404, the other endpoints with 401.
@@ -114,11 +125,12 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     }
     const route = routeOf(method, url.pathname);
     if (!route) return send(res, 404, { detail: "Not Found" });
-    if (options.minIntervalMs) {
+    const interval = intervalOf(route.endpoint);
+    if (interval > 0) {
       const last = lastCall.get(route.endpoint);
       lastCall.set(route.endpoint, Date.now());
-      if (last !== undefined && Date.now() - last < options.minIntervalMs) {
-        return sendText(res, 429, `API requests too frequent endpoint threshold=${options.minIntervalMs / 1000}`);
+      if (last !== undefined && Date.now() - last < interval) {
+        return sendText(res, 429, `API requests too frequent endpoint threshold=${interval / 1000}`);
       }
     }
     const [status, answer] = await route.handle(body, url.searchParams);
@@ -170,6 +182,7 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     const request = body as Record<string, unknown>;
     const instance = await instances.rent(ask, request, switches.failStart);
     switches.failStart = false;
+    if (switches.createAnswerMs > 0) await sleep(switches.createAnswerMs);
     return [200, { success: true, new_contract: instance.id, instance_api_key: `ik-${instance.id}` }];
   }
 
@@ -226,6 +239,7 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     throttle: (count, json = false) => Object.assign(switches, { throttle: count, throttleJson: json }),
     failNext: (count, status) => Object.assign(switches, { fail: count, failStatus: status }),
     delay: (ms) => void (switches.delayMs = ms),
+    answerCreatesAfter: (ms) => void (switches.createAnswerMs = ms),
     onCreate: (hook) => void (createHook = hook),
     failNextStart: () => void (switches.failStart = true),
     addForeignInstance: (label, askId) => instances.foreign(asks.find((a) => (askId === undefined ? isRentable(a) : a.id === askId))!, label).id,

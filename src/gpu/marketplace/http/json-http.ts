@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
-import { UnavailableError } from "../../../errors.js";
+import { OutcomeUnknownError, UnavailableError } from "../../../errors.js";
 
 // The one JSON-over-HTTP client of the marketplace adapters (remote and vast.ai): a timeout per
 // attempt, an optional limiter before each attempt, and retries with backoff and jitter.
@@ -9,7 +9,8 @@ import { UnavailableError } from "../../../errors.js";
 //   maxRetryAfterMs answers unavailable at once).
 // - 5xx, network errors and timeouts are retried only for a call that is safe to repeat: a create
 //   that may have reached the marketplace is never sent twice unless the marketplace deduplicates.
-//   Not retried, or retried to the end, they answer UnavailableError (503).
+//   Not retried, or retried to the end, they answer UnavailableError (503); for a call that is not
+//   repeatable, OutcomeUnknownError: it may have done its work.
 // - Any other answer goes back to the adapter, which says what it means.
 //
 // The API key goes into the Authorization header and nowhere else: not into logs, not into errors.
@@ -49,6 +50,8 @@ export interface JsonCall {
   endpoint?: string;
   /** False for a call that must not be sent twice after an unknown outcome; default true. */
   repeatable?: boolean;
+  /** Per attempt, instead of the client's timeoutMs (a create may take long). */
+  timeoutMs?: number;
   signal?: AbortSignal;
 }
 
@@ -67,7 +70,8 @@ export function createJsonHttp(options: JsonHttpOptions): JsonHttp {
   const maxRetryAfterMs = options.maxRetryAfterMs ?? 30_000;
 
   async function attempt(call: JsonCall): Promise<{ answer: JsonAnswer; retryAfterMs?: number } | { failure: string }> {
-    const timeout = AbortSignal.timeout(options.timeoutMs);
+    const timeoutMs = call.timeoutMs ?? options.timeoutMs;
+    const timeout = AbortSignal.timeout(timeoutMs);
     const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
     try {
       const res = await fetch(urlOf(base, call), {
@@ -85,7 +89,7 @@ export function createJsonHttp(options: JsonHttpOptions): JsonHttp {
       return { answer, retryAfterMs: parseRetryAfter(res.headers.get("retry-after")) };
     } catch (err) {
       if (call.signal?.aborted) throw call.signal.reason;
-      return { failure: timeout.aborted ? `no answer within ${options.timeoutMs} ms` : networkReason(err) };
+      return { failure: timeout.aborted ? `no answer within ${timeoutMs} ms` : networkReason(err) };
     }
   }
 
@@ -101,7 +105,7 @@ export function createJsonHttp(options: JsonHttpOptions): JsonHttp {
       const transient = answer === undefined || TRANSIENT_STATUSES.has(answer.status);
       const retryable = answer?.status === 429 || (transient && repeatable);
       if (!retryable) {
-        if (transient) throw new UnavailableError(`${options.name} is unavailable: ${what}${detail}`);
+        if (transient) throw new OutcomeUnknownError(`${options.name} is unavailable: ${what}${detail}`);
         return answer!;
       }
       const asked = answer?.status === 429 ? options.waitOf429?.(answer.body, endpoint) : undefined;

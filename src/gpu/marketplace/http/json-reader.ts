@@ -23,5 +23,8 @@ export function jsonReader(who: string) {
       typeof value === "number" && Number.isFinite(value) ? value : malformed(where, "a number"),
     integer: (value: unknown, where: string): number => (Number.isInteger(value) ? (value as number) : malformed(where, "an integer")),
     boolean: (value: unknown, where: string): boolean => (typeof value === "boolean" ? value : malformed(where, "a boolean")),
+    /** A field the marketplace may leave out or null: undefined then, else read as `read` says. */
+    optional: <T>(read: (value: unknown, where: string) => T, value: unknown, where: string): T | undefined =>
+      value === undefined || value === null ? undefined : read(value, where),
   };
 }

@@ -11,7 +11,7 @@ import {
 // types. Answers are checked field by field: a marketplace that sends something else fails with a
 // clear error here instead of putting NaN prices or undefined ids into the database.
 
-const { malformed, object, array, string, number, boolean } = jsonReader("The marketplace");
+const { malformed, object, array, string, number, integer, boolean, optional } = jsonReader("The marketplace");
 
 export function toCreateBody(request: CreateMarketInstanceRequest): Json {
   return {
@@ -59,6 +59,9 @@ function parseOffer(value: unknown, where: string): MarketOffer {
     dphTotal: number(o.dph_total, `${where}.dph_total`),
     rentable: boolean(o.rentable, `${where}.rentable`),
     location: o.location === undefined ? "" : string(o.location, `${where}.location`),
+    directPortCount: optional(integer, o.direct_port_count, `${where}.direct_port_count`),
+    cudaMaxGood: optional(number, o.cuda_max_good, `${where}.cuda_max_good`),
+    reliability: optional(number, o.reliability, `${where}.reliability`),
   };
 }
 

@@ -58,6 +58,8 @@ export const DEFAULT_CATALOGUE_SIZE = 320;
 /** A deterministic, realistic catalogue of offers. */
 export function createCatalogue(options: CatalogueOptions = {}): MarketOffer[] {
   const random = mulberry32(options.seed ?? DEFAULT_CATALOGUE_SEED);
+  // Host facts come from a stream of their own, so that adding them left every offer as it was.
+  const host = mulberry32((options.seed ?? DEFAULT_CATALOGUE_SEED) + 1);
   const size = options.size ?? DEFAULT_CATALOGUE_SIZE;
   const offers: MarketOffer[] = [];
   let nextId = 31_400_000;
@@ -77,9 +79,28 @@ export function createCatalogue(options: CatalogueOptions = {}): MarketOffer[] {
       dphTotal: round(numGpus * perGpu * spread, 4),
       rentable: i < MODELS.length || random() >= UNRENTABLE_SHARE,
       location: pick(LOCATIONS, random),
+      ...hostFacts(host, i < MODELS.length),
     });
   }
   return offers;
+}
+
+/** CUDA versions hosts' drivers run, newest most common. */
+const CUDA_VERSIONS = [12.2, 12.4, 12.6, 12.8, 12.8, 12.9, 12.9, 13.0];
+/** Share of hosts behind NAT with no direct port, as on real spot markets. */
+const PORTLESS_SHARE = 0.05;
+
+/**
+ * Ports, driver CUDA and reliability of an offer's host. A real market lists hosts that cannot
+ * serve a model (no direct port, an old driver) among the cheapest; the first offer of each model
+ * is a good host, so that every model has one.
+ */
+function hostFacts(random: () => number, good: boolean): Pick<MarketOffer, "directPortCount" | "cudaMaxGood" | "reliability"> {
+  const portless = random() < PORTLESS_SHARE;
+  const cuda = pick(CUDA_VERSIONS, random);
+  const reliability = round(0.9 + random() * 0.0999, 4);
+  if (good) return { directPortCount: 64, cudaMaxGood: 12.9, reliability: 0.995 };
+  return { directPortCount: portless ? 0 : 8 * (1 + Math.floor(random() * 16)), cudaMaxGood: cuda, reliability };
 }
 
 /** The small, fast, well-distributed PRNG of Tommy Ettinger; enough for a catalogue. */

@@ -35,6 +35,8 @@ export interface VastCall {
   body?: unknown;
   /** False for a create: sent again only after a 429, which vast.ai answers before doing anything. */
   repeatable: boolean;
+  /** Per attempt, instead of timeoutMs (a create). */
+  timeoutMs?: number;
   signal?: AbortSignal;
 }
 
@@ -54,6 +56,13 @@ export const VAST_INTERVALS_MS: Readonly<Record<string, number>> = {
   "POST /api/v0/bundles/": 6_000,
 };
 const OTHER_ENDPOINT_MS = 1_000;
+/**
+ * vast.ai measures the interval between arrivals: two calls sent exactly one interval apart can
+ * arrive closer when the first travelled slower, answer 429 and extend the lock-out. Intervals
+ * vast.ai states (documented or named by a 429) are kept with this share on top.
+ */
+export const INTERVAL_MARGIN = 0.1;
+const withMargin = (ms: number) => Math.round(ms * (1 + INTERVAL_MARGIN));
 
 /** The interval a 429 names: "API requests too frequent endpoint threshold=4.5" -> 4500 ms. */
 export function thresholdMsOf(body: unknown): number | undefined {
@@ -63,7 +72,7 @@ export function thresholdMsOf(body: unknown): number | undefined {
 }
 
 export function createVastHttp(options: VastHttpOptions): VastHttp {
-  const limiter = createEndpointLimiter((endpoint) => options.minIntervalMs ?? VAST_INTERVALS_MS[endpoint] ?? OTHER_ENDPOINT_MS);
+  const limiter = createEndpointLimiter((endpoint) => options.minIntervalMs ?? withMargin(VAST_INTERVALS_MS[endpoint] ?? OTHER_ENDPOINT_MS));
   return createJsonHttp({
     name: "vast.ai",
     baseUrl: options.baseUrl,
@@ -77,8 +86,9 @@ export function createVastHttp(options: VastHttpOptions): VastHttp {
     // A 429 naming its threshold: wait that long, and keep that interval for the endpoint from now on.
     waitOf429: (body, endpoint) => {
       const threshold = thresholdMsOf(body);
-      if (threshold !== undefined) limiter.widen(endpoint, threshold);
-      return threshold;
+      if (threshold === undefined) return undefined;
+      limiter.widen(endpoint, withMargin(threshold));
+      return withMargin(threshold);
     },
     logger: options.logger,
   });

@@ -6,7 +6,7 @@ import type { CreateMarketInstanceRequest, MarketInstance, MarketOffer, MarketSt
 // there and strings here. Answers are checked field by field, so a changed wire format fails with
 // a clear error instead of putting NaN prices into the database.
 
-const { object, array, string, number, integer, boolean } = jsonReader("vast.ai");
+const { object, array, string, number, integer, boolean, optional } = jsonReader("vast.ai");
 
 /** vast.ai's names of the models the service's users rent; a gpu_name filter is pushed as `in` these. */
 export const VAST_GPU_NAMES = [
@@ -43,11 +43,20 @@ export function toSearchBody(filter: OfferFilter): Json {
     allocated_storage: filter.diskGb ?? DEFAULT_DISK_GB,
   };
   if (filter.offerId !== undefined) body.id = { eq: Number(filter.offerId) };
+  // Hosts of vast.ai's datacentre partners rent on other terms: a search leaves them out (as
+  // vast-cli does); an ask named by its id is looked up as it is.
+  else body.external = { eq: false };
   if (filter.gpuName) body.gpu_name = gpuNameBound(filter.gpuName);
   if (filter.maxPrice !== undefined) body.dph_total = { lte: filter.maxPrice };
   // A bound on what hosts report, loose enough for every card that snaps to the floor; the answer is re-checked.
   if (filter.minGpuRam !== undefined && filter.minGpuRam > 0) body.gpu_ram = { gte: minMegabytes(filter.minGpuRam) };
   if (filter.numGpus !== undefined) body.num_gpus = { eq: filter.numGpus };
+  else if (filter.numGpusIn !== undefined) body.num_gpus = { in: [...filter.numGpusIn] };
+  if (filter.minTotalGpuRam !== undefined) body.gpu_total_ram = { gte: minMegabytes(filter.minTotalGpuRam) };
+  if (filter.minCuda !== undefined) body.cuda_max_good = { gte: filter.minCuda };
+  if (filter.minReliability !== undefined) body.reliability2 = { gte: filter.minReliability };
+  if (filter.directPort) body.direct_port_count = { gte: 1 };
+  if (filter.diskGb !== undefined) body.disk_space = { gte: filter.diskGb };
   if (filter.limit !== undefined) body.limit = filter.limit;
   return body;
 }
@@ -73,6 +82,10 @@ function parseOffer(value: unknown, where: string): MarketOffer {
     dphTotal: number(o.dph_total, `${where}.dph_total`),
     rentable: boolean(o.rentable, `${where}.rentable`),
     location: typeof o.geolocation === "string" ? o.geolocation : "",
+    // The search bounds these facts already; an offer that leaves one out is checked on the rest.
+    directPortCount: optional(integer, o.direct_port_count, `${where}.direct_port_count`),
+    cudaMaxGood: optional(number, o.cuda_max_good, `${where}.cuda_max_good`),
+    reliability: optional(number, o.reliability2 ?? o.reliability, `${where}.reliability2`),
   };
 }
 

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from "node:timers/promises";
-import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, UnavailableError } from "../../../errors.js";
+import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, OutcomeUnknownError } from "../../../errors.js";
 import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, OfferFilter } from "../port.js";
 import { filterOffers } from "../offer-filter.js";
 import { createVastHttp, unexpectedAnswer, vastErrorCode, vastErrorMessage, type VastAnswer, type VastHttpOptions } from "./vastai-http.js";
@@ -9,7 +9,17 @@ import { parseInstancePage, parseOffers, parseShownInstance, toCreateBody, toSea
 // 429 backoff, timeouts) lives in vastai-http.ts, the JSON in vastai-wire.ts; this file says what
 // each answer means.
 
-export type VastMarketplaceOptions = VastHttpOptions;
+export interface VastMarketplaceOptions extends VastHttpOptions {
+  /** A create's timeout, ms: renting can take vast.ai far longer than a read (vast-cli waits 120 s). */
+  createTimeoutMs: number;
+  /**
+   * After a create with no answer (timeout, 5xx, dropped connection): how long its machine is
+   * looked for by label, allowing for vast.ai's lag in listing a new instance, ms.
+   */
+  createLookupMs?: number;
+  /** Hosts below this reliability2 (0..1) are never offered. */
+  minReliability: number;
+}
 
 /** Largest catalogue listOffers returns: vast.ai lists tens of thousands of asks. */
 export const CATALOGUE_LIMIT = 1000;
@@ -17,9 +27,12 @@ export const CATALOGUE_LIMIT = 1000;
 const PAGE_SIZE = 25;
 /** Asks remembered from searches: a create rents what a search of this process just showed. */
 const SEEN_ASKS = 10_000;
-/** vast.ai shows a new instance seconds after renting it: how long a create waits at most. */
-const SHOW_ATTEMPTS = 5;
+/** vast.ai shows a new instance seconds after renting it: how often a create asks before answering `creating`. */
+const SHOW_ATTEMPTS = 3;
 const SHOW_WAIT_MS = 2_000;
+/** Default of createLookupMs, and the longest wait between two looks. */
+const CREATE_LOOKUP_MS = 30_000;
+const LOOKUP_WAIT_MS = 5_000;
 
 const ASK = "PUT /api/v0/asks/{id}/";
 const SEARCH = "POST /api/v0/bundles/";
@@ -45,14 +58,25 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
     }
   }
 
-  async function searchOffers(filter: OfferFilter, signal?: AbortSignal): Promise<MarketOffer[]> {
+  async function searchOffers(asked: OfferFilter, signal?: AbortSignal): Promise<MarketOffer[]> {
     // vast.ai ids are integers: any other id names no offer.
-    if (filter.offerId !== undefined && !isVastId(filter.offerId)) return [];
+    if (asked.offerId !== undefined && !isVastId(asked.offerId)) return [];
+    // A search leaves unreliable hosts out; a named ask is found, and refused with the reason.
+    const filter = asked.offerId === undefined ? { ...asked, minReliability: options.minReliability } : asked;
     const answer = await http({ endpoint: SEARCH, method: "POST", path: "/api/v0/bundles/", body: toSearchBody(filter), repeatable: true, signal });
     if (answer.status !== 200) throw searchError(answer);
     const offers = parseOffers(answer.body);
     remember(offers);
+    if (asked.offerId !== undefined) offers.forEach(checkReliable);
     return filterOffers(offers, filter);
+  }
+
+  function checkReliable(offer: MarketOffer): void {
+    if (offer.reliability === undefined || offer.reliability >= options.minReliability) return;
+    throw new InvalidInputError(
+      `Offer '${offer.id}' is on a host with reliability ${offer.reliability}, below the floor of ${options.minReliability} (VAST_MIN_RELIABILITY)`,
+      { extra: { field: "offer_id", limit: "min_reliability" } },
+    );
   }
 
   async function getInstance(id: string, signal?: AbortSignal): Promise<MarketInstance | undefined> {
@@ -72,23 +96,78 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
 
   /**
    * What a create rented: the instance as vast.ai shows it, or, while vast.ai does not show it yet
-   * (it lags by seconds), `creating` on the terms the search showed for the ask. A machine is never
-   * destroyed because vast.ai has not shown it: the sync loop follows it from here.
+   * (it lags by seconds), `creating` on the terms of the ask. A machine is never destroyed because
+   * vast.ai has not shown it: the sync loop follows it from here.
    */
   async function rented(id: string, request: CreateMarketInstanceRequest, signal?: AbortSignal): Promise<MarketInstance> {
-    for (let attempt = 0; ; attempt++) {
+    const terms = seen.get(request.offerId) ?? request.terms;
+    for (let attempt = 1; ; attempt++) {
       const shown = await getInstance(id, signal);
-      if (shown) return shown;
-      const offer = seen.get(request.offerId);
-      if (offer) {
-        const { gpuName, numGpus, gpuRam, dphTotal } = offer;
-        return { id, offerId: offer.id, label: request.label, status: "creating", publicIp: "", sshPort: 0, portMappings: {}, gpuName, numGpus, gpuRam, dphTotal };
-      }
-      if (attempt + 1 >= SHOW_ATTEMPTS) {
-        throw new UnavailableError(`vast.ai rented instance ${id} for ask ${request.offerId} but does not show it yet; it is adopted by its label once shown`);
-      }
+      if (shown) return { ...shown, offerId: request.offerId };
+      // With the ask's terms known there is nothing to wait for; without them, a few looks.
+      if (terms || attempt >= SHOW_ATTEMPTS) break;
       await sleep(SHOW_WAIT_MS, undefined, signal ? { signal } : undefined);
     }
+    return {
+      id,
+      offerId: request.offerId,
+      label: request.label,
+      status: "creating",
+      publicIp: "",
+      sshPort: 0,
+      portMappings: {},
+      gpuName: terms?.gpuName ?? "",
+      numGpus: terms?.numGpus ?? 0,
+      gpuRam: terms?.gpuRam ?? 0,
+      dphTotal: terms?.dphTotal ?? 0,
+    };
+  }
+
+  /** Every instance of the account, page by page. */
+  async function listAll(signal?: AbortSignal): Promise<MarketInstance[]> {
+    const found: MarketInstance[] = [];
+    let after: string | undefined;
+    do {
+      const answer = await http({
+        endpoint: LIST,
+        method: "GET",
+        path: "/api/v1/instances/",
+        query: { select_filters: {}, order_by: [{ col: "id", dir: "asc" }], limit: PAGE_SIZE, ...(after && { after_token: after }) },
+        repeatable: true,
+        signal,
+      });
+      if (answer.status !== 200) throw unexpectedAnswer(answer, "list the instances");
+      const page = parseInstancePage(answer.body);
+      found.push(...page.instances);
+      after = page.nextToken;
+    } while (after);
+    return found;
+  }
+
+  /**
+   * A create got no answer: it may have rented a machine, which carries the create's label. Looks
+   * for it until vast.ai has had time to list it. Found, it is what the create rented; not found,
+   * the outcome stays unknown and the caller keeps the record creating for the reconciler, which
+   * adopts the machine if it shows up later and fails the record if it never does.
+   */
+  async function adoptByLabel(request: CreateMarketInstanceRequest, cause: OutcomeUnknownError, signal?: AbortSignal): Promise<MarketInstance> {
+    const lookupMs = options.createLookupMs ?? CREATE_LOOKUP_MS;
+    const wait = Math.min(LOOKUP_WAIT_MS, lookupMs / 3);
+    const until = Date.now() + lookupMs;
+    for (;;) {
+      const machine = (await listAll(signal)).find((m) => m.label === request.label);
+      if (machine) {
+        options.logger?.warn({ label: request.label, instance: machine.id }, "vast.ai did not answer a create, but rented the machine: adopted");
+        return { ...machine, offerId: request.offerId };
+      }
+      if (Date.now() + wait > until) break;
+      await sleep(wait, undefined, signal ? { signal } : undefined);
+    }
+    throw new OutcomeUnknownError(
+      `${cause.message}; no instance labelled ${request.label} appeared within ${Math.round(lookupMs / 1000)} s, ` +
+        "so nothing is known to be rented: the instance stays creating until vast.ai shows it (it is then adopted) or the creation grace ends",
+      { cause },
+    );
   }
 
   return {
@@ -100,42 +179,30 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
     async createInstance(request, signal) {
       const offerId = request.offerId;
       if (!isVastId(offerId)) throw offerNotFound(offerId);
-      const answer = await http({
-        endpoint: ASK,
-        method: "PUT",
-        path: `/api/v0/asks/${offerId}/`,
-        body: toCreateBody(request),
-        repeatable: false,
-        signal,
-      });
-      const contract = newContractOf(answer.body);
-      if (answer.status === 200 && isSuccess(answer.body) && contract !== undefined) {
-        const market = await rented(contract, request, signal);
-        return { ...market, offerId: market.offerId || offerId };
+      let answer: VastAnswer;
+      try {
+        answer = await http({
+          endpoint: ASK,
+          method: "PUT",
+          path: `/api/v0/asks/${offerId}/`,
+          body: toCreateBody(request),
+          repeatable: false,
+          timeoutMs: options.createTimeoutMs,
+          signal,
+        });
+      } catch (err) {
+        if (err instanceof OutcomeUnknownError) return adoptByLabel(request, err, signal);
+        throw err;
       }
+      const contract = newContractOf(answer.body);
+      if (answer.status === 200 && isSuccess(answer.body) && contract !== undefined) return rented(contract, request, signal);
       // A failed create can still have rented a machine (vast.ai then names it): give it back.
       if (contract !== undefined) await destroyInstance(contract, signal);
       throw createError(answer, offerId, seen.has(offerId));
     },
 
     async listInstances(labelPrefix, signal) {
-      const found: MarketInstance[] = [];
-      let after: string | undefined;
-      do {
-        const answer = await http({
-          endpoint: LIST,
-          method: "GET",
-          path: "/api/v1/instances/",
-          query: { select_filters: {}, order_by: [{ col: "id", dir: "asc" }], limit: PAGE_SIZE, ...(after && { after_token: after }) },
-          repeatable: true,
-          signal,
-        });
-        if (answer.status !== 200) throw unexpectedAnswer(answer, "list the instances");
-        const page = parseInstancePage(answer.body);
-        found.push(...page.instances.filter((i) => i.label.startsWith(labelPrefix)));
-        after = page.nextToken;
-      } while (after);
-      return found;
+      return (await listAll(signal)).filter((i) => i.label.startsWith(labelPrefix));
     },
 
     async close() {

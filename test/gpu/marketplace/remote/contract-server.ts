@@ -188,7 +188,18 @@ function parseCreateBody(raw: string): CreateBody | string {
 }
 
 function offerJson(o: MarketOffer) {
-  return { id: o.id, gpu_name: o.gpuName, num_gpus: o.numGpus, gpu_ram: o.gpuRam, dph_total: o.dphTotal, rentable: o.rentable, location: o.location };
+  return {
+    id: o.id,
+    gpu_name: o.gpuName,
+    num_gpus: o.numGpus,
+    gpu_ram: o.gpuRam,
+    dph_total: o.dphTotal,
+    rentable: o.rentable,
+    location: o.location,
+    direct_port_count: o.directPortCount,
+    cuda_max_good: o.cudaMaxGood,
+    reliability: o.reliability,
+  };
 }
 
 function instanceJson(i: MarketInstance) {

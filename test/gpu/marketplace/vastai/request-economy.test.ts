@@ -34,7 +34,7 @@ beforeAll(async () => {
   };
   marketplace = createMarketplace(loadConfig(env), pino({ level: "silent" }));
   server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace, env });
-  const asks = vast.asks.filter((a) => a.verified && vast.isRentable(a.id)).slice(0, LIVE);
+  const asks = vast.asks.filter((a) => a.verified && vast.isRentable(a.id) && a.reliability2 >= 0.95).slice(0, LIVE);
   for (const ask of asks) {
     const created = await rest(server.url, "POST", "/api/gpu/instances", { offer_id: String(ask.id) });
     expect(created.status).toBe(200);

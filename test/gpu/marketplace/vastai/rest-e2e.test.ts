@@ -3,13 +3,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../../../../src/config.js";
 import { createMarketplace, type Marketplace } from "../../../../src/gpu/marketplace/index.js";
 import { LLM_DISK_GB } from "../../../../src/gpu/creation/launch-plan.js";
-import { dphTotal } from "../../../support/vastai/catalogue.js";
+import { findTemplate } from "../../../../src/gpu/creation/templates.js";
+import { dphTotal, fitsTemplate, type VastAsk } from "../../../support/vastai/catalogue.js";
 import { startVastEmulator, type VastEmulator } from "../../../support/vastai/emulator.js";
 import { createTestElasticsearch } from "../../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../../support/postgres.js";
 import { startTestServer, type TestServer } from "../../../support/server.js";
 import { rest, waitFor } from "../../helpers.js";
-import { gigabytes, minMegabytes } from "../../../../src/gpu/marketplace/vastai/vastai-wire.js";
+import { minMegabytes } from "../../../../src/gpu/marketplace/vastai/vastai-wire.js";
 
 // GpuService with MARKETPLACE=vastai, end to end through its REST API against the vast.ai
 // emulator: the adapter is built from the configuration exactly as `npm start` builds it.
@@ -45,6 +46,12 @@ afterAll(async () => {
 });
 
 const record = (id: string) => db.knex("gpu_instances").where({ instance_id: id }).first();
+const rentable = (ask: VastAsk) => ask.verified && vast.isRentable(ask.id);
+/** The asks a template may rent now, cheapest first, as its create orders them. */
+const fittingAsks = (name: string) =>
+  vast.asks
+    .filter((a) => rentable(a) && fitsTemplate(a, findTemplate(name)!, LLM_DISK_GB))
+    .sort((a, b) => dphTotal(a, LLM_DISK_GB) - dphTotal(b, LLM_DISK_GB) || a.id - b.id);
 
 describe("MARKETPLACE=vastai through the REST API", () => {
   it("searches, creates from a template on the cheapest offer within its limits, runs the model, costs, logs and destroys", async () => {
@@ -58,11 +65,10 @@ describe("MARKETPLACE=vastai through the REST API", () => {
     expect(search.body.offers.length).toBeGreaterThan(0);
     expect(search.body.offers.every((o) => o.gpu_name === "RTX 4090" && o.gpu_ram === 24 && o.dph_total <= 2)).toBe(true);
 
-    // research: >= 16 GB per GPU, <= $1/h at the disk the create asks for.
-    const fitting = vast.asks
-      .filter((a) => a.verified && vast.isRentable(a.id) && gigabytes(a.gpu_ram) >= 16 && dphTotal(a, LLM_DISK_GB) <= 1)
-      .sort((a, b) => dphTotal(a, LLM_DISK_GB) - dphTotal(b, LLM_DISK_GB) || a.id - b.id);
-    const cheapest = fitting[0]!;
+    // research: >= 16 GB per GPU, <= $1/h at the disk the create asks for, and a host that can serve its 14B model.
+    const cheapest = fittingAsks("research")[0]!;
+    const cheaperUnfit = vast.asks.filter((a) => rentable(a) && dphTotal(a, LLM_DISK_GB) < dphTotal(cheapest, LLM_DISK_GB));
+    expect(cheaperUnfit.length).toBeGreaterThan(0); // the pick passed over cheaper hosts that cannot serve
     const searchesBefore = vast.requests.filter((r) => r.path === "/api/v0/bundles/").length;
 
     const created = await rest<{ instance_id: string; status: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=research");
@@ -70,7 +76,18 @@ describe("MARKETPLACE=vastai through the REST API", () => {
     const id = created.body.instance_id;
     const searches = vast.requests.filter((r) => r.path === "/api/v0/bundles/").slice(searchesBefore);
     expect(searches).toHaveLength(1); // one search within the template's limits, not the catalogue
-    expect(searches[0]!.body).toMatchObject({ dph_total: { lte: 1 }, gpu_ram: { gte: minMegabytes(16) }, rentable: { eq: true }, allocated_storage: LLM_DISK_GB });
+    expect(searches[0]!.body).toMatchObject({
+      dph_total: { lte: 1 },
+      gpu_ram: { gte: minMegabytes(16) },
+      gpu_total_ram: { gte: minMegabytes(40) },
+      num_gpus: { in: [1, 2, 4, 8] },
+      cuda_max_good: { gte: 12.8 },
+      direct_port_count: { gte: 1 },
+      reliability2: { gte: 0.95 },
+      external: { eq: false },
+      rentable: { eq: true },
+      allocated_storage: LLM_DISK_GB,
+    });
     const row = await record(id);
     expect(row).toMatchObject({ offer_id: String(cheapest.id), cost_per_hour: dphTotal(cheapest, LLM_DISK_GB) });
     expect(vast.isRentable(cheapest.id)).toBe(false);
@@ -159,10 +176,7 @@ describe("MARKETPLACE=vastai through the REST API", () => {
   });
 
   it("moves on to the next offer when the cheapest is taken between search and rent (vast.ai answers 404)", async () => {
-    const fitting = vast.asks
-      .filter((a) => a.verified && vast.isRentable(a.id) && gigabytes(a.gpu_ram) >= 8 && dphTotal(a, LLM_DISK_GB) <= 0.5)
-      .sort((a, b) => dphTotal(a, LLM_DISK_GB) - dphTotal(b, LLM_DISK_GB) || a.id - b.id);
-    const [cheapest, next] = fitting;
+    const [cheapest, next] = fittingAsks("budget");
     // Someone else rents the cheapest ask right after our search, before our create arrives.
     vast.onCreate(() => {
       vast.onCreate(undefined);

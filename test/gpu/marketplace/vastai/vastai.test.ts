@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, UnavailableError } from "../../../../src/errors.js";
+import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, OutcomeUnknownError, UnavailableError } from "../../../../src/errors.js";
 import type { CreateMarketInstanceRequest, Marketplace } from "../../../../src/gpu/marketplace/port.js";
 import { createVastMarketplace, type VastMarketplaceOptions } from "../../../../src/gpu/marketplace/vastai/vastai.js";
 import { thresholdMsOf, VAST_INTERVALS_MS } from "../../../../src/gpu/marketplace/vastai/vastai-http.js";
@@ -19,6 +19,9 @@ function connect(options: Partial<VastMarketplaceOptions> = {}): Marketplace {
     baseUrl: vast.url,
     apiKey: API_KEY,
     timeoutMs: 2000,
+    createTimeoutMs: 2000,
+    createLookupMs: 600,
+    minReliability: 0.95,
     minIntervalMs: 0,
     retries: 6,
     backoffMs: 5,
@@ -72,6 +75,9 @@ describe("vast.ai offers", () => {
       num_gpus: { eq: 2 },
       rentable: { eq: true },
       verified: { eq: true },
+      external: { eq: false },
+      reliability2: { gte: 0.95 },
+      disk_space: { gte: 60 },
       type: "on-demand",
       order: [["dph_total", "asc"]],
       limit: 3,
@@ -88,7 +94,12 @@ describe("vast.ai offers", () => {
         dphTotal: dphTotal(ask, 60),
         rentable: true,
         location: ask.geolocation,
+        directPortCount: ask.direct_port_count,
+        cudaMaxGood: ask.cuda_max_good,
+        reliability: ask.reliability2,
       });
+      expect(ask.reliability2).toBeGreaterThanOrEqual(0.95);
+      expect(ask.external).toBe(false);
     }
     expect(offers.map((o) => o.dphTotal)).toEqual([...offers.map((o) => o.dphTotal)].sort((a, b) => a - b));
   });
@@ -238,8 +249,13 @@ describe("vast.ai create errors", () => {
 
   it("answers UnavailableError for 5xx and an unreachable host, and never repeats a create that may have arrived", async () => {
     vast.failNext(1, 502);
-    await expect(market.createInstance(llmRequest(String(rentableAsk().id), "gpu-1"))).rejects.toThrow(UnavailableError);
+    const err = await market.createInstance(llmRequest(String(rentableAsk().id), "gpu-1")).catch((e: unknown) => e);
+    // Nothing was rented: looked for by its label, then reported as an outcome not known.
+    expect(err).toBeInstanceOf(OutcomeUnknownError);
+    expect((err as Error).message).toMatch(/no instance labelled gpu-1 appeared/);
     expect(calls("PUT", /asks/)).toHaveLength(1);
+    expect(calls("GET", /^\/api\/v1\/instances\/$/).length).toBeGreaterThanOrEqual(2);
+    expect(vast.instances.size).toBe(0);
     const unreachable = connect({ baseUrl: "http://127.0.0.1:1" });
     await expect(unreachable.getInstance("31000001")).rejects.toThrow(UnavailableError);
   });
@@ -248,6 +264,29 @@ describe("vast.ai create errors", () => {
     vast.failNext(2, 503);
     expect(await market.searchOffers({ limit: 2 })).toHaveLength(2);
     expect(calls("POST", /bundles/)).toHaveLength(3);
+  });
+});
+
+describe("vast.ai slow creates", () => {
+  it("adopts by its label the one machine a create rented but answered after the timeout", async () => {
+    const slow = connect({ createTimeoutMs: 300 });
+    vast.answerCreatesAfter(1_000);
+    const ask = rentableAsk();
+    const created = await slow.createInstance(llmRequest(String(ask.id), "gpu-slow-1"));
+    expect(calls("PUT", /asks/)).toHaveLength(1); // never sent twice
+    expect(vast.instances.size).toBe(1);
+    const [machine] = vast.instances.values();
+    expect(created).toMatchObject({ id: String(machine!.id), label: "gpu-slow-1", offerId: String(ask.id) });
+    await slow.close();
+  });
+
+  it("waits for a create vast.ai answers slowly, within VAST_CREATE_TIMEOUT_MS, while reads keep their short timeout", async () => {
+    vast.answerCreatesAfter(2_500); // longer than the 2 s read timeout, shorter than the create timeout
+    const patient = connect({ createTimeoutMs: 5_000 });
+    const created = await patient.createInstance(llmRequest(String(rentableAsk().id), "gpu-slow-2"));
+    expect(created.label).toBe("gpu-slow-2");
+    expect(calls("GET", /^\/api\/v1\/instances\/$/)).toHaveLength(0); // answered: nothing to look for
+    await patient.close();
   });
 });
 
@@ -287,7 +326,17 @@ describe("vast.ai rate limits", () => {
     expect(shows[2]!.at - shows[1]!.at).toBeGreaterThanOrEqual(490);
   });
 
-  it("keeps vast.ai's documented interval of each endpoint when VAST_MIN_INTERVAL_MS is unset", () => {
+  it("keeps vast.ai's documented interval of each endpoint, with a margin, when VAST_MIN_INTERVAL_MS is unset", async () => {
+    await vast.close();
+    vast = await startVastEmulator({ apiKey: API_KEY, minIntervalMs: { show: 2_000 } });
+    const documented = connect({ minIntervalMs: undefined, retries: 0 });
+    await documented.getInstance("31000001");
+    await documented.getInstance("31000001");
+    const shows = calls("GET", /^\/api\/v0\/instances\/\d+\/$/);
+    expect(shows.map((r) => r.status)).toEqual([200, 200]); // never 429
+    // Sent 2.2 s apart (the margin); they arrive at least the documented 2 s apart, whatever the first one's connection took.
+    expect(shows[1]!.at - shows[0]!.at).toBeGreaterThanOrEqual(2_000);
+    await documented.close();
     expect(VAST_INTERVALS_MS).toMatchObject({
       "PUT /api/v0/asks/{id}/": 4_500,
       "DELETE /api/v0/instances/{id}/": 3_000,
