@@ -86,8 +86,11 @@ export async function costAnalysis(ctx: GpuContext, instanceId: string): Promise
       estimatedMonthlyCost: figures.estimatedMonthlyCost,
     },
     limits: limitsView(record, now),
+    costIncludes: ctx.marketplace.costIncludes ?? DEFAULT_COST_INCLUDES,
   };
 }
+
+const DEFAULT_COST_INCLUDES = "the marketplace's price per hour for the whole machine (dph_total), over the uptime";
 
 export interface ListQuery {
   statusFilter?: string;

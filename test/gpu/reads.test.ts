@@ -57,6 +57,7 @@ describe("GET /api/gpu/instances/{id}/cost-analysis", () => {
         estimated_monthly_cost: round(0.37 * 24 * 30, 4),
       },
       limits: {},
+      cost_includes: "the simulated price per hour of the whole machine (dph_total), over the uptime; nothing is billed",
     });
   });
 

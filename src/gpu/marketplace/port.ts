@@ -115,4 +115,6 @@ export interface Marketplace {
   destroyInstance(id: string, signal?: AbortSignal): Promise<void>;
   /** Releases what the adapter holds (timers, model servers, sockets). */
   close(): Promise<void>;
+  /** What the marketplace's price per hour covers, and what it bills beside it: said in cost analysis. */
+  readonly costIncludes?: string;
 }

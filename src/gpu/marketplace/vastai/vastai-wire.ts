@@ -133,7 +133,9 @@ export function parseInstance(value: unknown, where: string): MarketInstance {
     label: typeof o.label === "string" ? o.label : "",
     status: marketStatusOf(o),
     publicIp: typeof o.public_ipaddr === "string" ? o.public_ipaddr.trim() : "",
-    sshPort: typeof o.ssh_port === "number" ? o.ssh_port : 0,
+    // The record's SSH endpoint is public_ip:ssh_port, so the port is the one mapped to the
+    // container's 22 on the public address. vast.ai's ssh_port belongs to its proxy (ssh_host).
+    sshPort: ports["22/tcp"] ?? 0,
     portMappings: ports,
     gpuName: string(o.gpu_name, `${where}.gpu_name`),
     numGpus: integer(o.num_gpus, `${where}.num_gpus`),

@@ -34,6 +34,13 @@ const SHOW_WAIT_MS = 2_000;
 const CREATE_LOOKUP_MS = 30_000;
 const LOOKUP_WAIT_MS = 5_000;
 
+/**
+ * vast.ai's dph_total is the GPUs plus the disk asked for at creation (search prices it with
+ * allocated_storage); it bills internet traffic per GB beside it (inet_up_cost, inet_down_cost).
+ */
+const COST_INCLUDES =
+  "vast.ai's dph_total over the uptime: the GPUs and the allocated disk; internet traffic is billed by vast.ai per GB beside it and is not included";
+
 const ASK = "PUT /api/v0/asks/{id}/";
 const SEARCH = "POST /api/v0/bundles/";
 const SHOW = "GET /api/v0/instances/{id}/";
@@ -171,6 +178,7 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
   }
 
   return {
+    costIncludes: COST_INCLUDES,
     listOffers: (signal) => searchOffers({ limit: CATALOGUE_LIMIT }, signal),
     searchOffers,
     getInstance,

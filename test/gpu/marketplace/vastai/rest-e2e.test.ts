@@ -103,9 +103,11 @@ describe("MARKETPLACE=vastai through the REST API", () => {
     expect(enhanced.body.data.llm_status.running).toBe(true);
     expect(enhanced.body.data.basic_status.public_ip).toBe("127.0.0.1");
 
-    const cost = await rest<{ cost_per_hour: number }>(server.url, "GET", `/api/gpu/instances/${id}/cost-analysis`);
+    const cost = await rest<{ cost_per_hour: number; cost_includes: string }>(server.url, "GET", `/api/gpu/instances/${id}/cost-analysis`);
     expect(cost.status).toBe(200);
     expect(cost.body.cost_per_hour).toBeCloseTo(dphTotal(cheapest, LLM_DISK_GB), 4);
+    // The price covers the GPUs and the disk asked for; the cost says that traffic is billed beside it.
+    expect(cost.body.cost_includes).toMatch(/GPUs and the allocated disk; internet traffic is billed by vast.ai per GB beside it/);
 
     const logs = await rest<{ logs: Array<{ operation: string; result: string }> }>(server.url, "GET", `/api/gpu/instances/${id}/logs`);
     expect(logs.body.logs.map((l) => l.operation)).toContain("create_instance");

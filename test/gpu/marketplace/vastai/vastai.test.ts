@@ -154,6 +154,13 @@ describe("vast.ai instances", () => {
       return seen?.portMappings["8000/tcp"] ? seen : undefined;
     }, "port 8000 mapped");
     expect(running).toMatchObject({ status: "running", publicIp: "127.0.0.1", label: "gpu-1001" });
+    // SSH on the public address goes to the port mapped to 22, not to vast.ai's proxy port (ssh_host:ssh_port).
+    const row = vast.instances.get(Number(created.id))!;
+    const shown = (await (await fetch(`${vast.url}/api/v0/instances/${row.id}/?owner=me`, { headers: { authorization: `Bearer ${API_KEY}` } })).json()) as {
+      instances: { ports: Record<string, Array<{ HostPort: string }>>; ssh_port: number };
+    };
+    expect(running.sshPort).toBe(Number(shown.instances.ports["22/tcp"]![0]!.HostPort));
+    expect(running.sshPort).not.toBe(shown.instances.ssh_port);
     const health = await fetch(`http://${running.publicIp}:${running.portMappings["8000/tcp"]}/health`);
     expect(health.status).toBe(200);
     expect(calls("GET", /^\/api\/v0\/instances\/\d+\/$/).every((r) => r.query.get("owner") === "me")).toBe(true);
