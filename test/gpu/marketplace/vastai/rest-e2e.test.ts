@@ -4,7 +4,7 @@ import { loadConfig } from "../../../../src/config.js";
 import { createMarketplace, type Marketplace } from "../../../../src/gpu/marketplace/index.js";
 import { LLM_DISK_GB } from "../../../../src/gpu/creation/launch-plan.js";
 import { findTemplate } from "../../../../src/gpu/creation/templates.js";
-import { dphTotal, fitsTemplate, type VastAsk } from "../../../support/vastai/catalogue.js";
+import { canServe, dphTotal, fitsTemplate, type VastAsk } from "../../../support/vastai/catalogue.js";
 import { startVastEmulator, type VastEmulator } from "../../../support/vastai/emulator.js";
 import { createTestElasticsearch } from "../../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../../support/postgres.js";
@@ -30,6 +30,7 @@ beforeAll(async () => {
     VAST_API_KEY: API_KEY,
     VAST_API_URL: vast.url,
     VAST_MIN_INTERVAL_MS: "15",
+    VAST_CREATE_TIMEOUT_MS: "1000",
     VAST_BACKOFF_MS: "10",
     GPU_STATUS_SYNC_MS: "50",
     GPU_PROBE_TIMEOUT_MS: "500",
@@ -120,6 +121,18 @@ describe("MARKETPLACE=vastai through the REST API", () => {
     expect((await record(id)).status).toBe("destroyed");
   });
 
+  it.each(["high_performance", "budget", "research"])("creates from %s only on a host that can serve: a direct port, CUDA 12.8, reliable, not external", async (name) => {
+    const expected = fittingAsks(name)[0]!;
+    const created = await rest<{ instance_id: string }>(server.url, "POST", `/api/gpu/instances/from-template?template_name=${name}`);
+    expect(created.status).toBe(200);
+    const row = await record(created.body.instance_id);
+    const ask = vast.asks.find((a) => String(a.id) === row.offer_id)!;
+    expect(ask.id).toBe(expected.id);
+    expect(canServe(ask)).toBe(true);
+    expect(row.start_command).toContain(`--tensor-parallel-size ${ask.num_gpus}`);
+    expect((await rest(server.url, "DELETE", `/api/gpu/instances/${created.body.instance_id}`)).status).toBe(200);
+  });
+
   it("answers 404 for an unknown offer and 409 for one rented meanwhile, leaving no active record", async () => {
     const active = async () => (await db.knex("gpu_instances").whereIn("status", ["creating", "loading", "running", "running_llm"])).length;
     const activeBefore = await active();
@@ -197,13 +210,13 @@ describe("MARKETPLACE=vastai through the REST API", () => {
   });
 
   it("keeps a new instance that vast.ai shows only seconds later creating, then running: nothing destroyed", async () => {
-    vast.showLag(3_000);
+    vast.showLag(8_000);
     try {
       const created = await rest<{ instance_id: string; status: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget");
       expect(created.status).toBe(200);
       expect(created.body.status).toBe("creating");
       const machineId = Number((await record(created.body.instance_id)).market_instance_id);
-      await new Promise((resolve) => setTimeout(resolve, 1_500)); // many sync rounds while vast.ai shows nothing
+      await new Promise((resolve) => setTimeout(resolve, 5_000)); // many sync and reconcile rounds while vast.ai shows nothing
       expect((await record(created.body.instance_id)).status).toBe("creating");
       expect(vast.instances.has(machineId)).toBe(true);
       await waitFor("running", async () => (["running", "running_llm"].includes((await record(created.body.instance_id)).status) ? true : undefined), 15_000);
@@ -211,6 +224,30 @@ describe("MARKETPLACE=vastai through the REST API", () => {
       await rest(server.url, "DELETE", `/api/gpu/instances/${created.body.instance_id}`);
     } finally {
       vast.showLag(0);
+    }
+  });
+
+  it("adopts the one machine of a create whose answer came after VAST_CREATE_TIMEOUT_MS: no second rent, nothing failed", async () => {
+    vast.answerCreatesAfter(2_500); // vast.ai rents at once and answers late
+    try {
+      const machinesBefore = vast.instances.size;
+      const requestsBefore = vast.requests.length;
+      const created = await rest<{ instance_id: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget");
+      expect(created.status).toBe(200);
+      const row = await record(created.body.instance_id);
+      expect(vast.instances.size).toBe(machinesBefore + 1);
+      const machine = vast.instances.get(Number(row.market_instance_id))!;
+      expect(machine.label).toBe(row.market_label);
+      // Sent once: only the emulator's 429s (its interval) were sent again.
+      const puts = vast.requests.slice(requestsBefore).filter((r) => r.method === "PUT");
+      expect(puts.filter((r) => r.status !== 429)).toHaveLength(1);
+      await waitFor("running", async () => (["running", "running_llm"].includes((await record(created.body.instance_id)).status) ? true : undefined), 15_000);
+      // No record failed while its machine bills.
+      const failed = await db.knex("gpu_instances").where({ status: "failed" }).whereNotNull("market_instance_id");
+      expect(failed.filter((r) => vast.instances.has(Number(r.market_instance_id)))).toEqual([]);
+      await rest(server.url, "DELETE", `/api/gpu/instances/${created.body.instance_id}`);
+    } finally {
+      vast.answerCreatesAfter(0);
     }
   });
 
