@@ -1,11 +1,8 @@
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { loadConfig } from "../../../../src/config.js";
-import { createMarketplace, type Marketplace } from "../../../../src/gpu/marketplace/index.js";
-import { startVastEmulator, type VastEmulator } from "../../../support/vastai/emulator.js";
-import { createTestElasticsearch } from "../../../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../../../support/postgres.js";
-import { startTestServer, type TestServer } from "../../../support/server.js";
+import type { VastEmulator } from "../../../support/vastai/emulator.js";
+import type { TestDatabase } from "../../../support/postgres.js";
+import type { TestServer } from "../../../support/server.js";
+import { startVastService, type VastService } from "../../../support/vastai/service.js";
 import { rest, waitFor } from "../../helpers.js";
 
 // Six template creates at once against a market that enforces a minimum interval per endpoint as
@@ -20,29 +17,20 @@ const INTERVALS = { search: 600, ask: 450, show: 200, list: 100, destroy: 300 };
 
 let vast: VastEmulator;
 let db: TestDatabase;
-let marketplace: Marketplace;
+let service: VastService;
 let server: TestServer;
 
 beforeAll(async () => {
-  vast = await startVastEmulator({ apiKey: API_KEY, provisioningMs: 100, loadingMs: 100, minIntervalMs: INTERVALS });
-  db = await createTestDatabase();
-  const env = {
-    MARKETPLACE: "vastai",
-    VAST_API_KEY: API_KEY,
-    VAST_API_URL: vast.url,
+  service = await startVastService({ apiKey: API_KEY, provisioningMs: 100, loadingMs: 100, minIntervalMs: INTERVALS }, {
     VAST_MIN_INTERVAL_MS: "1",
     VAST_BACKOFF_MS: "20",
     GPU_STATUS_SYNC_MS: "300",
-  };
-  marketplace = createMarketplace(loadConfig(env), pino({ level: "silent" }));
-  server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace, env });
+  });
+  ({ vast, db, server } = service);
 });
 
 afterAll(async () => {
-  await server?.close();
-  await marketplace?.close();
-  await db?.drop();
-  await vast?.close();
+  await service?.close();
 });
 
 describe("a busy vast.ai market", () => {

@@ -1,11 +1,8 @@
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { loadConfig } from "../../../../src/config.js";
-import { createMarketplace, type Marketplace } from "../../../../src/gpu/marketplace/index.js";
-import { startVastEmulator, type EmulatorRequest, type VastEmulator } from "../../../support/vastai/emulator.js";
-import { createTestElasticsearch } from "../../../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../../../support/postgres.js";
-import { startTestServer, type TestServer } from "../../../support/server.js";
+import type { EmulatorRequest, VastEmulator } from "../../../support/vastai/emulator.js";
+import type { TestDatabase } from "../../../support/postgres.js";
+import type { TestServer } from "../../../support/server.js";
+import { startVastService, type VastService } from "../../../support/vastai/service.js";
 import { rest, waitFor } from "../../helpers.js";
 
 // Request economy (SPEC.md section 2): a sync round costs one marketplace list call for all live
@@ -19,21 +16,15 @@ const SYNC_MS = 400;
 
 let vast: VastEmulator;
 let db: TestDatabase;
-let marketplace: Marketplace;
+let service: VastService;
 let server: TestServer;
 
 beforeAll(async () => {
-  vast = await startVastEmulator({ apiKey: API_KEY, provisioningMs: 50, loadingMs: 50 });
-  db = await createTestDatabase();
-  const env = {
-    MARKETPLACE: "vastai",
-    VAST_API_KEY: API_KEY,
-    VAST_API_URL: vast.url,
+  service = await startVastService({ apiKey: API_KEY, provisioningMs: 50, loadingMs: 50 }, {
     VAST_MIN_INTERVAL_MS: "0",
     GPU_STATUS_SYNC_MS: String(SYNC_MS),
-  };
-  marketplace = createMarketplace(loadConfig(env), pino({ level: "silent" }));
-  server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace, env });
+  });
+  ({ vast, db, server } = service);
   const asks = vast.asks.filter((a) => a.verified && vast.isRentable(a.id) && a.reliability2 >= 0.95).slice(0, LIVE);
   for (const ask of asks) {
     const created = await rest(server.url, "POST", "/api/gpu/instances", { offer_id: String(ask.id) });
@@ -45,10 +36,7 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
-  await server?.close();
-  await marketplace?.close();
-  await db?.drop();
-  await vast?.close();
+  await service?.close();
 });
 
 const isRoundStart = (r: EmulatorRequest) => r.method === "GET" && r.path === "/api/v1/instances/" && !r.query.get("after_token");

@@ -1,14 +1,11 @@
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { loadConfig } from "../../../../src/config.js";
-import { createMarketplace, type Marketplace } from "../../../../src/gpu/marketplace/index.js";
 import { LLM_DISK_GB } from "../../../../src/gpu/creation/launch-plan.js";
 import { findTemplate } from "../../../../src/gpu/creation/templates.js";
 import { canServe, dphTotal, fitsTemplate, type VastAsk } from "../../../support/vastai/catalogue.js";
-import { startVastEmulator, type VastEmulator } from "../../../support/vastai/emulator.js";
-import { createTestElasticsearch } from "../../../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../../../support/postgres.js";
-import { startTestServer, type TestServer } from "../../../support/server.js";
+import type { VastEmulator } from "../../../support/vastai/emulator.js";
+import type { TestDatabase } from "../../../support/postgres.js";
+import type { TestServer } from "../../../support/server.js";
+import { startVastService, type VastService } from "../../../support/vastai/service.js";
 import { rest, waitFor } from "../../helpers.js";
 import { minMegabytes } from "../../../../src/gpu/marketplace/vastai/vastai-wire.js";
 
@@ -19,31 +16,22 @@ const API_KEY = "vast-e2e-key-0123456789";
 
 let vast: VastEmulator;
 let db: TestDatabase;
-let marketplace: Marketplace;
+let service: VastService;
 let server: TestServer;
 
 beforeAll(async () => {
-  vast = await startVastEmulator({ apiKey: API_KEY, provisioningMs: 200, loadingMs: 200, minIntervalMs: 10 });
-  db = await createTestDatabase();
-  const env = {
-    MARKETPLACE: "vastai",
-    VAST_API_KEY: API_KEY,
-    VAST_API_URL: vast.url,
+  service = await startVastService({ apiKey: API_KEY, provisioningMs: 200, loadingMs: 200, minIntervalMs: 10 }, {
     VAST_MIN_INTERVAL_MS: "15",
     VAST_CREATE_TIMEOUT_MS: "1000",
     VAST_BACKOFF_MS: "10",
     GPU_STATUS_SYNC_MS: "50",
     GPU_PROBE_TIMEOUT_MS: "500",
-  };
-  marketplace = createMarketplace(loadConfig(env), pino({ level: "silent" }));
-  server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace, env });
+  });
+  ({ vast, db, server } = service);
 });
 
 afterAll(async () => {
-  await server?.close();
-  await marketplace?.close();
-  await db?.drop();
-  await vast?.close();
+  await service?.close();
 });
 
 const record = (id: string) => db.knex("gpu_instances").where({ instance_id: id }).first();
