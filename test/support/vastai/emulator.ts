@@ -53,6 +53,11 @@ export interface VastEmulator {
   onCreate(hook: (() => Promise<void> | void) | undefined): void;
   /** The next create rents the machine but its container fails to start (OCI runtime error). */
   failNextStart(): void;
+  /**
+   * The next create is refused as create_instance.yaml documents: 403 (an ask this account may not
+   * rent), 410 (no longer available) or 400 invalid_price (the quote changed since the search).
+   */
+  refuseNextCreate(why: "not-your-own" | "gone" | "invalid-price"): void;
   /** A machine somebody else created on this account, with their label (on the given ask, or the first rentable). */
   addForeignInstance(label: string, askId?: number): number;
   /** New instances stay unseen (show answers `instances: null`, the list leaves them out) for this long, as vast.ai lags. */
@@ -76,7 +81,7 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
   const instances = createInstances({ provisioningMs: options.provisioningMs ?? 100, loadingMs: options.loadingMs ?? 100 });
   const requests: EmulatorRequest[] = [];
   const lastCall = new Map<string, number>();
-  const switches = { throttle: 0, throttleJson: false, fail: 0, failStatus: 503, delayMs: 0, failStart: false, showLagMs: 0, createAnswerMs: 0 };
+  const switches = { throttle: 0, throttleJson: false, fail: 0, failStatus: 503, delayMs: 0, failStart: false, showLagMs: 0, createAnswerMs: 0, refuseCreate: undefined as undefined | "not-your-own" | "gone" | "invalid-price" };
   const intervalOf = (endpoint: string) =>
     typeof options.minIntervalMs === "object" ? (options.minIntervalMs as Record<string, number | undefined>)[endpoint] ?? 0 : (options.minIntervalMs ?? 0);
   const shown = (i: EmulatedInstance) => Date.now() - i.createdAt >= switches.showLagMs;
@@ -130,7 +135,8 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
       const last = lastCall.get(route.endpoint);
       lastCall.set(route.endpoint, Date.now());
       if (last !== undefined && Date.now() - last < interval) {
-        return sendText(res, 429, `API requests too frequent endpoint threshold=${interval / 1000}`);
+        // As create_instance.yaml shows it; the plain-text shape comes from throttle().
+        return send(res, 429, { detail: `API requests too frequent endpoint threshold=${interval / 1000}` });
       }
     }
     const [status, answer] = await route.handle(body, url.searchParams);
@@ -179,6 +185,12 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     if (!isRentable(ask)) {
       return [404, { ...error("no_such_ask", `error 404/3603: no_such_ask Instance type by id ${askId} is not available.`), ask_id: askId }];
     }
+    const refusal = switches.refuseCreate;
+    switches.refuseCreate = undefined;
+    if (refusal === "not-your-own") return [403, { ...error("invalid_args", `error 403/3586: Offer ${askId} is not your own. Hosts can only rent their own machines.`), ask_id: askId }];
+    if (refusal === "gone") return [410, { ...error("no_such_ask", `error 410/3907: no_such_ask Instance type ${askId} is no longer available.`), ask_id: askId }];
+    // invalid_price is documented by its code only; the message is the emulator's.
+    if (refusal === "invalid-price") return [400, { ...error("invalid_price", `error 400/3912: the price of offer ${askId} changed; search again`), ask_id: askId }];
     const request = body as Record<string, unknown>;
     const instance = await instances.rent(ask, request, switches.failStart);
     switches.failStart = false;
@@ -242,6 +254,7 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     answerCreatesAfter: (ms) => void (switches.createAnswerMs = ms),
     onCreate: (hook) => void (createHook = hook),
     failNextStart: () => void (switches.failStart = true),
+    refuseNextCreate: (why) => void (switches.refuseCreate = why),
     addForeignInstance: (label, askId) => instances.foreign(asks.find((a) => (askId === undefined ? isRentable(a) : a.id === askId))!, label).id,
     showLag: (ms) => void (switches.showLagMs = ms),
     setStatus: (id, actualStatus) => instances.setStatus(id, actualStatus),

@@ -274,6 +274,8 @@ function createError(answer: VastAnswer, offerId: string, seenInSearch: boolean)
       // The key is fine (a search worked); this ask cannot be rented by this account.
       return taken(`vast.ai does not let this account rent it${why ? `: ${why}` : ""}`);
     case 400:
+      // The quote moved since the search (create_instance.yaml): the offer as found is gone.
+      if (vastErrorCode(answer.body) === "invalid_price") return taken(`vast.ai's price for it changed since the search${why ? `: ${why}` : ""}`);
       return new InvalidInputError(`vast.ai refused to rent offer '${offerId}'${why ? `: ${why}` : ""}`, { extra: { field: "offer_id" } });
     default:
       return unexpectedAnswer(answer, `rent offer '${offerId}'`);

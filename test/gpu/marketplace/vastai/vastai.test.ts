@@ -242,6 +242,20 @@ describe("vast.ai create errors", () => {
     expect(vast.instances.size).toBe(1);
   });
 
+  it.each([
+    ["not-your-own", 403, /does not let this account rent it: error 403\/3586/],
+    ["gone", 410, /no_such_ask Instance type \d+ is no longer available/],
+    ["invalid-price", 400, /price for it changed since the search/],
+  ] as const)("maps a create refused as %s (HTTP %i) to ConflictError on offer_id, renting nothing", async (why, status, message) => {
+    vast.refuseNextCreate(why);
+    const err = await market.createInstance(llmRequest(String(rentableAsk().id), "gpu-1")).catch((e: unknown) => e);
+    expect(calls("PUT", /asks/).at(-1)!.status).toBe(status);
+    expect(err).toBeInstanceOf(ConflictError);
+    expect((err as ConflictError).extra).toMatchObject({ field: "offer_id" });
+    expect((err as Error).message).toMatch(message);
+    expect(vast.instances.size).toBe(0);
+  });
+
   it("refuses a wrong key with a message naming VAST_API_KEY, sent as a Bearer token (a search answers it 404, a show 401)", async () => {
     const wrong = connect({ apiKey: "not-the-key" });
     for (const call of [() => wrong.searchOffers({}), () => wrong.getInstance("31000001")]) {
