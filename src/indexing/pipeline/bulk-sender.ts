@@ -1,6 +1,7 @@
 import { errors, type Client } from "@elastic/elasticsearch";
 import { IndexingError, isUnreachable } from "../indexing-error.js";
 import { messageOf } from "../../errors.js";
+import { BULK_SHARD_WAIT } from "../../elasticsearch-client.js";
 import { createLineEncoder, type LineEncoder } from "./line-encoder.js";
 
 // Sends documents to Elasticsearch in bulk requests bounded by document count and by bytes, with
@@ -144,7 +145,10 @@ async function sendOnce<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions
   let response;
   try {
     // A pre-serialised NDJSON body is sent as is by the client.
-    response = await options.client.bulk({ index: options.index, operations: body as never, filter_path: BULK_RESULT_FIELDS }, { signal: options.signal });
+    response = await options.client.bulk(
+      { index: options.index, operations: body as never, filter_path: BULK_RESULT_FIELDS, timeout: BULK_SHARD_WAIT },
+      { signal: options.signal },
+    );
   } catch (err) {
     // A whole request answered 429 is throttling like a 429 item: every document is retried.
     if (err instanceof errors.ResponseError && err.statusCode === 429) return { accepted: [] as Meta[], throttled: entries };
