@@ -4,9 +4,11 @@ import type { Marketplace, MarketInstance } from "./port.js";
 // 2, "Request economy"): a dashboard polling an instance, or a basic and an enhanced read in a
 // row, cost one marketplace call. Concurrent reads of one instance share one call. A listing
 // refreshes the answers of every instance it holds; a destroy or a failed read forgets one.
+// Concurrent destroys of one instance share one call.
 
 export function withStatusCache(market: Marketplace, ttlMs: number): Marketplace {
   const answers = new Map<string, { at: number; answer: Promise<MarketInstance | undefined> }>();
+  const destroying = new Map<string, Promise<void>>();
 
   function remember(id: string, answer: Promise<MarketInstance | undefined>, at = Date.now()): void {
     answers.set(id, { at, answer });
@@ -37,13 +39,18 @@ export function withStatusCache(market: Marketplace, ttlMs: number): Marketplace
       return listed;
     },
 
-    async destroyInstance(id, signal) {
+    destroyInstance(id, signal) {
+      // A destroy asked while one of the same instance is under way (a DELETE and the sync loop
+      // finishing it) joins it: one marketplace call, not a second one answered "already gone".
+      const running = destroying.get(id);
+      if (running) return running;
       answers.delete(id);
-      try {
-        await market.destroyInstance(id, signal);
-      } finally {
+      const destroy = market.destroyInstance(id, signal).finally(() => {
         answers.delete(id);
-      }
+        destroying.delete(id);
+      });
+      destroying.set(id, destroy);
+      return destroy;
     },
   };
 }
