@@ -7,13 +7,8 @@ import { Client, SniffingTransport, type TransportRequestOptions, type Transport
 // retry goes to the next node first.
 
 const MAX_RETRIES = 2;
+// A bulk's own wait for a lost shard stays below this (BULK_SHARD_WAIT in indexing/pipeline/bulk-sender.ts).
 const BULK_REQUEST_TIMEOUT_MS = 60_000;
-/**
- * How long a bulk waits for an unavailable shard (a primary lost with its node) before answering
- * that item 503. Elasticsearch's default, 1 minute, equals the request timeout: the client gave up
- * just before the answer and sent the bulk again, twice, so a lost node held a run for 3 minutes.
- */
-export const BULK_SHARD_WAIT = "20s";
 
 /** Seconds to wait before retry `attempt` (1-based): 0.1 to 0.2, then 0.2 to 0.4. */
 export function fastRetryBackoff(_min: number, _max: number, attempt: number): number {

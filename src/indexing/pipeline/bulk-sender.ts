@@ -1,7 +1,6 @@
 import { errors, type Client } from "@elastic/elasticsearch";
 import { IndexingError, isUnreachable } from "../indexing-error.js";
 import { messageOf } from "../../errors.js";
-import { BULK_SHARD_WAIT } from "../../elasticsearch-client.js";
 import { createLineEncoder, type LineEncoder } from "./line-encoder.js";
 
 // Sends documents to Elasticsearch in bulk requests bounded by document count and by bytes, with
@@ -138,6 +137,14 @@ async function sendWithRetries<Meta>(entries: Entry<Meta>[], options: BulkSender
   stats.bulks++;
   await options.onBulkSettled?.(stats);
 }
+
+/**
+ * How long a bulk waits for an unavailable shard (a primary lost with its node) before answering
+ * that item 503. Elasticsearch's default, 1 minute, equals the client's request timeout
+ * (src/elasticsearch-client.ts): the client gave up just before the answer and sent the bulk
+ * again, twice, so a lost node held a run for 3 minutes.
+ */
+export const BULK_SHARD_WAIT = "20s";
 
 async function sendOnce<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions<Meta>, stats: BulkStats) {
   const body = Buffer.concat(entries.map((e) => e.bytes));
