@@ -6,7 +6,8 @@ import { createLineEncoder, type LineEncoder } from "./line-encoder.js";
 // Sends documents to Elasticsearch in bulk requests bounded by document count and by bytes, with
 // at most `concurrency` requests in flight; the reading loop waits for a free slot, so a slow
 // cluster pauses the source. Every document gets its own result: accepted ones go to onAccepted,
-// 429s are retried with backoff, anything else goes to onDrop and is counted, never lost silently.
+// 429s are retried with backoff, a 503 (a shard unavailable) fails the run, anything else goes to
+// onDrop and is counted, never lost silently.
 // An item without a document is a delete; a delete answered 404 is done (counted as missing).
 
 export interface BulkItem<Meta> {
@@ -166,6 +167,7 @@ async function sendOnce<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions
   }
   const accepted: Meta[] = [];
   const throttled: Entry<Meta>[] = [];
+  let lostShard: string | undefined;
   response.items.forEach((result, i) => {
     const entry = entries[i] as Entry<Meta>;
     const outcome = result.index ?? result.create ?? result.update ?? result.delete;
@@ -177,10 +179,17 @@ async function sendOnce<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions
       stats.successful++;
     } else if (status === 429) {
       throttled.push(entry);
+    } else if (status === 503) {
+      lostShard ??= outcome?.error?.reason ?? "a shard is unavailable";
     } else {
       drop(entry, { status, type: outcome?.error?.type ?? "unknown", reason: outcome?.error?.reason ?? "rejected" }, options, stats);
     }
   });
+  // A shard with no copy left (its node died) fails every later bulk that touches it, each after
+  // BULK_SHARD_WAIT: the run stops at the first one (503); the next run completes it.
+  if (lostShard !== undefined) {
+    throw new IndexingError("BULK_FAILED", `bulk request to index '${options.index}' failed: 503 unavailable shard (${lostShard})`, { unavailable: true });
+  }
   return { accepted, throttled };
 }
 
