@@ -113,6 +113,8 @@ export interface IndexingConfig {
   readonly channelCapacity: number;
   /** Analyzer of GOODS_NM, BRAND_NM and CATE_PATH; takes effect with the next full run. */
   readonly goodsAnalyzer: GoodsAnalyzer;
+  /** The live follower: committed changes searchable within about a second (SPEC.md section 3). */
+  readonly live: boolean;
 }
 
 export type GoodsAnalyzer = "cjk" | "nori" | "standard";
@@ -290,6 +292,7 @@ function indexingConfig(env: Env): IndexingConfig {
     bulksInFlight: integer(env, "INDEX_BULKS_IN_FLIGHT", 2, 1, 16),
     channelCapacity: integer(env, "INDEX_CHANNEL_CAPACITY", 0, 0, 1_000_000),
     goodsAnalyzer: oneOf(env, "GOODS_ANALYZER", ["cjk", "nori", "standard"] as const, "cjk"),
+    live: oneOf(env, "INDEX_LIVE", ["true", "false"], "true") === "true",
   });
 }
 

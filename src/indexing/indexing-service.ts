@@ -17,6 +17,7 @@ import { measureDrift } from "./goods/index-status.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
 import type { IndexingResult } from "./modes.js";
 import type { IndexingRuns } from "./run.js";
+import type { LiveFollower, LiveStatus } from "./live/live-follower.js";
 
 export interface IndexingServiceDeps {
   knex: Knex;
@@ -28,6 +29,7 @@ export interface IndexingServiceDeps {
   metrics?: IndexingMetrics;
   batch: BatchService;
   batchLogs: BatchLogStore;
+  live: Pick<LiveFollower, "status">;
 }
 
 export const DEFAULT_LOG_LIMIT = 20;
@@ -44,16 +46,18 @@ export function createIndexingService(deps: IndexingServiceDeps): ServiceImpl<ty
       return indexGoodsResponse(result, deps.indexing.goodsIndex);
     },
     async getIndexStatus() {
-      const [drift, runs] = await Promise.all([
+      const [drift, runs, live] = await Promise.all([
         measureDrift(deps.knex, deps.elasticsearch, deps.indexing.goodsIndex).catch((err: unknown) => {
           throw isUnreachable(err) ? new UnavailableError("Elasticsearch is unreachable: cannot count the goods index", { cause: err }) : err;
         }),
         lastRuns(deps.knex),
+        deps.live.status(),
       ]);
       deps.metrics?.driftMeasured(drift);
       return {
         ...drift,
         lastRuns: runs.map((run) => ({ ...run, startedAt: timestampFromDate(run.startedAt), finishedAt: timestampFromDate(run.finishedAt) })),
+        live: liveMessage(live),
       };
     },
     runProductBatch: (req) => deps.batch.run({ intervalMinutes: req.intervalMinutes, chunkSize: req.chunkSize }),
@@ -64,6 +68,17 @@ export function createIndexingService(deps: IndexingServiceDeps): ServiceImpl<ty
       }
       return { logs: (await deps.batchLogs.list(limit)).map(batchLogMessage) };
     },
+  };
+}
+
+function liveMessage(live: LiveStatus) {
+  return {
+    enabled: live.enabled,
+    state: live.state,
+    pendingProducts: live.pendingProducts,
+    oldestPendingAgeMs: BigInt(live.oldestPendingAgeMs),
+    appliedTotal: BigInt(live.appliedTotal),
+    lastAppliedAt: live.lastAppliedAt && timestampFromDate(live.lastAppliedAt),
   };
 }
 

@@ -44,9 +44,11 @@ describe("full mode", () => {
 
     const sample = await db.knex("PR_GOODS_SEARCH_INTF").where({ USE_YN: "Y" }).orderByRaw(`md5("GOODS_NO")`).limit(25);
     const { docs } = await es.mget<Record<string, unknown>>({ index, ids: sample.map((r) => r.GOODS_NO as string) });
-    sample.forEach((row, i) => {
+    sample.forEach(({ INDEX_VERSION, ...row }, i) => {
       const expected = { ...row, SYS_REG_DTM: row.SYS_REG_DTM.toISOString(), SYS_MOD_DTM: row.SYS_MOD_DTM.toISOString() };
       expect((docs[i] as { _source?: unknown })._source).toEqual(expected);
+      // The row's version is the document's external version, not a field of it.
+      expect(String((docs[i] as { _version?: number })._version)).toBe(INDEX_VERSION);
     });
   });
 

@@ -11,6 +11,7 @@ describe("indexing configuration", () => {
       bulksInFlight: 2,
       channelCapacity: 0,
       goodsAnalyzer: "cjk",
+      live: true,
     });
   });
 
@@ -23,6 +24,7 @@ describe("indexing configuration", () => {
       INDEX_BULKS_IN_FLIGHT: "4",
       INDEX_CHANNEL_CAPACITY: "2000",
       GOODS_ANALYZER: "nori",
+      INDEX_LIVE: "false",
     });
     expect(config.indexing).toEqual({
       goodsIndex: "goods_en",
@@ -32,6 +34,7 @@ describe("indexing configuration", () => {
       bulksInFlight: 4,
       channelCapacity: 2000,
       goodsAnalyzer: "nori",
+      live: false,
     });
   });
 

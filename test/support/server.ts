@@ -37,8 +37,9 @@ export async function startTestServer(options: {
   gpuCreationHooks?: CreationHooks;
   logger?: Logger;
 }): Promise<TestServer> {
-  // The cron runner stays off unless a test turns it on: a tick must never touch another test's data.
-  const config: Config = loadConfig({ PORT: "0", CRON_ENABLED: "false", ...options.env });
+  // The cron runner and the live follower stay off unless a test turns them on: neither may touch
+  // another test's data, nor write documents that a test of another mode counts.
+  const config: Config = loadConfig({ PORT: "0", CRON_ENABLED: "false", INDEX_LIVE: "false", ...options.env });
   const logger = options.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
   const marketplace = options.marketplace ?? createFastSimulatedMarketplace();
   const app = createApp({

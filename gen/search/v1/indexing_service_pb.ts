@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file search/v1/indexing_service.proto.
  */
 export const file_search_v1_indexing_service: GenFile = /*@__PURE__*/
-  fileDesc("CiBzZWFyY2gvdjEvaW5kZXhpbmdfc2VydmljZS5wcm90bxIJc2VhcmNoLnYxIjcKEUluZGV4R29vZHNSZXF1ZXN0EhUKCGludGVydmFsGAEgASgJSACIAQFCCwoJX2ludGVydmFsIrMBChJJbmRleEdvb2RzUmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBIMCgRtb2RlGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSFQoNZmV0Y2hlZF9jb3VudBgEIAEoBRIVCg1pbmRleGVkX2NvdW50GAUgASgFEhQKDGZhaWxlZF9jb3VudBgGIAEoBRISCgplbGFwc2VkX21zGAcgASgFEhUKDXJlbW92ZWRfY291bnQYCCABKAUiFwoVR2V0SW5kZXhTdGF0dXNSZXF1ZXN0IuUBCghJbmRleFJ1bhIMCgRtb2RlGAEgASgJEg8KB3N1Y2Nlc3MYAiABKAgSLgoKc3RhcnRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWZldGNoZWRfY291bnQYBSABKAUSFQoNaW5kZXhlZF9jb3VudBgGIAEoBRIUCgxmYWlsZWRfY291bnQYByABKAUSFQoNcmVtb3ZlZF9jb3VudBgIIAEoBSKwAQoLSW5kZXhTdGF0dXMSDQoFYWxpYXMYASABKAkSFgoOcGh5c2ljYWxfaW5kZXgYAiABKAkSFgoOZG9jdW1lbnRfY291bnQYAyABKAUSFQoNZWxpZ2libGVfcm93cxgEIAEoBRIUCgxwZW5kaW5nX3Jvd3MYBSABKAUSDQoFZHJpZnQYBiABKAUSJgoJbGFzdF9ydW5zGAcgAygLMhMuc2VhcmNoLnYxLkluZGV4UnVuInQKFlJ1blByb2R1Y3RCYXRjaFJlcXVlc3QSHQoQaW50ZXJ2YWxfbWludXRlcxgBIAEoBUgAiAEBEhcKCmNodW5rX3NpemUYAiABKAVIAYgBAUITChFfaW50ZXJ2YWxfbWludXRlc0INCgtfY2h1bmtfc2l6ZSKGAgoWQmF0Y2hFeGVjdXRpb25SZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEhAKCGJhdGNoX2lkGAIgASgJEg4KBnN0YXR1cxgDIAEoCRIUCgxpc19mdWxsX2xvYWQYBCABKAgSFAoMbG9hZGVkX2NvdW50GAUgASgFEhUKDWZldGNoZWRfY291bnQYBiABKAUSFQoNaW5kZXhlZF9jb3VudBgHIAEoBRIUCgxmYWlsZWRfY291bnQYCCABKAUSEgoKY2h1bmtfc2l6ZRgJIAEoBRIQCgh3YXJuaW5ncxgKIAMoCRISCgplbGFwc2VkX21zGAsgASgFEg8KB21lc3NhZ2UYDCABKAkiNAoUTGlzdEJhdGNoTG9nc1JlcXVlc3QSEgoFbGltaXQYASABKAVIAIgBAUIICgZfbGltaXQiOAoJRXJyb3JJbmZvEgwKBGNvZGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIMCgRzdGVwGAMgASgJIpsDCg9CYXRjaExvZ0RldGFpbHMSFQoNZmV0Y2hlZF9jb3VudBgBIAEoBRIVCg1pbmRleGVkX2NvdW50GAIgASgFEhQKDGZhaWxlZF9jb3VudBgDIAEoBRIZCgxzb3VyY2VfaW5kZXgYBCABKAlIAIgBARIZCgx0YXJnZXRfaW5kZXgYBSABKAlIAYgBARIVCghqb2JfdHlwZRgGIAEoCUgCiAEBEhcKCmNodW5rX3NpemUYByABKAVIA4gBARIUCgdtZXNzYWdlGAggASgJSASIAQESKAoFZXJyb3IYCSABKAsyFC5zZWFyY2gudjEuRXJyb3JJbmZvSAWIAQESGgoNcmVtb3ZlZF9jb3VudBgKIAEoBUgGiAEBEhIKBWRyaWZ0GAsgASgFSAeIAQFCDwoNX3NvdXJjZV9pbmRleEIPCg1fdGFyZ2V0X2luZGV4QgsKCV9qb2JfdHlwZUINCgtfY2h1bmtfc2l6ZUIKCghfbWVzc2FnZUIICgZfZXJyb3JCEAoOX3JlbW92ZWRfY291bnRCCAoGX2RyaWZ0IuABCghCYXRjaExvZxIQCghiYXRjaF9pZBgBIAEoCRIQCghqb2JfbmFtZRgCIAEoCRIOCgZzdGF0dXMYAyABKAkSLgoKc3RhcnRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmVsYXBzZWRfbXMYBiABKAUSKwoHZGV0YWlscxgHIAEoCzIaLnNlYXJjaC52MS5CYXRjaExvZ0RldGFpbHMiOgoVTGlzdEJhdGNoTG9nc1Jlc3BvbnNlEiEKBGxvZ3MYASADKAsyEy5zZWFyY2gudjEuQmF0Y2hMb2cy8wMKD0luZGV4aW5nU2VydmljZRJwCgpJbmRleEdvb2RzEhwuc2VhcmNoLnYxLkluZGV4R29vZHNSZXF1ZXN0Gh0uc2VhcmNoLnYxLkluZGV4R29vZHNSZXNwb25zZSIlgtPkkwIfEh0vYXBpL3NlYXJjaC92MS9pbmRleC9kYi9nb29kcxJ9Cg9SdW5Qcm9kdWN0QmF0Y2gSIS5zZWFyY2gudjEuUnVuUHJvZHVjdEJhdGNoUmVxdWVzdBohLnNlYXJjaC52MS5CYXRjaEV4ZWN1dGlvblJlc3BvbnNlIiSC0+STAh4iHC9hcGkvc2VhcmNoL3YxL2JhdGNoL3Byb2R1Y3QSeAoOR2V0SW5kZXhTdGF0dXMSIC5zZWFyY2gudjEuR2V0SW5kZXhTdGF0dXNSZXF1ZXN0GhYuc2VhcmNoLnYxLkluZGV4U3RhdHVzIiyC0+STAiYSJC9hcGkvc2VhcmNoL3YxL2luZGV4L2RiL2dvb2RzL3N0YXR1cxJ1Cg1MaXN0QmF0Y2hMb2dzEh8uc2VhcmNoLnYxLkxpc3RCYXRjaExvZ3NSZXF1ZXN0GiAuc2VhcmNoLnYxLkxpc3RCYXRjaExvZ3NSZXNwb25zZSIhgtPkkwIbEhkvYXBpL3NlYXJjaC92MS9iYXRjaC9sb2dzYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_timestamp]);
+  fileDesc("CiBzZWFyY2gvdjEvaW5kZXhpbmdfc2VydmljZS5wcm90bxIJc2VhcmNoLnYxIjcKEUluZGV4R29vZHNSZXF1ZXN0EhUKCGludGVydmFsGAEgASgJSACIAQFCCwoJX2ludGVydmFsIrMBChJJbmRleEdvb2RzUmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBIMCgRtb2RlGAIgASgJEg8KB21lc3NhZ2UYAyABKAkSFQoNZmV0Y2hlZF9jb3VudBgEIAEoBRIVCg1pbmRleGVkX2NvdW50GAUgASgFEhQKDGZhaWxlZF9jb3VudBgGIAEoBRISCgplbGFwc2VkX21zGAcgASgFEhUKDXJlbW92ZWRfY291bnQYCCABKAUiFwoVR2V0SW5kZXhTdGF0dXNSZXF1ZXN0IuUBCghJbmRleFJ1bhIMCgRtb2RlGAEgASgJEg8KB3N1Y2Nlc3MYAiABKAgSLgoKc3RhcnRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLZmluaXNoZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhUKDWZldGNoZWRfY291bnQYBSABKAUSFQoNaW5kZXhlZF9jb3VudBgGIAEoBRIUCgxmYWlsZWRfY291bnQYByABKAUSFQoNcmVtb3ZlZF9jb3VudBgIIAEoBSLXAQoLSW5kZXhTdGF0dXMSDQoFYWxpYXMYASABKAkSFgoOcGh5c2ljYWxfaW5kZXgYAiABKAkSFgoOZG9jdW1lbnRfY291bnQYAyABKAUSFQoNZWxpZ2libGVfcm93cxgEIAEoBRIUCgxwZW5kaW5nX3Jvd3MYBSABKAUSDQoFZHJpZnQYBiABKAUSJgoJbGFzdF9ydW5zGAcgAygLMhMuc2VhcmNoLnYxLkluZGV4UnVuEiUKBGxpdmUYCCABKAsyFy5zZWFyY2gudjEuTGl2ZUluZGV4aW5nIrMBCgxMaXZlSW5kZXhpbmcSDwoHZW5hYmxlZBgBIAEoCBINCgVzdGF0ZRgCIAEoCRIYChBwZW5kaW5nX3Byb2R1Y3RzGAMgASgFEh0KFW9sZGVzdF9wZW5kaW5nX2FnZV9tcxgEIAEoAxIVCg1hcHBsaWVkX3RvdGFsGAUgASgDEjMKD2xhc3RfYXBwbGllZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAidAoWUnVuUHJvZHVjdEJhdGNoUmVxdWVzdBIdChBpbnRlcnZhbF9taW51dGVzGAEgASgFSACIAQESFwoKY2h1bmtfc2l6ZRgCIAEoBUgBiAEBQhMKEV9pbnRlcnZhbF9taW51dGVzQg0KC19jaHVua19zaXplIoYCChZCYXRjaEV4ZWN1dGlvblJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSEAoIYmF0Y2hfaWQYAiABKAkSDgoGc3RhdHVzGAMgASgJEhQKDGlzX2Z1bGxfbG9hZBgEIAEoCBIUCgxsb2FkZWRfY291bnQYBSABKAUSFQoNZmV0Y2hlZF9jb3VudBgGIAEoBRIVCg1pbmRleGVkX2NvdW50GAcgASgFEhQKDGZhaWxlZF9jb3VudBgIIAEoBRISCgpjaHVua19zaXplGAkgASgFEhAKCHdhcm5pbmdzGAogAygJEhIKCmVsYXBzZWRfbXMYCyABKAUSDwoHbWVzc2FnZRgMIAEoCSI0ChRMaXN0QmF0Y2hMb2dzUmVxdWVzdBISCgVsaW1pdBgBIAEoBUgAiAEBQggKBl9saW1pdCI4CglFcnJvckluZm8SDAoEY29kZRgBIAEoCRIPCgdtZXNzYWdlGAIgASgJEgwKBHN0ZXAYAyABKAkimwMKD0JhdGNoTG9nRGV0YWlscxIVCg1mZXRjaGVkX2NvdW50GAEgASgFEhUKDWluZGV4ZWRfY291bnQYAiABKAUSFAoMZmFpbGVkX2NvdW50GAMgASgFEhkKDHNvdXJjZV9pbmRleBgEIAEoCUgAiAEBEhkKDHRhcmdldF9pbmRleBgFIAEoCUgBiAEBEhUKCGpvYl90eXBlGAYgASgJSAKIAQESFwoKY2h1bmtfc2l6ZRgHIAEoBUgDiAEBEhQKB21lc3NhZ2UYCCABKAlIBIgBARIoCgVlcnJvchgJIAEoCzIULnNlYXJjaC52MS5FcnJvckluZm9IBYgBARIaCg1yZW1vdmVkX2NvdW50GAogASgFSAaIAQESEgoFZHJpZnQYCyABKAVIB4gBAUIPCg1fc291cmNlX2luZGV4Qg8KDV90YXJnZXRfaW5kZXhCCwoJX2pvYl90eXBlQg0KC19jaHVua19zaXplQgoKCF9tZXNzYWdlQggKBl9lcnJvckIQCg5fcmVtb3ZlZF9jb3VudEIICgZfZHJpZnQi4AEKCEJhdGNoTG9nEhAKCGJhdGNoX2lkGAEgASgJEhAKCGpvYl9uYW1lGAIgASgJEg4KBnN0YXR1cxgDIAEoCRIuCgpzdGFydGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKZWxhcHNlZF9tcxgGIAEoBRIrCgdkZXRhaWxzGAcgASgLMhouc2VhcmNoLnYxLkJhdGNoTG9nRGV0YWlscyI6ChVMaXN0QmF0Y2hMb2dzUmVzcG9uc2USIQoEbG9ncxgBIAMoCzITLnNlYXJjaC52MS5CYXRjaExvZzLzAwoPSW5kZXhpbmdTZXJ2aWNlEnAKCkluZGV4R29vZHMSHC5zZWFyY2gudjEuSW5kZXhHb29kc1JlcXVlc3QaHS5zZWFyY2gudjEuSW5kZXhHb29kc1Jlc3BvbnNlIiWC0+STAh8SHS9hcGkvc2VhcmNoL3YxL2luZGV4L2RiL2dvb2RzEn0KD1J1blByb2R1Y3RCYXRjaBIhLnNlYXJjaC52MS5SdW5Qcm9kdWN0QmF0Y2hSZXF1ZXN0GiEuc2VhcmNoLnYxLkJhdGNoRXhlY3V0aW9uUmVzcG9uc2UiJILT5JMCHiIcL2FwaS9zZWFyY2gvdjEvYmF0Y2gvcHJvZHVjdBJ4Cg5HZXRJbmRleFN0YXR1cxIgLnNlYXJjaC52MS5HZXRJbmRleFN0YXR1c1JlcXVlc3QaFi5zZWFyY2gudjEuSW5kZXhTdGF0dXMiLILT5JMCJhIkL2FwaS9zZWFyY2gvdjEvaW5kZXgvZGIvZ29vZHMvc3RhdHVzEnUKDUxpc3RCYXRjaExvZ3MSHy5zZWFyY2gudjEuTGlzdEJhdGNoTG9nc1JlcXVlc3QaIC5zZWFyY2gudjEuTGlzdEJhdGNoTG9nc1Jlc3BvbnNlIiGC0+STAhsSGS9hcGkvc2VhcmNoL3YxL2JhdGNoL2xvZ3NiBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message search.v1.IndexGoodsRequest
@@ -212,6 +212,13 @@ export type IndexStatus = Message<"search.v1.IndexStatus"> & {
    * @generated from field: repeated search.v1.IndexRun last_runs = 7;
    */
   lastRuns: IndexRun[];
+
+  /**
+   * The live follower and its feed (INDEX_LIVE).
+   *
+   * @generated from field: search.v1.LiveIndexing live = 8;
+   */
+  live?: LiveIndexing | undefined;
 };
 
 /**
@@ -220,6 +227,62 @@ export type IndexStatus = Message<"search.v1.IndexStatus"> & {
  */
 export const IndexStatusSchema: GenMessage<IndexStatus> = /*@__PURE__*/
   messageDesc(file_search_v1_indexing_service, 4);
+
+/**
+ * Live changes: committed changes of PR_GOODS_SEARCH_INTF applied within about a second.
+ *
+ * @generated from message search.v1.LiveIndexing
+ */
+export type LiveIndexing = Message<"search.v1.LiveIndexing"> & {
+  /**
+   * INDEX_LIVE.
+   *
+   * @generated from field: bool enabled = 1;
+   */
+  enabled: boolean;
+
+  /**
+   * following, catching_up, waiting_for_elasticsearch, standby (another replica follows) or off.
+   *
+   * @generated from field: string state = 2;
+   */
+  state: string;
+
+  /**
+   * Products changed and not yet applied (one entry per product), on every replica.
+   *
+   * @generated from field: int32 pending_products = 3;
+   */
+  pendingProducts: number;
+
+  /**
+   * Age of the oldest change not yet applied, in milliseconds; 0 when none is pending.
+   *
+   * @generated from field: int64 oldest_pending_age_ms = 4;
+   */
+  oldestPendingAgeMs: bigint;
+
+  /**
+   * Changes applied since the feed was created, by whichever replica followed.
+   *
+   * @generated from field: int64 applied_total = 5;
+   */
+  appliedTotal: bigint;
+
+  /**
+   * When a change was last applied; absent before the first.
+   *
+   * @generated from field: google.protobuf.Timestamp last_applied_at = 6;
+   */
+  lastAppliedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message search.v1.LiveIndexing.
+ * Use `create(LiveIndexingSchema)` to create a new message.
+ */
+export const LiveIndexingSchema: GenMessage<LiveIndexing> = /*@__PURE__*/
+  messageDesc(file_search_v1_indexing_service, 5);
 
 /**
  * @generated from message search.v1.RunProductBatchRequest
@@ -245,7 +308,7 @@ export type RunProductBatchRequest = Message<"search.v1.RunProductBatchRequest">
  * Use `create(RunProductBatchRequestSchema)` to create a new message.
  */
 export const RunProductBatchRequestSchema: GenMessage<RunProductBatchRequest> = /*@__PURE__*/
-  messageDesc(file_search_v1_indexing_service, 5);
+  messageDesc(file_search_v1_indexing_service, 6);
 
 /**
  * @generated from message search.v1.BatchExecutionResponse
@@ -321,7 +384,7 @@ export type BatchExecutionResponse = Message<"search.v1.BatchExecutionResponse">
  * Use `create(BatchExecutionResponseSchema)` to create a new message.
  */
 export const BatchExecutionResponseSchema: GenMessage<BatchExecutionResponse> = /*@__PURE__*/
-  messageDesc(file_search_v1_indexing_service, 6);
+  messageDesc(file_search_v1_indexing_service, 7);
 
 /**
  * @generated from message search.v1.ListBatchLogsRequest
@@ -340,7 +403,7 @@ export type ListBatchLogsRequest = Message<"search.v1.ListBatchLogsRequest"> & {
  * Use `create(ListBatchLogsRequestSchema)` to create a new message.
  */
 export const ListBatchLogsRequestSchema: GenMessage<ListBatchLogsRequest> = /*@__PURE__*/
-  messageDesc(file_search_v1_indexing_service, 7);
+  messageDesc(file_search_v1_indexing_service, 8);
 
 /**
  * @generated from message search.v1.ErrorInfo
@@ -371,7 +434,7 @@ export type ErrorInfo = Message<"search.v1.ErrorInfo"> & {
  * Use `create(ErrorInfoSchema)` to create a new message.
  */
 export const ErrorInfoSchema: GenMessage<ErrorInfo> = /*@__PURE__*/
-  messageDesc(file_search_v1_indexing_service, 8);
+  messageDesc(file_search_v1_indexing_service, 9);
 
 /**
  * @generated from message search.v1.BatchLogDetails
@@ -442,7 +505,7 @@ export type BatchLogDetails = Message<"search.v1.BatchLogDetails"> & {
  * Use `create(BatchLogDetailsSchema)` to create a new message.
  */
 export const BatchLogDetailsSchema: GenMessage<BatchLogDetails> = /*@__PURE__*/
-  messageDesc(file_search_v1_indexing_service, 9);
+  messageDesc(file_search_v1_indexing_service, 10);
 
 /**
  * One document of the batch log index.
@@ -491,7 +554,7 @@ export type BatchLog = Message<"search.v1.BatchLog"> & {
  * Use `create(BatchLogSchema)` to create a new message.
  */
 export const BatchLogSchema: GenMessage<BatchLog> = /*@__PURE__*/
-  messageDesc(file_search_v1_indexing_service, 10);
+  messageDesc(file_search_v1_indexing_service, 11);
 
 /**
  * @generated from message search.v1.ListBatchLogsResponse
@@ -508,7 +571,7 @@ export type ListBatchLogsResponse = Message<"search.v1.ListBatchLogsResponse"> &
  * Use `create(ListBatchLogsResponseSchema)` to create a new message.
  */
 export const ListBatchLogsResponseSchema: GenMessage<ListBatchLogsResponse> = /*@__PURE__*/
-  messageDesc(file_search_v1_indexing_service, 11);
+  messageDesc(file_search_v1_indexing_service, 12);
 
 /**
  * IndexingService copies product rows from PostgreSQL (PR_GOODS_SEARCH_INTF) into

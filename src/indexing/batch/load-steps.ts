@@ -9,6 +9,15 @@ import type { Knex } from "knex";
 const TRUNCATE_GOODS = `truncate table "PR_GOODS_SEARCH_INTF"`;
 
 /**
+ * A full load is followed by a rebuild that indexes every row it wrote: the live feed's triggers
+ * stay out of it (otherwise the follower would index a million rows one batch at a time beside
+ * the rebuild). Inside the load's transaction, which holds the truncate's exclusive lock until it
+ * commits, so no other writer ever runs without them; the rows still draw their INDEX_VERSION.
+ */
+const PAUSE_LIVE_FEED = `alter table "PR_GOODS_SEARCH_INTF" disable trigger user`;
+const RESUME_LIVE_FEED = `alter table "PR_GOODS_SEARCH_INTF" enable trigger user`;
+
+/**
  * Full load: the table's secondary indexes (not those of its constraints), as the database
  * defines them. The full load drops them before its insert and builds each once afterwards, which
  * is much faster than maintaining them row by row; read here, so they stay what the migrations say.
@@ -180,6 +189,7 @@ export async function loadGoods(knex: Knex, options: LoadOptions): Promise<LoadR
     };
     let loadedCount: number;
     if (isFullLoad) {
+      await trx.raw(PAUSE_LIVE_FEED);
       await run("1-truncate", TRUNCATE_GOODS, {});
       const indexes = (await trx.raw<{ rows: Array<{ name: string; definition: string }> }>(SECONDARY_INDEXES)).rows;
       for (const { name } of indexes) await trx.raw("drop index ??", [name]);
@@ -189,7 +199,7 @@ export async function loadGoods(knex: Knex, options: LoadOptions): Promise<LoadR
       const since = new Date(at.getTime() - intervalMinutes * 60_000);
       loadedCount = await run("1-load", UPSERT_CHANGED_GOODS, { at, since });
     }
-    return {
+    const result: LoadResult = {
       isFullLoad,
       loadedCount,
       changed: {
@@ -200,6 +210,8 @@ export async function loadGoods(knex: Knex, options: LoadOptions): Promise<LoadR
       },
       stepMs,
     };
+    if (isFullLoad) await trx.raw(RESUME_LIVE_FEED);
+    return result;
   });
 }
 

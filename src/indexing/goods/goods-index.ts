@@ -33,10 +33,24 @@ export function goodsMapping(analyzer: GoodsAnalyzer = "cjk"): estypes.MappingTy
   };
 }
 
-/** Settings while a rebuild writes: no refreshes, no replicas to keep in step, no fsync per request. */
-export const OPTIMIZED: estypes.IndicesIndexSettings = { refresh_interval: "-1", number_of_replicas: 0, translog: { durability: "async" } };
+/**
+ * Settings while a rebuild writes: no refreshes, no replicas to keep in step, no fsync per
+ * request; and deletes remembered for the whole build. The live follower writes every change
+ * committed after the rebuild's snapshot into the build index too; the rebuild may then send an
+ * older state of a deleted product minutes later, and only a delete's remembered version refuses
+ * it (Elasticsearch forgets it after index.gc_deletes, 60 s by default).
+ */
+export const OPTIMIZED: estypes.IndicesIndexSettings = { refresh_interval: "-1", number_of_replicas: 0, translog: { durability: "async" }, gc_deletes: "12h" };
 /** Settings a live index always has. */
-const RESTORED: estypes.IndicesIndexSettings = { refresh_interval: "1s", number_of_replicas: 1, translog: { durability: "request" } };
+const RESTORED: estypes.IndicesIndexSettings = { refresh_interval: "1s", number_of_replicas: 1, translog: { durability: "request" }, gc_deletes: "60s" };
+
+/**
+ * The alias of the one build index in progress, if any: the live follower writes through it, so
+ * that a build deleted meanwhile is never re-created by a write (require_alias).
+ */
+export function buildingAlias(alias: string): string {
+  return `${alias}_building`;
+}
 
 /** Where the alias name points: physical indices, a concrete index of that name (older install), or nothing. */
 export type AliasState = { kind: "alias"; indices: string[] } | { kind: "concrete" } | { kind: "none" };
@@ -71,7 +85,7 @@ export async function ensureGoodsAlias(client: Client, alias: string, analyzer: 
 export async function createBuildIndex(client: Client, alias: string, analyzer: GoodsAnalyzer, logger: Logger): Promise<string> {
   const index = await unreachableAs503(alias, () => freshName(client, alias));
   try {
-    await createWithAnalyzer(client, { index, settings: { index: OPTIMIZED } }, analyzer, logger);
+    await createWithAnalyzer(client, { index, settings: { index: OPTIMIZED }, aliases: { [buildingAlias(alias)]: {} } }, analyzer, logger);
     return index;
   } catch (err) {
     throw new IndexingError("OPTIMIZE_FAILED", `creating index '${index}' for bulk loading failed`, { cause: err, unavailable: isUnreachable(err) });
@@ -121,7 +135,8 @@ export async function swapAlias(client: Client, alias: string, index: string): P
   try {
     const state = await aliasState(client, alias);
     previous = state.kind === "alias" ? state.indices.filter((name) => name !== index) : [];
-    const actions: object[] = [{ add: { index, alias } }];
+    // The build stops being one in the same atomic call that makes it live.
+    const actions: object[] = [{ add: { index, alias } }, { remove: { index, alias: buildingAlias(alias), must_exist: false } }];
     if (state.kind === "concrete") actions.push({ remove_index: { index: alias } });
     for (const name of previous) actions.push({ remove: { index: name, alias } });
     await client.indices.updateAliases({ actions: actions as never });

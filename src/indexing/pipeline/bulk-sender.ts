@@ -9,12 +9,16 @@ import { createLineEncoder, type LineEncoder } from "./line-encoder.js";
 // 429s are retried with backoff, a 503 (a shard unavailable) fails the run, anything else goes to
 // onDrop and is counted, never lost silently.
 // An item without a document is a delete; a delete answered 404 is done (counted as missing).
+// An item with a version is written with that external version: answered 409, a newer state of
+// the document is already there, and the item is done too (counted as superseded).
 
 export interface BulkItem<Meta> {
   /** Document _id: repeating a document upserts it. */
   readonly id: string;
   /** Absent: delete the document of this _id. */
   readonly document?: Record<string, unknown>;
+  /** External version (decimal digits): an older state never overwrites a newer one. */
+  readonly version?: string;
   /** What the caller needs back for accepted or dropped documents (e.g. the row's key). */
   readonly meta: Meta;
 }
@@ -31,6 +35,8 @@ export interface BulkStats {
   failed: number;
   /** Deletes answered 404 (the document was not there); also counted in successful. */
   missing: number;
+  /** Versioned items answered 409 (a newer version is there); also counted in successful. */
+  superseded: number;
   retried: number;
   bytes: number;
   bulks: number;
@@ -39,6 +45,8 @@ export interface BulkStats {
 export interface BulkSenderOptions<Meta> {
   client: Client;
   index: string;
+  /** Refuse to write unless `index` is an alias (a deleted target is never re-created by a write). */
+  requireAlias?: boolean;
   bulkSize: number;
   maxBytes: number;
   concurrency: number;
@@ -60,11 +68,12 @@ interface Entry<Meta> {
   readonly id: string;
   /** The item's NDJSON lines, UTF-8. */
   readonly bytes: Buffer;
+  readonly versioned: boolean;
   readonly meta: Meta;
 }
 
 export function emptyBulkStats(): BulkStats {
-  return { total: 0, successful: 0, failed: 0, missing: 0, retried: 0, bytes: 0, bulks: 0 };
+  return { total: 0, successful: 0, failed: 0, missing: 0, superseded: 0, retried: 0, bytes: 0, bulks: 0 };
 }
 
 export async function sendBulks<Meta>(source: AsyncIterable<readonly BulkItem<Meta>[]>, options: BulkSenderOptions<Meta>): Promise<BulkStats> {
@@ -94,7 +103,7 @@ export async function sendBulks<Meta>(source: AsyncIterable<readonly BulkItem<Me
       // Documents are serialised and encoded once, on arrival; the row object can then be collected.
       const bytes = encodeItem(encode, item);
       if (batch.length > 0 && batchBytes + bytes.length > maxBytes) await dispatch();
-      batch.push({ id: item.id, bytes, meta: item.meta });
+      batch.push({ id: item.id, bytes, versioned: item.version !== undefined, meta: item.meta });
       batchBytes += bytes.length;
       stats.total++;
       if (batch.length >= bulkSize) await dispatch();
@@ -115,9 +124,15 @@ export async function sendBulks<Meta>(source: AsyncIterable<readonly BulkItem<Me
 export const BULK_RESULT_FIELDS = ["errors", "items.*.status", "items.*.error.type", "items.*.error.reason"];
 
 /** The item's NDJSON lines: an index action and its document, or a delete action. */
-function encodeItem<Meta>(encode: LineEncoder, { id, document }: BulkItem<Meta>): Buffer {
-  const key = JSON.stringify(id);
-  return document === undefined ? encode(`{"delete":{"_id":${key}}}\n`) : encode(`{"index":{"_id":${key}}}\n`, JSON.stringify(document), "\n");
+function encodeItem<Meta>(encode: LineEncoder, { id, document, version }: BulkItem<Meta>): Buffer {
+  const target = `"_id":${JSON.stringify(id)}${version === undefined ? "" : `,"version":${versionNumber(version)},"version_type":"external"`}`;
+  return document === undefined ? encode(`{"delete":{${target}}}\n`) : encode(`{"index":{${target}}}\n`, JSON.stringify(document), "\n");
+}
+
+/** The version goes into the action line as a JSON number: digits only, never anything else. */
+function versionNumber(version: string): string {
+  if (!/^\d{1,19}$/.test(version)) throw new RangeError(`an external version is a whole number, got '${version.slice(0, 40)}'`);
+  return version;
 }
 
 async function sendWithRetries<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions<Meta>, stats: BulkStats): Promise<void> {
@@ -154,7 +169,13 @@ async function sendOnce<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions
   try {
     // A pre-serialised NDJSON body is sent as is by the client.
     response = await options.client.bulk(
-      { index: options.index, operations: body as never, filter_path: BULK_RESULT_FIELDS, timeout: BULK_SHARD_WAIT },
+      {
+        index: options.index,
+        operations: body as never,
+        filter_path: BULK_RESULT_FIELDS,
+        timeout: BULK_SHARD_WAIT,
+        ...(options.requireAlias ? { require_alias: true } : {}),
+      },
       { signal: options.signal },
     );
   } catch (err) {
@@ -173,8 +194,10 @@ async function sendOnce<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions
     const outcome = result.index ?? result.create ?? result.update ?? result.delete;
     const status = outcome?.status ?? 500;
     const missingDelete = result.delete !== undefined && status === 404;
+    const superseded = status === 409 && entry.versioned;
     if (missingDelete) stats.missing++;
-    if ((status >= 200 && status < 300) || missingDelete) {
+    if (superseded) stats.superseded++;
+    if ((status >= 200 && status < 300) || missingDelete || superseded) {
       accepted.push(entry.meta);
       stats.successful++;
     } else if (status === 429) {

@@ -1,0 +1,111 @@
+import type { Knex } from "knex";
+import { COLUMNS, type GoodsRow } from "../goods/goods-rows.js";
+
+// The live feed in PostgreSQL (migration 20261125000000_goods_live_feed): products changed and
+// not yet applied, one entry per product. The follower claims the oldest due entries, reads the
+// products' current state, and settles each entry after Elasticsearch answered: removed if it is
+// still the change that was applied, else kept for the newer change; failed ones wait with backoff.
+
+export interface FeedEntry {
+  readonly goodsNo: string;
+  /** Which change the entry held when claimed (bigint as text). */
+  readonly changeId: string;
+  /** Failed attempts so far. */
+  readonly attempts: number;
+}
+
+/** What a product's document must become. */
+export type CurrentState =
+  | { kind: "index"; row: GoodsRow }
+  | { kind: "delete"; version: string }
+  /** Gone with no tombstone left: its delete was already sent (or a full load's rebuild drops it). */
+  | { kind: "none" };
+
+/** The oldest entries that are due (never failed, or their backoff is over). */
+export async function claimDue(knex: Knex, limit: number): Promise<FeedEntry[]> {
+  const { rows } = await knex.raw<{ rows: Array<{ goods_no: string; change_id: string; attempts: number }> }>(
+    `select goods_no, change_id, attempts from goods_live_feed
+      where retry_at is null or retry_at <= now()
+      order by changed_at limit ?`,
+    [limit],
+  );
+  return rows.map((r) => ({ goodsNo: r.goods_no, changeId: r.change_id, attempts: r.attempts }));
+}
+
+/**
+ * Reads the products as they are now (read after the claim: a change committed in between is
+ * read too, and its own entry then finds the document already at its version).
+ */
+export async function readCurrent(knex: Knex, goodsNos: readonly string[]): Promise<Map<string, CurrentState>> {
+  const [goods, tombstones] = await Promise.all([
+    knex.raw<{ rows: GoodsRow[] }>(`select ${COLUMNS} from "PR_GOODS_SEARCH_INTF" where "GOODS_NO" = any(?)`, [[...goodsNos]]),
+    knex.raw<{ rows: Array<{ goods_no: string; version: string }> }>(`select goods_no, version from goods_index_deleted where goods_no = any(?)`, [[...goodsNos]]),
+  ]);
+  const states = new Map<string, CurrentState>();
+  for (const no of goodsNos) states.set(no, { kind: "none" });
+  for (const { goods_no, version } of tombstones.rows) states.set(goods_no, { kind: "delete", version });
+  for (const row of goods.rows) {
+    states.set(row.GOODS_NO, row.USE_YN === "Y" ? { kind: "index", row } : { kind: "delete", version: row.INDEX_VERSION as string });
+  }
+  return states;
+}
+
+/** Removes the entries applied, unless a newer change replaced them meanwhile; returns how many went. */
+export async function removeApplied(knex: Knex, entries: readonly FeedEntry[]): Promise<number> {
+  if (entries.length === 0) return 0;
+  const { rows } = await knex.raw<{ rows: Array<{ removed: number }> }>(
+    `with gone as (
+       delete from goods_live_feed f using unnest(?::text[], ?::bigint[]) as k(goods_no, change_id)
+        where f.goods_no = k.goods_no and f.change_id = k.change_id
+       returning 1
+     ), counted as (select count(*)::int as removed from gone),
+     progress as (
+       update goods_live_progress set applied_total = applied_total + (select removed from counted), last_applied_at = now()
+     )
+     select removed from counted`,
+    [entries.map((e) => e.goodsNo), entries.map((e) => e.changeId)],
+  );
+  return rows[0]?.removed ?? 0;
+}
+
+/**
+ * Entries Elasticsearch refused wait before their next attempt: 1 s, doubling up to 10 minutes,
+ * so that a product it always refuses (a poison row) costs one attempt per 10 minutes, not a loop.
+ * A newer change of the product resets them (the triggers).
+ */
+export async function markFailed(knex: Knex, entries: ReadonlyArray<FeedEntry & { error: string }>): Promise<void> {
+  if (entries.length === 0) return;
+  await knex.raw(
+    `update goods_live_feed f
+        set attempts = f.attempts + 1,
+            retry_at = now() + least(interval '1 second' * power(2, f.attempts), interval '10 minutes'),
+            last_error = k.error
+       from unnest(?::text[], ?::bigint[], ?::text[]) as k(goods_no, change_id, error)
+      where f.goods_no = k.goods_no and f.change_id = k.change_id`,
+    [entries.map((e) => e.goodsNo), entries.map((e) => e.changeId), entries.map((e) => e.error.slice(0, 500))],
+  );
+}
+
+export interface FeedBacklog {
+  pendingProducts: number;
+  /** Age of the oldest change not yet applied, ms; 0 when none. */
+  oldestPendingAgeMs: number;
+  appliedTotal: number;
+  lastAppliedAt: Date | undefined;
+}
+
+export async function measureBacklog(knex: Knex): Promise<FeedBacklog> {
+  const { rows } = await knex.raw<{ rows: Array<{ pending: number; age_ms: number | null; applied_total: string; last_applied_at: Date | null }> }>(
+    `select (select count(*)::int from goods_live_feed) as pending,
+            (select (extract(epoch from now() - min(changed_at)) * 1000)::float8 from goods_live_feed) as age_ms,
+            p.applied_total, p.last_applied_at
+       from goods_live_progress p`,
+  );
+  const row = rows[0];
+  return {
+    pendingProducts: row?.pending ?? 0,
+    oldestPendingAgeMs: Math.max(0, Math.round(row?.age_ms ?? 0)),
+    appliedTotal: Number(row?.applied_total ?? 0),
+    lastAppliedAt: row?.last_applied_at ? new Date(row.last_applied_at) : undefined,
+  };
+}

@@ -1,0 +1,256 @@
+import type { Client } from "@elastic/elasticsearch";
+import type { Knex } from "knex";
+import type { Logger } from "pino";
+import type { GoodsAnalyzer } from "../../config.js";
+import { isDatabaseUnavailable } from "../../db/database-errors.js";
+import { messageOf } from "../../errors.js";
+import { aliasState, buildingAlias, ensureGoodsAlias } from "../goods/goods-index.js";
+import { goodsItem } from "../goods/goods-rows.js";
+import { IndexingError, isUnreachable } from "../indexing-error.js";
+import { sendBulks, type BulkItem } from "../pipeline/bulk-sender.js";
+import { claimDue, markFailed, measureBacklog, readCurrent, removeApplied, type FeedBacklog, type FeedEntry } from "./live-feed.js";
+import { createLiveSession, type LiveSession } from "./live-session.js";
+
+// The live follower (SPEC.md section 3, "Live changes"): applies the feed continuously. Woken by
+// NOTIFY (or its poll), it claims the oldest due products, reads their current rows, upserts the
+// eligible ones and deletes the rest, each at its external version, through the alias and into a
+// build index in progress; then it removes the entries Elasticsearch accepted. It is not a job:
+// it takes no job lock, and one process across replicas follows (live-session.ts).
+
+export type LiveState = "following" | "catching_up" | "waiting_for_elasticsearch" | "standby" | "off";
+
+export interface LiveStatus extends FeedBacklog {
+  enabled: boolean;
+  state: LiveState;
+}
+
+export interface LiveFollowerOptions {
+  knex: Knex;
+  elasticsearch: Client;
+  logger: Logger;
+  /** Off: the follower never starts; the feed keeps one entry per changed product until it does. */
+  enabled: boolean;
+  databaseUrl: string | undefined;
+  /** GOODS_INDEX. */
+  alias: string;
+  analyzer: GoodsAnalyzer;
+  /** Products per pass, one bulk request per target. */
+  batchSize?: number;
+  bulkMaxBytes: number;
+  /** The fallback poll, for wake-ups that never came and retries that fall due. */
+  pollMs?: number;
+  /** A standby's wait between attempts at the lock. */
+  standbyRetryMs?: number;
+  /** A pass's products were accepted (applied changes). */
+  onApplied?: (count: number) => void;
+}
+
+export interface LiveFollower {
+  start(): void;
+  stop(): Promise<void>;
+  /** This process's state, the feed's backlog as PostgreSQL has it now. */
+  status(): Promise<LiveStatus>;
+  /** The state and backlog as last measured, for metrics (no I/O). */
+  lastStatus(): LiveStatus;
+}
+
+/** Oldest pending change older than this: the follower has fallen behind (logged once). */
+const BEHIND_MS = 5_000;
+/** ...and has caught up again once the oldest is younger than this. */
+const CAUGHT_UP_MS = 1_000;
+
+export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
+  const { knex, elasticsearch: client, alias, enabled } = options;
+  const logger = options.logger.child({ component: "live_follower" });
+  const batchSize = options.batchSize ?? 1_000;
+  const pollMs = options.pollMs ?? 2_000;
+  const standbyRetryMs = options.standbyRetryMs ?? 2_000;
+  let state: LiveState = enabled ? "standby" : "off";
+  let backlog: FeedBacklog = { pendingProducts: 0, oldestPendingAgeMs: 0, appliedTotal: 0, lastAppliedAt: undefined };
+  let behind = false;
+  let measuredAt = 0;
+  let stopped = false;
+  let loop: Promise<void> | undefined;
+  let aliasChecked: { requireAlias: boolean } | undefined;
+
+  let woken = false;
+  let wakeWaiter: (() => void) | undefined;
+  const wake = () => {
+    woken = true;
+    wakeWaiter?.();
+  };
+  /** Sleeps until a wake-up, the timeout, or stop. */
+  const sleep = (ms: number) =>
+    new Promise<void>((resolve) => {
+      if (woken || stopped) return resolve();
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        wakeWaiter = undefined;
+        resolve();
+      }
+      wakeWaiter = done;
+    });
+
+  let session: LiveSession | undefined;
+
+  async function run(): Promise<void> {
+    if (!options.databaseUrl) throw new Error("the live follower needs a database URL for its own session");
+    session = createLiveSession({ databaseUrl: options.databaseUrl, logger, onWake: wake });
+    let failures = 0;
+    while (!stopped) {
+      if (!(await session.hold())) {
+        setState("standby");
+        aliasChecked = undefined;
+        await sleep(standbyRetryMs);
+        continue;
+      }
+      try {
+        woken = false;
+        const claimed = await applyOnce();
+        if (state === "waiting_for_elasticsearch") logger.info("Elasticsearch answers again: live changes flow");
+        failures = 0;
+        await observeBacklog();
+        if (claimed >= batchSize) {
+          setState("catching_up");
+          continue;
+        }
+        setState("following");
+        await sleep(pollMs);
+      } catch (err) {
+        failures++;
+        aliasChecked = undefined;
+        await onFailure(err);
+        // 0.5 s, doubling up to 5 s: a dependency back is noticed within seconds.
+        woken = false;
+        await sleep(Math.min(5_000, 250 * 2 ** Math.min(failures, 5)));
+      }
+    }
+    await session.release();
+  }
+
+  async function onFailure(err: unknown): Promise<void> {
+    const elasticsearchDown = isUnreachable(err) || (err instanceof IndexingError && err.unavailable && !isDatabaseUnavailable(err.cause));
+    if (elasticsearchDown) {
+      if (state !== "waiting_for_elasticsearch") logger.warn({ err: messageOf(err) }, "Elasticsearch is unavailable: live changes wait in the feed");
+      setState("waiting_for_elasticsearch");
+    } else if (isDatabaseUnavailable(err) || (err instanceof IndexingError && isDatabaseUnavailable(err.cause))) {
+      logger.warn({ err: messageOf(err) }, "the database is unavailable: live indexing waits");
+    } else {
+      logger.error({ err }, "a live indexing pass failed");
+    }
+  }
+
+  /** One pass: returns how many entries it claimed. */
+  async function applyOnce(): Promise<number> {
+    const entries = await claimDue(knex, batchSize);
+    if (entries.length === 0) return 0;
+    const states = await readCurrent(knex, entries.map((e) => e.goodsNo));
+    const items: BulkItem<FeedEntry>[] = [];
+    const done: FeedEntry[] = [];
+    for (const entry of entries) {
+      const current = states.get(entry.goodsNo) ?? { kind: "none" };
+      if (current.kind === "index") items.push({ ...goodsItem(current.row), meta: entry });
+      else if (current.kind === "delete") items.push({ id: entry.goodsNo, version: current.version, meta: entry });
+      else done.push(entry);
+    }
+    const failed = new Map<string, string>();
+    if (items.length > 0) {
+      const targets = await writeTargets();
+      for (const target of targets) {
+        const refused = await writeTo(target, items);
+        for (const [goodsNo, reason] of refused) if (!failed.has(goodsNo)) failed.set(goodsNo, reason);
+      }
+    }
+    const applied = [...done, ...items.filter((i) => !failed.has(i.id)).map((i) => i.meta)];
+    const removed = await removeApplied(knex, applied);
+    if (removed > 0) options.onApplied?.(removed);
+    const refused = items.filter((i) => failed.has(i.id)).map((i) => ({ ...i.meta, error: failed.get(i.id) as string }));
+    await markFailed(knex, refused);
+    reportPoison(refused);
+    return entries.length;
+  }
+
+  /** The alias, and the build index in progress if there is one (a change after its snapshot must reach it). */
+  async function writeTargets(): Promise<Array<{ index: string; requireAlias: boolean; build: boolean }>> {
+    if (!aliasChecked) {
+      await ensureGoodsAlias(client, alias, options.analyzer, logger);
+      // An older install's concrete index of the alias's name is written as it is.
+      aliasChecked = { requireAlias: (await aliasState(client, alias)).kind === "alias" };
+    }
+    const targets = [{ index: alias, requireAlias: aliasChecked.requireAlias, build: false }];
+    if (await client.indices.existsAlias({ name: buildingAlias(alias) })) targets.push({ index: buildingAlias(alias), requireAlias: true, build: true });
+    return targets;
+  }
+
+  /** Writes the items into one target; returns those refused, with the reason. */
+  async function writeTo(target: { index: string; requireAlias: boolean; build: boolean }, items: BulkItem<FeedEntry>[]): Promise<Map<string, string>> {
+    const refused = new Map<string, string>();
+    await sendBulks(once(items), {
+      client,
+      index: target.index,
+      requireAlias: target.requireAlias,
+      bulkSize: batchSize,
+      maxBytes: options.bulkMaxBytes,
+      concurrency: 1,
+      onDrop: (item, failure) => {
+        // The build went live (the alias took over) or was dropped between the check and the write.
+        if (target.build && failure.type === "index_not_found_exception") return;
+        if (!target.build && failure.type === "index_not_found_exception") aliasChecked = undefined;
+        refused.set(item.id, `${failure.status} ${failure.type}: ${failure.reason}`);
+      },
+    });
+    return refused;
+  }
+
+  function reportPoison(refused: ReadonlyArray<FeedEntry & { error: string }>): void {
+    // The fifth refusal in a row, once per product: from then on it is retried every 10 minutes at most.
+    const poison = refused.filter((e) => e.attempts + 1 === 5);
+    for (const entry of poison.slice(0, 10)) {
+      logger.warn({ goods_no: entry.goodsNo, attempts: 5, reason: entry.error }, "Elasticsearch keeps refusing this product; it stays in the feed, retried every 10 minutes at most");
+    }
+  }
+
+  /** Measures the backlog at most once a second; logs falling behind and catching up, once each. */
+  async function observeBacklog(): Promise<void> {
+    if (Date.now() - measuredAt < 1_000) return;
+    measuredAt = Date.now();
+    backlog = await measureBacklog(knex);
+    if (!behind && backlog.oldestPendingAgeMs > BEHIND_MS) {
+      behind = true;
+      logger.warn({ pending_products: backlog.pendingProducts, oldest_pending_age_ms: backlog.oldestPendingAgeMs }, "live indexing fell behind");
+    } else if (behind && backlog.oldestPendingAgeMs < CAUGHT_UP_MS) {
+      behind = false;
+      logger.info({ pending_products: backlog.pendingProducts }, "live indexing caught up");
+    }
+  }
+
+  function setState(next: LiveState): void {
+    state = next;
+  }
+
+  return {
+    start() {
+      if (!enabled || loop) return;
+      loop = run().catch((err: unknown) => {
+        logger.error({ err }, "the live follower stopped");
+        setState("off");
+      });
+    },
+    async stop() {
+      stopped = true;
+      wake();
+      await loop;
+      if (enabled) setState("standby");
+    },
+    async status() {
+      backlog = await measureBacklog(knex);
+      return { enabled, state, ...backlog };
+    },
+    lastStatus: () => ({ enabled, state, ...backlog }),
+  };
+}
+
+async function* once<T>(batch: T): AsyncGenerator<T> {
+  yield batch;
+}
