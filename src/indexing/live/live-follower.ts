@@ -171,7 +171,11 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
     return entries.length;
   }
 
-  /** The alias, and the build index in progress if there is one (a change after its snapshot must reach it). */
+  /**
+   * The build index in progress if there is one (a change committed after its snapshot must reach
+   * it), then the alias. In that order: a build that goes live between the two writes refuses the
+   * first (its building alias is gone), and the second then reaches it through the alias.
+   */
   async function writeTargets(): Promise<Array<{ index: string; requireAlias: boolean; build: boolean }>> {
     if (!aliasChecked) {
       await ensureGoodsAlias(client, alias, options.analyzer, logger);
@@ -179,7 +183,7 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
       aliasChecked = { requireAlias: (await aliasState(client, alias)).kind === "alias" };
     }
     const targets = [{ index: alias, requireAlias: aliasChecked.requireAlias, build: false }];
-    if (await client.indices.existsAlias({ name: buildingAlias(alias) })) targets.push({ index: buildingAlias(alias), requireAlias: true, build: true });
+    if (await client.indices.existsAlias({ name: buildingAlias(alias) })) targets.unshift({ index: buildingAlias(alias), requireAlias: true, build: true });
     return targets;
   }
 
