@@ -8,8 +8,8 @@ import type { Knex } from "knex";
 //   of the delete. The sequence starts far above any internal version a document of an index
 //   written before versions existed can have reached, so the first versioned write wins.
 // - goods_live_feed: the products changed and not yet applied, one row per product however often
-//   it changes. change_id grows with every change: the follower removes an entry only if it is
-//   still the change it applied.
+//   it changes. change_id is drawn from the same sequence by every change (after the row's new
+//   version): the follower removes an entry only if it is still the change it applied.
 // - goods_live_progress: the follower's totals, the same on every replica.
 //
 // Triggers: inserts and deletes are recorded per statement over their transition tables, so a
@@ -47,12 +47,22 @@ const RECORD_FEED = (select: string) => `
         on conflict (goods_no) do update
           set change_id = excluded.change_id, attempts = 0, retry_at = null, last_error = null`;
 
-/** Tombstones (and feed entries) for the GOODS_NO values a query yields. */
+/**
+ * Tombstones and feed entries for the GOODS_NO values a query yields. The delete's version is
+ * also its feed entry's change_id: a follower that finds neither row nor tombstone (a run cleared
+ * it meanwhile) still deletes at that version.
+ */
 const RECORD_DELETES = (select: string) => `
-      insert into goods_index_deleted (goods_no, version, deleted_at)
-        select goods_no, nextval('${SEQUENCE}'), clock_timestamp() from (${select}) gone(goods_no)
-        on conflict (goods_no) do update set version = excluded.version, deleted_at = excluded.deleted_at;
-      ${RECORD_FEED(select)}`;
+      with gone as (
+        insert into goods_index_deleted (goods_no, version, deleted_at)
+          select goods_no, nextval('${SEQUENCE}'), clock_timestamp() from (${select}) gone(goods_no)
+          on conflict (goods_no) do update set version = excluded.version, deleted_at = excluded.deleted_at
+          returning goods_no, version
+      )
+      insert into goods_live_feed (goods_no, change_id, changed_at)
+        select goods_no, version, clock_timestamp() from gone
+        on conflict (goods_no) do update
+          set change_id = excluded.change_id, attempts = 0, retry_at = null, last_error = null`;
 
 export async function up(knex: Knex): Promise<void> {
   await knex.raw(`create sequence ${SEQUENCE} as bigint start with 1000000000000`);

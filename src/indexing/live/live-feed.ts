@@ -18,8 +18,11 @@ export interface FeedEntry {
 export type CurrentState =
   | { kind: "index"; row: GoodsRow }
   | { kind: "delete"; version: string }
-  /** Gone with no tombstone left: its delete was already sent (or a full load's rebuild drops it). */
-  | { kind: "none" };
+  /**
+   * Gone with no tombstone left (a run sent its delete and cleared it, or a full load removed it
+   * with the triggers off): deleted at the entry's change_id, which is at least the delete's version.
+   */
+  | { kind: "gone" };
 
 /** The oldest entries that are due (never failed, or their backoff is over). */
 export async function claimDue(knex: Knex, limit: number): Promise<FeedEntry[]> {
@@ -42,7 +45,7 @@ export async function readCurrent(knex: Knex, goodsNos: readonly string[]): Prom
     knex.raw<{ rows: Array<{ goods_no: string; version: string }> }>(`select goods_no, version from goods_index_deleted where goods_no = any(?)`, [[...goodsNos]]),
   ]);
   const states = new Map<string, CurrentState>();
-  for (const no of goodsNos) states.set(no, { kind: "none" });
+  for (const no of goodsNos) states.set(no, { kind: "gone" });
   for (const { goods_no, version } of tombstones.rows) states.set(goods_no, { kind: "delete", version });
   for (const row of goods.rows) {
     states.set(row.GOODS_NO, row.USE_YN === "Y" ? { kind: "index", row } : { kind: "delete", version: row.INDEX_VERSION as string });

@@ -146,23 +146,17 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
     const entries = await claimDue(knex, batchSize);
     if (entries.length === 0) return 0;
     const states = await readCurrent(knex, entries.map((e) => e.goodsNo));
-    const items: BulkItem<FeedEntry>[] = [];
-    const done: FeedEntry[] = [];
-    for (const entry of entries) {
-      const current = states.get(entry.goodsNo) ?? { kind: "none" };
-      if (current.kind === "index") items.push({ ...goodsItem(current.row), meta: entry });
-      else if (current.kind === "delete") items.push({ id: entry.goodsNo, version: current.version, meta: entry });
-      else done.push(entry);
-    }
+    const items = entries.map((entry): BulkItem<FeedEntry> => {
+      const current = states.get(entry.goodsNo) ?? { kind: "gone" };
+      if (current.kind === "index") return { ...goodsItem(current.row), meta: entry };
+      return { id: entry.goodsNo, version: current.kind === "delete" ? current.version : entry.changeId, meta: entry };
+    });
     const failed = new Map<string, string>();
-    if (items.length > 0) {
-      const targets = await writeTargets();
-      for (const target of targets) {
-        const refused = await writeTo(target, items);
-        for (const [goodsNo, reason] of refused) if (!failed.has(goodsNo)) failed.set(goodsNo, reason);
-      }
+    for (const target of await writeTargets()) {
+      const refused = await writeTo(target, items);
+      for (const [goodsNo, reason] of refused) if (!failed.has(goodsNo)) failed.set(goodsNo, reason);
     }
-    const applied = [...done, ...items.filter((i) => !failed.has(i.id)).map((i) => i.meta)];
+    const applied = items.filter((i) => !failed.has(i.id)).map((i) => i.meta);
     const removed = await removeApplied(knex, applied);
     if (removed > 0) options.onApplied?.(removed);
     const refused = items.filter((i) => failed.has(i.id)).map((i) => ({ ...i.meta, error: failed.get(i.id) as string }));
