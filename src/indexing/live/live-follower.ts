@@ -70,6 +70,8 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
   let behind = false;
   let measuredAt = 0;
   let stopped = false;
+  // Stops a bulk in flight at shutdown: its entries stay in the feed for the next follower.
+  const stopping = new AbortController();
   let loop: Promise<void> | undefined;
   let aliasChecked: { requireAlias: boolean } | undefined;
 
@@ -151,17 +153,21 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
       if (current.kind === "index") return { ...goodsItem(current.row), meta: entry };
       return { id: entry.goodsNo, version: current.kind === "delete" ? current.version : entry.changeId, meta: entry };
     });
-    const failed = new Map<string, string>();
+    // Applied: accepted by every target. Refused: kept with backoff. Neither (shutdown): kept as is.
+    let accepted = new Set(items.map((i) => i.id));
+    const refused = new Map<string, string>();
     for (const target of await writeTargets()) {
-      const refused = await writeTo(target, items);
-      for (const [goodsNo, reason] of refused) if (!failed.has(goodsNo)) failed.set(goodsNo, reason);
+      const outcome = await writeTo(target, items);
+      accepted = new Set([...accepted].filter((id) => outcome.accepted.has(id)));
+      for (const [goodsNo, reason] of outcome.refused) if (!refused.has(goodsNo)) refused.set(goodsNo, reason);
     }
-    const applied = items.filter((i) => !failed.has(i.id)).map((i) => i.meta);
+    if (stopping.signal.aborted) return entries.length;
+    const applied = items.filter((i) => accepted.has(i.id)).map((i) => i.meta);
     const removed = await removeApplied(knex, applied);
     if (removed > 0) options.onApplied?.(removed);
-    const refused = items.filter((i) => failed.has(i.id)).map((i) => ({ ...i.meta, error: failed.get(i.id) as string }));
-    await markFailed(knex, refused);
-    reportPoison(refused);
+    const failed = items.filter((i) => refused.has(i.id)).map((i) => ({ ...i.meta, error: refused.get(i.id) as string }));
+    await markFailed(knex, failed);
+    reportPoison(failed);
     return entries.length;
   }
 
@@ -181,8 +187,12 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
     return targets;
   }
 
-  /** Writes the items into one target; returns those refused, with the reason. */
-  async function writeTo(target: { index: string; requireAlias: boolean; build: boolean }, items: BulkItem<FeedEntry>[]): Promise<Map<string, string>> {
+  /** Writes the items into one target: which it accepted, which it refused and why. */
+  async function writeTo(
+    target: { index: string; requireAlias: boolean; build: boolean },
+    items: BulkItem<FeedEntry>[],
+  ): Promise<{ accepted: Set<string>; refused: Map<string, string> }> {
+    const accepted = new Set<string>();
     const refused = new Map<string, string>();
     await sendBulks(once(items), {
       client,
@@ -191,14 +201,18 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
       bulkSize: batchSize,
       maxBytes: options.bulkMaxBytes,
       concurrency: 1,
+      signal: stopping.signal,
+      onAccepted: async (metas) => {
+        for (const meta of metas) accepted.add(meta.goodsNo);
+      },
       onDrop: (item, failure) => {
         // The build went live (the alias took over) or was dropped between the check and the write.
-        if (target.build && failure.type === "index_not_found_exception") return;
+        if (target.build && failure.type === "index_not_found_exception") return void accepted.add(item.id);
         if (!target.build && failure.type === "index_not_found_exception") aliasChecked = undefined;
         refused.set(item.id, `${failure.status} ${failure.type}: ${failure.reason}`);
       },
     });
-    return refused;
+    return { accepted, refused };
   }
 
   function reportPoison(refused: ReadonlyArray<FeedEntry & { error: string }>): void {
@@ -237,6 +251,7 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
     },
     async stop() {
       stopped = true;
+      stopping.abort(new Error("shutting down"));
       wake();
       await loop;
       if (enabled) setState("standby");
