@@ -8,6 +8,7 @@ import * as simMarketInstances from "./20261122000200_sim_market_instances.js";
 import * as indexTruth from "./20261122000300_index_truth.js";
 import * as goodsDropFullIndex from "./20261123000000_goods_drop_full_index.js";
 import * as goodsLiveFeed from "./20261125000000_goods_live_feed.js";
+import * as goodsLiveWakeIdle from "./20261125010000_goods_live_wake_idle.js";
 
 // Migrations are listed here, in order, rather than found on disk, so that they run the same
 // under tsx, vitest and compiled output. A shipped migration is never edited: add a new one.
@@ -21,6 +22,7 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261122000300_index_truth", indexTruth],
   ["20261123000000_goods_drop_full_index", goodsDropFullIndex],
   ["20261125000000_goods_live_feed", goodsLiveFeed],
+  ["20261125010000_goods_live_wake_idle", goodsLiveWakeIdle],
 ];
 
 export const migrationSource: Knex.MigrationSource<string> = {

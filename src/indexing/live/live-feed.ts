@@ -89,6 +89,14 @@ export async function markFailed(knex: Knex, entries: ReadonlyArray<FeedEntry & 
   );
 }
 
+/**
+ * Whether the triggers wake the follower (NOTIFY goods_live): set while it sleeps, cleared while
+ * it goes from pass to pass, so that busy writers do not pay for wake-ups no one waits for.
+ */
+export async function setListening(knex: Knex, listening: boolean): Promise<void> {
+  await knex.raw(`update goods_live_wakeup set listening = ? where listening <> ?`, [listening, listening]);
+}
+
 export interface FeedBacklog {
   pendingProducts: number;
   /** Age of the oldest change not yet applied, ms; 0 when none. */

@@ -8,7 +8,7 @@ import { aliasState, buildingAlias, ensureGoodsAlias } from "../goods/goods-inde
 import { goodsItem } from "../goods/goods-rows.js";
 import { IndexingError, isUnreachable } from "../indexing-error.js";
 import { sendBulks, type BulkItem } from "../pipeline/bulk-sender.js";
-import { claimDue, markFailed, measureBacklog, readCurrent, removeApplied, type FeedBacklog, type FeedEntry } from "./live-feed.js";
+import { claimDue, markFailed, measureBacklog, readCurrent, removeApplied, setListening, type FeedBacklog, type FeedEntry } from "./live-feed.js";
 import { createLiveSession, type LiveSession } from "./live-session.js";
 
 // The live follower (SPEC.md section 3, "Live changes"): applies the feed continuously. Woken by
@@ -16,6 +16,10 @@ import { createLiveSession, type LiveSession } from "./live-session.js";
 // eligible ones and deletes the rest, each at its external version, through the alias and into a
 // build index in progress; then it removes the entries Elasticsearch accepted. It is not a job:
 // it takes no job lock, and one process across replicas follows (live-session.ts).
+//
+// While it finds work it goes straight from pass to pass; only when a pass finds nothing does it
+// ask the triggers for a NOTIFY (goods_live_wakeup.listening) and sleep, so writers pay for a
+// wake-up only when someone waits for it (migration 20261125010000_goods_live_wake_idle).
 
 export type LiveState = "following" | "catching_up" | "waiting_for_elasticsearch" | "standby" | "off";
 
@@ -37,7 +41,10 @@ export interface LiveFollowerOptions {
   /** Products per pass, one bulk request per target. */
   batchSize?: number;
   bulkMaxBytes: number;
-  /** The fallback poll, for wake-ups that never came and retries that fall due. */
+  /**
+   * The fallback poll, for wake-ups that never came (a connection lost, a change whose commit
+   * straddled the moment the follower went to sleep) and retries that fall due.
+   */
   pollMs?: number;
   /** A standby's wait between attempts at the lock. */
   standbyRetryMs?: number;
@@ -63,7 +70,7 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
   const { knex, elasticsearch: client, alias, enabled } = options;
   const logger = options.logger.child({ component: "live_follower" });
   const batchSize = options.batchSize ?? 1_000;
-  const pollMs = options.pollMs ?? 2_000;
+  const pollMs = options.pollMs ?? 1_000;
   const standbyRetryMs = options.standbyRetryMs ?? 2_000;
   let state: LiveState = enabled ? "standby" : "off";
   let backlog: FeedBacklog = { pendingProducts: 0, oldestPendingAgeMs: 0, appliedTotal: 0, lastAppliedAt: undefined };
@@ -74,6 +81,8 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
   const stopping = new AbortController();
   let loop: Promise<void> | undefined;
   let aliasChecked: { requireAlias: boolean } | undefined;
+  /** goods_live_wakeup.listening as this follower last set it; unknown while it does not hold the lock. */
+  let listening: boolean | undefined;
 
   let woken = false;
   let wakeWaiter: (() => void) | undefined;
@@ -104,6 +113,7 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
       if (!(await session.hold())) {
         setState("standby");
         aliasChecked = undefined;
+        listening = undefined;
         await sleep(standbyRetryMs);
         continue;
       }
@@ -118,6 +128,13 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
           continue;
         }
         setState("following");
+        // More may have committed during the pass, and no trigger wakes a follower not listening.
+        if (claimed > 0) continue;
+        // Listening from now on: look once more for changes committed before the flag was set.
+        if (listening !== true) {
+          await listen(true);
+          continue;
+        }
         await sleep(pollMs);
       } catch (err) {
         failures++;
@@ -128,7 +145,15 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
         await sleep(Math.min(5_000, 250 * 2 ** Math.min(failures, 5)));
       }
     }
+    // Nobody waits for wake-ups any more: writers stop sending them (unless another replica took over).
+    if (listening && (await session.hold().catch(() => false))) await listen(false).catch(() => {});
     await session.release();
+  }
+
+  async function listen(value: boolean): Promise<void> {
+    if (listening === value) return;
+    await setListening(knex, value);
+    listening = value;
   }
 
   async function onFailure(err: unknown): Promise<void> {
@@ -147,6 +172,7 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
   async function applyOnce(): Promise<number> {
     const entries = await claimDue(knex, batchSize);
     if (entries.length === 0) return 0;
+    await listen(false);
     const states = await readCurrent(knex, entries.map((e) => e.goodsNo));
     const items = entries.map((entry): BulkItem<FeedEntry> => {
       const current = states.get(entry.goodsNo) ?? { kind: "gone" };

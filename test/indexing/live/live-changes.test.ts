@@ -1,3 +1,4 @@
+import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateGoods } from "../../../src/indexing/goods/goods-generator.js";
 import { createTestElasticsearch, uniqueIndexName } from "../../support/elasticsearch.js";
@@ -116,6 +117,32 @@ describe("live changes", () => {
 
     await db.knex.raw(`update "PR_GOODS_SEARCH_INTF" set "ICON_INFO" = 'NEW' where "GOODS_NO" = ?`, [goodsNo(1002)]);
     await waitUntilSearchMatchesTable(db.knex, es, alias);
+  });
+
+  it("wakes the follower only while it sleeps, and a change that sent no wake-up is applied by the poll", async () => {
+    const listener = new pg.Client({ connectionString: db.url });
+    await listener.connect();
+    const wakeUps: string[] = [];
+    listener.on("notification", (message) => wakeUps.push(message.channel));
+    try {
+      await listener.query("listen goods_live");
+      // Idle: the follower listens, and a change wakes it.
+      await waitFor(async () => (await db.knex("goods_live_wakeup").first()).listening === true, "the idle follower listening", 5_000, 50);
+      await db.knex.raw(`update "PR_GOODS_SEARCH_INTF" set "SALE_PRICE" = 1111 where "GOODS_NO" = ?`, [goodsNo(1001)]);
+      await waitFor(async () => wakeUps.length === 1, "one wake-up", 2_000, 20);
+      await waitFor(async () => (await searchable(goodsNo(1001)))?.SALE_PRICE === 1111, "the woken change applied", 5_000, 50);
+
+      // Not listening (what a busy follower sets): writers send nothing, the poll still applies it.
+      await waitFor(async () => (await db.knex("goods_live_wakeup").first()).listening === true, "the follower asleep again", 5_000, 50);
+      await db.knex("goods_live_wakeup").update({ listening: false });
+      wakeUps.length = 0;
+      await db.knex.raw(`update "PR_GOODS_SEARCH_INTF" set "SALE_PRICE" = 2222 where "GOODS_NO" = ?`, [goodsNo(1001)]);
+      await waitFor(async () => (await searchable(goodsNo(1001)))?.SALE_PRICE === 2222, "the change applied by the poll", 5_000, 50);
+      expect(wakeUps).toEqual([]);
+      await waitFor(async () => (await db.knex("goods_live_wakeup").first()).listening === true, "the follower listening after its pass", 5_000, 50);
+    } finally {
+      await listener.end();
+    }
   });
 
   it("keeps search equal to the table under a stream of mixed changes", async () => {
