@@ -1,4 +1,5 @@
 // Shared by the benches: the throwaway database each one creates and drops, its goods, and their result tables.
+import { readFileSync } from "node:fs";
 import pg from "pg";
 import { createKnex, migrateToLatest } from "../src/db/knex.js";
 import { generateGoods } from "../src/indexing/goods/goods-generator.js";
@@ -57,4 +58,20 @@ export function wholeNumber(value: string | undefined, name: string): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 1) throw new Error(`${name} must be a whole number >= 1, got '${value}'`);
   return n;
+}
+
+/** CPU seconds a process has used so far (user + system, /proc/<pid>/stat; 100 ticks a second). */
+export function processCpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  // The fields after the command name, which may itself hold spaces: utime and stime are the 12th and 13th.
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+/** The machine's CPU time so far (/proc/stat, every core): busy and total, in ticks. */
+export function machineCpu(): { busy: number; total: number } {
+  const ticks = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
+  const total = ticks.reduce((sum, t) => sum + t, 0);
+  // idle and iowait
+  return { busy: total - ticks[3]! - ticks[4]!, total };
 }

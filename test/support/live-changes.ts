@@ -29,48 +29,54 @@ export function goodsNo(n: number): string {
   return `G${String(n).padStart(10, "0")}`;
 }
 
+/** A change to commit: `existing` is the product it changes, `fresh` the number a new product takes. */
+export interface PlannedChange {
+  kind: ChangeKind;
+  existing: string;
+  fresh: string;
+}
+
+type Returned = { GOODS_NO: string; INDEX_VERSION: string; USE_YN: string };
+
+/** One set-based statement per kind, each returning the rows it changed. */
+const STATEMENTS: Record<ChangeKind, string> = {
+  update: `update "PR_GOODS_SEARCH_INTF" set "SALE_PRICE" = "SALE_PRICE" + 100, "GOODS_NM" = left("GOODS_NM", 60) || '*', "USE_YN" = 'Y', "SYS_MOD_DTM" = now()
+            where "GOODS_NO" = any(?) returning "GOODS_NO", "INDEX_VERSION", "USE_YN"`,
+  off_sale: `update "PR_GOODS_SEARCH_INTF" set "USE_YN" = 'N', "SYS_MOD_DTM" = now() where "GOODS_NO" = any(?) returning "GOODS_NO", "INDEX_VERSION", "USE_YN"`,
+  new: `insert into "PR_GOODS_SEARCH_INTF" ("GOODS_NO", "GOODS_NM", "BRAND_NM", "SALE_PRICE", "USE_YN")
+          select no, '신상품 ' || no, '브랜드', 10000, 'Y' from unnest(?::text[]) as no
+          on conflict ("GOODS_NO") do update set "USE_YN" = 'Y', "SYS_MOD_DTM" = now()
+          returning "GOODS_NO", "INDEX_VERSION", "USE_YN"`,
+  delete: `delete from "PR_GOODS_SEARCH_INTF" where "GOODS_NO" = any(?) returning "GOODS_NO", "INDEX_VERSION", 'N' as "USE_YN"`,
+};
+
 /**
- * Commits one change of the given kind to an existing product `existing` (a new product gets
- * `fresh`). Returns what search must show once it is applied; undefined if the product was gone.
+ * Commits changes in one transaction (one statement per kind, in the order update, off_sale,
+ * new, delete). Returns what search must show once they are applied, in that order, so that a
+ * product changed twice ends with its last state; a product already gone returns nothing.
  */
+export async function commitChanges(knex: Knex, planned: readonly PlannedChange[]): Promise<CommittedChange[]> {
+  const kinds = (Object.keys(STATEMENTS) as ChangeKind[]).filter((kind) => planned.some((p) => p.kind === kind));
+  const returned: Array<{ kind: ChangeKind; row: Returned }> = [];
+  const run = async (db: Knex) => {
+    for (const kind of kinds) {
+      const numbers = planned.filter((p) => p.kind === kind).map((p) => (kind === "new" ? p.fresh : p.existing));
+      const { rows } = await db.raw<{ rows: Returned[] }>(STATEMENTS[kind], [numbers]);
+      for (const row of rows) returned.push({ kind, row });
+    }
+  };
+  if (kinds.length === 1) await run(knex);
+  else await knex.transaction(run);
+  const committedAt = Date.now();
+  return returned.map(({ kind, row }) => {
+    const present = row.USE_YN === "Y";
+    return { kind, goodsNo: row.GOODS_NO, expect: present ? "present" : "absent", version: present ? row.INDEX_VERSION : undefined, committedAt };
+  });
+}
+
+/** Commits one change; undefined if the product it changes was gone. */
 export async function commitChange(knex: Knex, kind: ChangeKind, existing: string, fresh: string): Promise<CommittedChange | undefined> {
-  let rows: Array<{ GOODS_NO: string; INDEX_VERSION: string; USE_YN: string }>;
-  switch (kind) {
-    case "update":
-      rows = (
-        await knex.raw(
-          `update "PR_GOODS_SEARCH_INTF" set "SALE_PRICE" = "SALE_PRICE" + 100, "GOODS_NM" = left("GOODS_NM", 60) || '*', "USE_YN" = 'Y', "SYS_MOD_DTM" = now()
-            where "GOODS_NO" = ? returning "GOODS_NO", "INDEX_VERSION", "USE_YN"`,
-          [existing],
-        )
-      ).rows;
-      break;
-    case "off_sale":
-      rows = (
-        await knex.raw(`update "PR_GOODS_SEARCH_INTF" set "USE_YN" = 'N', "SYS_MOD_DTM" = now() where "GOODS_NO" = ? returning "GOODS_NO", "INDEX_VERSION", "USE_YN"`, [
-          existing,
-        ])
-      ).rows;
-      break;
-    case "new":
-      rows = (
-        await knex.raw(
-          `insert into "PR_GOODS_SEARCH_INTF" ("GOODS_NO", "GOODS_NM", "BRAND_NM", "SALE_PRICE", "USE_YN")
-           values (?, '신상품 ' || ?, '브랜드', 10000, 'Y')
-           on conflict ("GOODS_NO") do update set "USE_YN" = 'Y', "SYS_MOD_DTM" = now()
-           returning "GOODS_NO", "INDEX_VERSION", "USE_YN"`,
-          [fresh, fresh],
-        )
-      ).rows;
-      break;
-    case "delete":
-      rows = (await knex.raw(`delete from "PR_GOODS_SEARCH_INTF" where "GOODS_NO" = ? returning "GOODS_NO", "INDEX_VERSION", 'N' as "USE_YN"`, [existing])).rows;
-      break;
-  }
-  const row = rows[0];
-  if (!row) return undefined;
-  const present = row.USE_YN === "Y";
-  return { kind, goodsNo: row.GOODS_NO, expect: present ? "present" : "absent", version: present ? row.INDEX_VERSION : undefined, committedAt: Date.now() };
+  return (await commitChanges(knex, [{ kind, existing, fresh }]))[0];
 }
 
 /** Eligible rows: GOODS_NO -> INDEX_VERSION. */

@@ -53,14 +53,20 @@ export async function readCurrent(knex: Knex, goodsNos: readonly string[]): Prom
   return states;
 }
 
-/** Removes the entries applied, unless a newer change replaced them meanwhile; returns how many went. */
+/**
+ * Removes the entries applied, unless a newer change replaced them meanwhile; returns how many went.
+ * An entry a writer is changing right now is skipped, not waited for: it is about to hold a newer
+ * change (or, rolled back, the same one, which applies again at the same version).
+ */
 export async function removeApplied(knex: Knex, entries: readonly FeedEntry[]): Promise<number> {
   if (entries.length === 0) return 0;
   const { rows } = await knex.raw<{ rows: Array<{ removed: number }> }>(
-    `with gone as (
-       delete from goods_live_feed f using unnest(?::text[], ?::bigint[]) as k(goods_no, change_id)
-        where f.goods_no = k.goods_no and f.change_id = k.change_id
-       returning 1
+    `with settled as (
+       select f.goods_no from goods_live_feed f join unnest(?::text[], ?::bigint[]) as k(goods_no, change_id)
+           on f.goods_no = k.goods_no and f.change_id = k.change_id
+          for update of f skip locked
+     ), gone as (
+       delete from goods_live_feed f using settled s where f.goods_no = s.goods_no returning 1
      ), counted as (select count(*)::int as removed from gone),
      progress as (
        update goods_live_progress set applied_total = applied_total + (select removed from counted), last_applied_at = now()

@@ -173,7 +173,7 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
     const entries = await claimDue(knex, batchSize);
     if (entries.length === 0) return 0;
     await listen(false);
-    const states = await readCurrent(knex, entries.map((e) => e.goodsNo));
+    const [states, targets] = await Promise.all([readCurrent(knex, entries.map((e) => e.goodsNo)), writeTargets()]);
     const items = entries.map((entry): BulkItem<FeedEntry> => {
       const current = states.get(entry.goodsNo) ?? { kind: "gone" };
       if (current.kind === "index") return { ...goodsItem(current.row), meta: entry };
@@ -182,7 +182,7 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
     // Applied: accepted by every target. Refused: kept with backoff. Neither (shutdown): kept as is.
     let accepted = new Set(items.map((i) => i.id));
     const refused = new Map<string, string>();
-    for (const target of await writeTargets()) {
+    for (const target of targets) {
       const outcome = await writeTo(target, items);
       accepted = new Set([...accepted].filter((id) => outcome.accepted.has(id)));
       for (const [goodsNo, reason] of outcome.refused) if (!refused.has(goodsNo)) refused.set(goodsNo, reason);
