@@ -7,7 +7,7 @@ import { createKnex, migrateToLatest } from "../src/db/knex.js";
 import { generateGoods } from "../src/indexing/goods/goods-generator.js";
 import { commitChanges, goodsNo, pickKind, type CommittedChange, type PlannedChange } from "../test/support/live-changes.js";
 import { buildService, spawnService } from "../test/support/spawn-service.js";
-import { admin, databaseUrl, machineCpu, printTable, processCpuSeconds, wholeNumber } from "./support.js";
+import { admin, databaseUrl, printTable, startCpuMeter, wholeNumber, type CpuUse } from "./support.js";
 
 // npm run bench:live [-- --goods N] [--seconds S] [--rates R,R] [--steps R,R] [--step-seconds S]
 //
@@ -27,8 +27,9 @@ import { admin, databaseUrl, machineCpu, printTable, processCpuSeconds, wholeNum
 //    rate / 500 changes (a price sync's batch): one change per commit tops out near 3,900
 //    commits/s on the 2-core machine, a limit of PostgreSQL, not of the follower.
 //
-// Both print the largest backlog, the oldest pending change, the service's RSS and CPU (% of one
-// core) and how busy the whole machine was (% of all cores), from /proc.
+// Both print the largest backlog, the oldest pending change, the service's RSS, the CPU of the
+// service, PostgreSQL (every server process: the writers' too), Elasticsearch and this bench (%
+// of one core) and how busy the whole machine was (% of all cores), from /proc.
 
 const elasticsearchUrl = process.env.ELASTICSEARCH_URL ?? "http://127.0.0.1:9200";
 const BEHIND_MS = 5_000;
@@ -50,10 +51,7 @@ interface Measured {
   maxBacklog: number;
   maxAgeMs: number;
   rssMb: [number, number];
-  /** The service process's CPU, % of one core. */
-  serviceCpuPct: number;
-  /** The whole machine's CPU in use, % of all cores. */
-  machineBusyPct: number;
+  cpu: CpuUse;
 }
 
 async function main(): Promise<void> {
@@ -91,7 +89,7 @@ async function main(): Promise<void> {
       log(`waiting for the follower to index the ${goods} generated goods`);
       await waitForEmptyFeed(knex);
 
-      const latencyRows = [["rate/s", "committed", "achieved/s", "p50 s", "p95 s", "p99 s", "max s", "never seen", "max backlog", "oldest s", "RSS MB", "service CPU %", "machine busy %"]];
+      const latencyRows = [["rate/s", "committed", "achieved/s", "p50 s", "p95 s", "p99 s", "max s", "never seen", "max backlog", "oldest s", "RSS MB", "CPU % svc/pg/es/bench", "busy %"]];
       for (const rate of rates) {
         log(`${rate} changes/s for ${seconds} s, one change per commit`);
         const result = await measure(knex, es, alias, pid, { rate, seconds, group: 1, read: true }, goods, fresh);
@@ -105,7 +103,7 @@ async function main(): Promise<void> {
         await waitForEmptyFeed(knex);
       }
 
-      const stepRows = [["rate/s", "per commit", "committed", "achieved/s", "sustained", "max backlog", "oldest s", "RSS MB", "service CPU %", "machine busy %"]];
+      const stepRows = [["rate/s", "per commit", "committed", "achieved/s", "sustained", "max backlog", "oldest s", "RSS MB", "CPU % svc/pg/es/bench", "busy %"]];
       let sustained = 0;
       for (const rate of steps) {
         const group = Math.max(1, Math.ceil(rate / 200));
@@ -139,7 +137,14 @@ async function main(): Promise<void> {
 
 /** The columns every table ends with: max backlog, oldest pending, RSS range, CPU. */
 function tail(result: Measured): string[] {
-  return [String(result.maxBacklog), (result.maxAgeMs / 1000).toFixed(1), `${result.rssMb[0]}-${result.rssMb[1]}`, String(result.serviceCpuPct), String(result.machineBusyPct)];
+  const { parts, machineBusyPct } = result.cpu;
+  return [
+    String(result.maxBacklog),
+    (result.maxAgeMs / 1000).toFixed(1),
+    `${result.rssMb[0]}-${result.rssMb[1]}`,
+    `${parts.service}/${parts.postgres}/${parts.elasticsearch}/${parts.bench}`,
+    String(machineBusyPct),
+  ];
 }
 
 async function measure(knex: Knex, es: Client, alias: string, pid: number, run: Run, goods: number, fresh: () => string): Promise<Measured> {
@@ -152,24 +157,37 @@ async function measure(knex: Knex, es: Client, alias: string, pid: number, run: 
   let writing = true;
   const started = Date.now();
   const end = started + run.seconds * 1000;
-  const cpuBefore = { service: processCpuSeconds(pid), machine: machineCpu() };
+  const cpuMeter = startCpuMeter(pid);
 
   const writer = (async () => {
     const inFlight = new Set<Promise<void>>();
+    // One commit per product at a time: two in flight could answer out of commit order.
+    const changing = new Set<string>();
+    const pickExisting = () => {
+      for (;;) {
+        const no = goodsNo(1 + Math.floor(Math.random() * goods));
+        if (!changing.has(no)) return no;
+      }
+    };
     for (let i = 0; Date.now() < end; i++) {
       const wait = started + (i * run.group * 1000) / run.rate - Date.now();
       if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
       while (inFlight.size >= 32) await Promise.race(inFlight);
       const planned = Array.from({ length: run.group }, (): PlannedChange => {
         const kind = pickKind();
-        return { kind, existing: goodsNo(1 + Math.floor(Math.random() * goods)), fresh: kind === "new" ? fresh() : "" };
+        const existing = pickExisting();
+        changing.add(existing);
+        return { kind, existing, fresh: kind === "new" ? fresh() : "" };
       });
       const task = commitWithRetry(knex, planned).then((changes) => {
         committed += run.group;
         // Only each product's last change is waited for: it replaces an earlier one.
         if (run.read) for (const change of changes) pending.set(change.goodsNo, change);
       });
-      const tracked = task.finally(() => inFlight.delete(tracked));
+      const tracked = task.finally(() => {
+        inFlight.delete(tracked);
+        for (const change of planned) changing.delete(change.existing);
+      });
       inFlight.add(tracked);
     }
     await Promise.all(inFlight);
@@ -208,11 +226,9 @@ async function measure(knex: Knex, es: Client, alias: string, pid: number, run: 
   }
   await writer;
   clearInterval(sampler);
-  const machine = machineCpu();
-  const serviceCpuPct = Math.round(((processCpuSeconds(pid) - cpuBefore.service) / ((Date.now() - started) / 1000)) * 100);
-  const machineBusyPct = Math.round(((machine.busy - cpuBefore.machine.busy) / (machine.total - cpuBefore.machine.total)) * 100);
+  const cpu = cpuMeter();
   latencies.sort((a, b) => a - b);
-  return { committed, achieved: committed / run.seconds, latencies, neverSeen: pending.size, maxBacklog, maxAgeMs, rssMb: [Math.min(...rss), Math.max(...rss)], serviceCpuPct, machineBusyPct };
+  return { committed, achieved: committed / run.seconds, latencies, neverSeen: pending.size, maxBacklog, maxAgeMs, rssMb: [Math.min(...rss), Math.max(...rss)], cpu };
 }
 
 /** Two writers' commits can deadlock on the same products (PostgreSQL aborts one): committed again. */

@@ -1,5 +1,5 @@
 // Shared by the benches: the throwaway database each one creates and drops, its goods, and their result tables.
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import pg from "pg";
 import { createKnex, migrateToLatest } from "../src/db/knex.js";
 import { generateGoods } from "../src/indexing/goods/goods-generator.js";
@@ -60,12 +60,31 @@ export function wholeNumber(value: string | undefined, name: string): number {
   return n;
 }
 
-/** CPU seconds a process has used so far (user + system, /proc/<pid>/stat; 100 ticks a second). */
+/** CPU seconds a process has used so far (user + system, /proc/<pid>/stat; 100 ticks a second); 0 once it is gone. */
 export function processCpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return 0;
+  }
   // The fields after the command name, which may itself hold spaces: utime and stime are the 12th and 13th.
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+/** The processes whose command line matches: Elasticsearch's JVM, PostgreSQL's server processes. */
+export function processesMatching(pattern: RegExp): number[] {
+  const pids: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (pattern.test(readFileSync(`/proc/${entry}/cmdline`, "utf8").replaceAll("\0", " "))) pids.push(Number(entry));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
 }
 
 /** The machine's CPU time so far (/proc/stat, every core): busy and total, in ticks. */
@@ -74,4 +93,43 @@ export function machineCpu(): { busy: number; total: number } {
   const total = ticks.reduce((sum, t) => sum + t, 0);
   // idle and iowait
   return { busy: total - ticks[3]! - ticks[4]!, total };
+}
+
+export interface CpuUse {
+  /** % of one core, per part: the service, PostgreSQL (every server process), Elasticsearch, this bench. */
+  parts: Record<"service" | "postgres" | "elasticsearch" | "bench", number>;
+  /** The whole machine, % of all cores. */
+  machineBusyPct: number;
+}
+
+/**
+ * Measures CPU use from now until the returned function is called. PostgreSQL's processes are
+ * listed at both ends (connections come and go), so a backend that both started and ended in
+ * between is not counted.
+ */
+export function startCpuMeter(servicePid: number): () => CpuUse {
+  const postgres = () => processesMatching(/^postgres[: ]/);
+  const elasticsearch = processesMatching(/org\.elasticsearch\.bootstrap\.Elasticsearch/);
+  const read = (pids: number[]) => new Map(pids.map((pid) => [pid, processCpuSeconds(pid)]));
+  const before = { postgres: read(postgres()), elasticsearch: read(elasticsearch), service: processCpuSeconds(servicePid), bench: process.cpuUsage(), machine: machineCpu(), at: Date.now() };
+  const grown = (start: Map<number, number>, pids: number[]) =>
+    pids.reduce((sum, pid) => {
+      const now = processCpuSeconds(pid);
+      return now === 0 ? sum : sum + now - (start.get(pid) ?? 0);
+    }, 0);
+  return () => {
+    const seconds = (Date.now() - before.at) / 1000;
+    const pct = (cpuSeconds: number) => Math.round((cpuSeconds / seconds) * 100);
+    const bench = process.cpuUsage(before.bench);
+    const machine = machineCpu();
+    return {
+      parts: {
+        service: pct(processCpuSeconds(servicePid) - before.service),
+        postgres: pct(grown(before.postgres, [...new Set([...before.postgres.keys(), ...postgres()])])),
+        elasticsearch: pct(grown(before.elasticsearch, elasticsearch)),
+        bench: pct((bench.user + bench.system) / 1e6),
+      },
+      machineBusyPct: Math.round(((machine.busy - before.machine.busy) / (machine.total - before.machine.total)) * 100),
+    };
+  };
 }

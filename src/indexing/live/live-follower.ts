@@ -17,9 +17,10 @@ import { createLiveSession, type LiveSession } from "./live-session.js";
 // build index in progress; then it removes the entries Elasticsearch accepted. It is not a job:
 // it takes no job lock, and one process across replicas follows (live-session.ts).
 //
-// While it finds work it goes straight from pass to pass; only when a pass finds nothing does it
-// ask the triggers for a NOTIFY (goods_live_wakeup.listening) and sleep, so writers pay for a
-// wake-up only when someone waits for it (migration 20261125010000_goods_live_wake_idle).
+// Writers send a NOTIFY only while the follower listens (goods_live_wakeup.listening; migration
+// 20261125010000_goods_live_wake_idle): a NOTIFY in every commit serialises busy writers. So it
+// stops listening when a pass finds many changes, and from then goes straight from pass to pass
+// until one finds nothing; then it listens again and sleeps.
 
 export type LiveState = "following" | "catching_up" | "waiting_for_elasticsearch" | "standby" | "off";
 
@@ -61,6 +62,8 @@ export interface LiveFollower {
   lastStatus(): LiveStatus;
 }
 
+/** A pass that finds this many changes: writers are busy, and the follower stops listening. */
+const BUSY_PASS = 10;
 /** Oldest pending change older than this: the follower has fallen behind (logged once). */
 const BEHIND_MS = 5_000;
 /** ...and has caught up again once the oldest is younger than this. */
@@ -90,17 +93,17 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
     woken = true;
     wakeWaiter?.();
   };
-  /** Sleeps until a wake-up, the timeout, or stop. */
+  /** Sleeps until a wake-up, the timeout, or stop; true unless the timeout ended it. */
   const sleep = (ms: number) =>
-    new Promise<void>((resolve) => {
-      if (woken || stopped) return resolve();
-      const timer = setTimeout(done, ms);
-      function done() {
+    new Promise<boolean>((resolve) => {
+      if (woken || stopped) return resolve(true);
+      const timer = setTimeout(() => done(false), ms);
+      function done(awake: boolean) {
         clearTimeout(timer);
         wakeWaiter = undefined;
-        resolve();
+        resolve(awake);
       }
-      wakeWaiter = done;
+      wakeWaiter = () => done(true);
     });
 
   let session: LiveSession | undefined;
@@ -128,14 +131,16 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
           continue;
         }
         setState("following");
-        // More may have committed during the pass, and no trigger wakes a follower not listening.
-        if (claimed > 0) continue;
-        // Listening from now on: look once more for changes committed before the flag was set.
         if (listening !== true) {
+          // More may have committed during the pass, and no trigger wakes a follower not listening.
+          if (claimed > 0) continue;
+          // Listening from now on: look once more for changes committed before the flag was set.
           await listen(true);
           continue;
         }
-        await sleep(pollMs);
+        // Listening: a change committed during the pass has woken it already. A poll that ran out
+        // with no wake-up asserts the flag again (whoever cleared it, the next pass sets it).
+        if (!(await sleep(pollMs))) listening = undefined;
       } catch (err) {
         failures++;
         aliasChecked = undefined;
@@ -172,7 +177,7 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
   async function applyOnce(): Promise<number> {
     const entries = await claimDue(knex, batchSize);
     if (entries.length === 0) return 0;
-    await listen(false);
+    if (entries.length >= BUSY_PASS) await listen(false);
     const [states, targets] = await Promise.all([readCurrent(knex, entries.map((e) => e.goodsNo)), writeTargets()]);
     const items = entries.map((entry): BulkItem<FeedEntry> => {
       const current = states.get(entry.goodsNo) ?? { kind: "gone" };
