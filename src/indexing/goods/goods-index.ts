@@ -52,6 +52,16 @@ export function buildingAlias(alias: string): string {
   return `${alias}_building`;
 }
 
+/**
+ * Whether a rebuild's index is filling now (its building alias exists). A GET, not a HEAD
+ * (existsAlias): the HTTP client closes the connection after every HEAD, and the live follower
+ * asks on every pass; a new connection each time cost more CPU than the rest of a small pass.
+ */
+export async function buildInProgress(client: Client, alias: string): Promise<boolean> {
+  const { statusCode } = await client.indices.getAlias({ name: buildingAlias(alias) }, { ignore: [404], meta: true });
+  return statusCode === 200;
+}
+
 /** Where the alias name points: physical indices, a concrete index of that name (older install), or nothing. */
 export type AliasState = { kind: "alias"; indices: string[] } | { kind: "concrete" } | { kind: "none" };
 

@@ -4,7 +4,7 @@ import type { Logger } from "pino";
 import type { GoodsAnalyzer } from "../../config.js";
 import { isDatabaseUnavailable } from "../../db/database-errors.js";
 import { messageOf } from "../../errors.js";
-import { aliasState, buildingAlias, ensureGoodsAlias } from "../goods/goods-index.js";
+import { aliasState, buildInProgress, buildingAlias, ensureGoodsAlias } from "../goods/goods-index.js";
 import { goodsItem } from "../goods/goods-rows.js";
 import { IndexingError, isUnreachable } from "../indexing-error.js";
 import { sendBulks, type BulkItem } from "../pipeline/bulk-sender.js";
@@ -214,7 +214,7 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
       aliasChecked = { requireAlias: (await aliasState(client, alias)).kind === "alias" };
     }
     const targets = [{ index: alias, requireAlias: aliasChecked.requireAlias, build: false }];
-    if (await client.indices.existsAlias({ name: buildingAlias(alias) })) targets.unshift({ index: buildingAlias(alias), requireAlias: true, build: true });
+    if (await buildInProgress(client, alias)) targets.unshift({ index: buildingAlias(alias), requireAlias: true, build: true });
     return targets;
   }
 
