@@ -150,8 +150,13 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
         await sleep(Math.min(5_000, 250 * 2 ** Math.min(failures, 5)));
       }
     }
-    // Nobody waits for wake-ups any more: writers stop sending them (unless another replica took over).
-    if (listening && (await session.hold().catch(() => false))) await listen(false).catch(() => {});
+    // Nobody waits for wake-ups any more: writers stop sending them (unless another replica took
+    // over). At most a second: a database that is down must not hold the shutdown up.
+    if (listening) {
+      const held = session;
+      const unlisten = (async () => (await held.hold()) && (await listen(false)))().catch(() => undefined);
+      await Promise.race([unlisten, new Promise((resolve) => setTimeout(resolve, 1_000).unref())]);
+    }
     await session.release();
   }
 
