@@ -79,27 +79,39 @@ export async function aliasState(client: Client, alias: string): Promise<AliasSt
  * when neither alias nor index exists. An older install's concrete index is written as it is.
  */
 export async function ensureGoodsAlias(client: Client, alias: string, analyzer: GoodsAnalyzer, logger: Logger): Promise<void> {
-  if ((await aliasState(client, alias)).kind !== "none") return;
   await unreachableAs503(alias, async () => {
-    try {
-      const index = await freshName(client, alias);
-      await createWithAnalyzer(client, { index, settings: { index: RESTORED }, aliases: { [alias]: {} } }, analyzer, logger);
-    } catch (err) {
-      // Another process created it between the check and the create.
-      if (!(err instanceof errors.ResponseError && err.body?.error?.type === "resource_already_exists_exception")) throw err;
+    for (;;) {
+      if ((await aliasState(client, alias)).kind !== "none") return;
+      try {
+        const index = await freshName(client, alias);
+        await createWithAnalyzer(client, { index, settings: { index: RESTORED }, aliases: { [alias]: {} } }, analyzer, logger);
+        return;
+      } catch (err) {
+        // The name was taken between the check and the create (another process's first index, a
+        // rebuild's build index): look at the alias again.
+        if (!alreadyExists(err)) throw err;
+      }
     }
   });
 }
 
 /** Creates the physical index a rebuild fills, tuned for bulk loading. */
 export async function createBuildIndex(client: Client, alias: string, analyzer: GoodsAnalyzer, logger: Logger): Promise<string> {
-  const index = await unreachableAs503(alias, () => freshName(client, alias));
-  try {
-    await createWithAnalyzer(client, { index, settings: { index: OPTIMIZED }, aliases: { [buildingAlias(alias)]: {} } }, analyzer, logger);
-    return index;
-  } catch (err) {
-    throw new IndexingError("OPTIMIZE_FAILED", `creating index '${index}' for bulk loading failed`, { cause: err, unavailable: isUnreachable(err) });
+  for (;;) {
+    const index = await unreachableAs503(alias, () => freshName(client, alias));
+    try {
+      await createWithAnalyzer(client, { index, settings: { index: OPTIMIZED }, aliases: { [buildingAlias(alias)]: {} } }, analyzer, logger);
+      return index;
+    } catch (err) {
+      // The live follower created the alias's first index under the same second's name: the next one.
+      if (alreadyExists(err)) continue;
+      throw new IndexingError("OPTIMIZE_FAILED", `creating index '${index}' for bulk loading failed`, { cause: err, unavailable: isUnreachable(err) });
+    }
   }
+}
+
+function alreadyExists(err: unknown): boolean {
+  return err instanceof errors.ResponseError && err.body?.error?.type === "resource_already_exists_exception";
 }
 
 /**
