@@ -158,6 +158,9 @@ async function serviceRun(name: string, dbUrl: string, query: string, heapMb: nu
       ELASTICSEARCH_URL: elasticsearchUrl,
       GOODS_INDEX: index,
       GOODS_ANALYZER: ANALYZER,
+      // The indexing path alone: the live follower would index the freshly generated rows beside
+      // the run (bench:live measures it).
+      INDEX_LIVE: "false",
       NODE_OPTIONS: heapMb > 0 ? `--max-old-space-size=${heapMb}` : "",
     },
     { fromBuild: true },
@@ -219,6 +222,20 @@ async function* streamRows(dbUrl: string): AsyncGenerator<GoodsRow> {
   }
 }
 
+/** The row's version, kept where JSON.stringify does not look (a symbol key). */
+const VERSION = Symbol("version");
+type VersionedRow = GoodsRow & { [VERSION]: number };
+
+/** The rows as helpers.bulk sends them: the version goes in the action line, not the document. */
+async function* withoutVersion(rows: AsyncIterable<GoodsRow>): AsyncGenerator<GoodsRow> {
+  for await (const row of rows) {
+    const versioned = row as VersionedRow;
+    versioned[VERSION] = Number(row.INDEX_VERSION);
+    row.INDEX_VERSION = undefined;
+    yield versioned;
+  }
+}
+
 async function readOnly(dbUrl: string) {
   const started = performance.now();
   let count = 0;
@@ -230,7 +247,9 @@ async function bulkOnly(dbUrl: string, client: Client, index: string, inFlight: 
   const bodies: Buffer[] = [];
   let lines: string[] = [];
   for await (const row of streamRows(dbUrl)) {
-    lines.push(`{"index":{"_id":${JSON.stringify(row.GOODS_NO)}}}`, JSON.stringify(row));
+    // What the service writes: the row's version in the action line, the rest as the document.
+    const { INDEX_VERSION: version, ...document } = row;
+    lines.push(`{"index":{"_id":${JSON.stringify(row.GOODS_NO)},"version":${version},"version_type":"external"}}`, JSON.stringify(document));
     if (lines.length === 2 * BULK_SIZE) bodies.push(Buffer.from(`${lines.join("\n")}\n`)), (lines = []);
   }
   if (lines.length > 0) bodies.push(Buffer.from(`${lines.join("\n")}\n`));
@@ -255,8 +274,8 @@ async function bulkOnly(dbUrl: string, client: Client, index: string, inFlight: 
 async function helpersBulk(dbUrl: string, client: Client, index: string, flip: boolean) {
   const started = performance.now();
   const stats = await client.helpers.bulk<GoodsRow>({
-    datasource: streamRows(dbUrl),
-    onDocument: (row) => ({ index: { _index: index, _id: row.GOODS_NO } }),
+    datasource: withoutVersion(streamRows(dbUrl)),
+    onDocument: (row) => ({ index: { _index: index, _id: row.GOODS_NO, version: (row as VersionedRow)[VERSION], version_type: "external" } }),
   });
   if (flip) {
     const db = new pg.Client({ connectionString: dbUrl });
