@@ -3,7 +3,7 @@ import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { GoodsAnalyzer } from "../../config.js";
 import { isDatabaseUnavailable } from "../../db/database-errors.js";
-import { messageOf } from "../../errors.js";
+import { messageOf, UnavailableError } from "../../errors.js";
 import { aliasState, buildInProgress, buildingAlias, ensureGoodsAlias } from "../goods/goods-index.js";
 import { goodsItem } from "../goods/goods-rows.js";
 import { IndexingError, isUnreachable } from "../indexing-error.js";
@@ -167,7 +167,11 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
   }
 
   async function onFailure(err: unknown): Promise<void> {
-    const elasticsearchDown = isUnreachable(err) || (err instanceof IndexingError && err.unavailable && !isDatabaseUnavailable(err.cause));
+    // Unreachable itself, or wrapped: the 503 of a first index that could not be prepared, an IndexingError.
+    const elasticsearchDown =
+      isUnreachable(err) ||
+      (err instanceof UnavailableError && isUnreachable(err.cause)) ||
+      (err instanceof IndexingError && err.unavailable && !isDatabaseUnavailable(err.cause));
     if (elasticsearchDown) {
       if (state !== "waiting_for_elasticsearch") logger.warn({ err: messageOf(err) }, "Elasticsearch is unavailable: live changes wait in the feed");
       setState("waiting_for_elasticsearch");
