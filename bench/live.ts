@@ -5,7 +5,8 @@ import { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
 import { createKnex, migrateToLatest } from "../src/db/knex.js";
 import { generateGoods } from "../src/indexing/goods/goods-generator.js";
-import { commitChanges, goodsNo, pickKind, type CommittedChange, type PlannedChange } from "../test/support/live-changes.js";
+import { measureBacklog } from "../src/indexing/live/live-feed.js";
+import { commitChanges, feedSize, goodsNo, pickKind, type CommittedChange, type PlannedChange } from "../test/support/live-changes.js";
 import { buildService, spawnService } from "../test/support/spawn-service.js";
 import { admin, databaseUrl, printTable, startCpuMeter, wholeNumber, type CpuUse } from "./support.js";
 
@@ -209,12 +210,11 @@ async function measure(knex: Knex, es: Client, alias: string, pid: number, run: 
 
   const sampler = setInterval(() => {
     rss.push(rssMb(pid));
-    void knex
-      .raw(`select count(*)::int as n, coalesce(extract(epoch from now() - min(changed_at)) * 1000, 0)::float8 as age_ms from goods_live_feed`)
-      .then(({ rows }) => {
-        maxBacklog = Math.max(maxBacklog, rows[0].n as number);
-        maxAgeMs = Math.max(maxAgeMs, rows[0].age_ms as number);
-      });
+    // The follower's own measure of the feed (live-feed.ts): size and oldest pending change.
+    void measureBacklog(knex).then((backlog) => {
+      maxBacklog = Math.max(maxBacklog, backlog.pendingProducts);
+      maxAgeMs = Math.max(maxAgeMs, backlog.oldestPendingAgeMs);
+    });
   }, 500);
 
   // The reader: what search shows for the changes not yet seen, every 50 ms, 2,000 ids a search.
@@ -268,11 +268,7 @@ async function commitWithRetry(knex: Knex, planned: PlannedChange[]): Promise<Co
 }
 
 async function waitForEmptyFeed(knex: Knex): Promise<void> {
-  for (;;) {
-    const { rows } = await knex.raw(`select count(*)::int as n from goods_live_feed`);
-    if (rows[0].n === 0) return;
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
+  while ((await feedSize(knex)) > 0) await new Promise((resolve) => setTimeout(resolve, 200));
 }
 
 function quantile(sorted: number[], q: number): number {
