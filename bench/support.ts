@@ -95,9 +95,13 @@ export function machineCpu(): { busy: number; total: number } {
   return { busy: total - ticks[3]! - ticks[4]!, total };
 }
 
+type CpuPart = "service" | "postgres" | "elasticsearch" | "bench";
+
 export interface CpuUse {
   /** % of one core, per part: the service, PostgreSQL (every server process), Elasticsearch, this bench. */
-  parts: Record<"service" | "postgres" | "elasticsearch" | "bench", number>;
+  parts: Record<CpuPart, number>;
+  /** The same as CPU seconds. */
+  seconds: Record<CpuPart, number>;
   /** The whole machine, % of all cores. */
   machineBusyPct: number;
 }
@@ -122,13 +126,15 @@ export function startCpuMeter(servicePid: number): () => CpuUse {
     const pct = (cpuSeconds: number) => Math.round((cpuSeconds / seconds) * 100);
     const bench = process.cpuUsage(before.bench);
     const machine = machineCpu();
+    const used: Record<CpuPart, number> = {
+      service: processCpuSeconds(servicePid) - before.service,
+      postgres: grown(before.postgres, [...new Set([...before.postgres.keys(), ...postgres()])]),
+      elasticsearch: grown(before.elasticsearch, elasticsearch),
+      bench: (bench.user + bench.system) / 1e6,
+    };
     return {
-      parts: {
-        service: pct(processCpuSeconds(servicePid) - before.service),
-        postgres: pct(grown(before.postgres, [...new Set([...before.postgres.keys(), ...postgres()])])),
-        elasticsearch: pct(grown(before.elasticsearch, elasticsearch)),
-        bench: pct((bench.user + bench.system) / 1e6),
-      },
+      parts: { service: pct(used.service), postgres: pct(used.postgres), elasticsearch: pct(used.elasticsearch), bench: pct(used.bench) },
+      seconds: used,
       machineBusyPct: Math.round(((machine.busy - before.machine.busy) / (machine.total - before.machine.total)) * 100),
     };
   };

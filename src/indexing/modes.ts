@@ -12,16 +12,16 @@ import {
   restoreBuildIndex,
   swapAlias,
 } from "./goods/goods-index.js";
-import { goodsItem, goodsQuery, removalItem, removalQuery, type GoodsKey, type GoodsRow, type IndexingMode, type RemovalRow } from "./goods/goods-rows.js";
+import { goodsQuery, removalQuery, type IndexingMode } from "./goods/goods-rows.js";
 import { databaseNow, recordRun } from "./goods/index-runs.js";
 import { endLeftoverPause, pauseRefreshWhenLarge } from "./goods/refresh-pause.js";
 import { measureDrift } from "./goods/index-status.js";
 import { messageOf, UnavailableError } from "../errors.js";
 import { errorCodeOf, IndexingError } from "./indexing-error.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
-import type { BulkItem, BulkStats } from "./pipeline/bulk-sender.js";
+import type { BulkAction, BulkStats } from "./pipeline/bulk-sender.js";
 import { runPipeline, type PipelineResult } from "./pipeline/pipeline.js";
-import { readRows, type RowQuery } from "./pipeline/row-reader.js";
+import { readLines, type RowQuery } from "./pipeline/row-reader.js";
 
 // The indexing modes over the one pipeline, without any lock: callers (the IndexGoods RPC, the
 // batch, the cron runner) take the job lock around it. Full mode, and cursor mode when the batch
@@ -215,30 +215,30 @@ async function rebuild(
 /** The mode's eligible rows into the target; cursor mode flips them as bulks settle. */
 function indexPass(run: Run, onBulkSettled?: BulkSettled): Promise<PipelineResult> {
   const { mode, intervalMinutes } = run.options;
-  return pass<GoodsRow>(run, goodsQuery(mode, intervalMinutes), goodsItem, onBulkSettled);
+  return pass(run, goodsQuery(mode, intervalMinutes), { settles: run.flip, onBulkSettled });
 }
 
 /** Deletes the documents of products that left the index (none in a full run). */
 function removalPass(run: Run): Promise<PipelineResult> {
   const { mode, intervalMinutes } = run.options;
-  return pass<RemovalRow>(run, removalQuery(mode === "incremental" ? "incremental" : "cursor", intervalMinutes), removalItem);
+  return pass(run, removalQuery(mode === "incremental" ? "incremental" : "cursor", intervalMinutes), { settles: true });
 }
 
 type BulkSettled = (stats: Readonly<BulkStats>) => Promise<void> | void;
 
-async function pass<Row>(run: Run, query: RowQuery, toItem: (row: Row) => BulkItem<GoodsKey>, onBulkSettled?: BulkSettled): Promise<PipelineResult> {
+/** `settles`: the accepted items are finalized (flipped, tombstones cleared) as each bulk settles. */
+async function pass(run: Run, query: RowQuery, { settles, onBulkSettled }: { settles: boolean; onBulkSettled?: BulkSettled }): Promise<PipelineResult> {
   const { options, logger, target } = run;
   const { knex, elasticsearch, bulkSize } = options;
   const { flip } = run;
-  const settle = async (keys: GoodsKey[]) => {
+  const settle = async (actions: BulkAction[]) => {
     // Read the count after the await: two bulks in flight settle concurrently.
-    const flipped = await finalizeSettled(knex, keys, { flip });
+    const flipped = await finalizeSettled(knex, actions, { flip });
     run.finalized.count += flipped;
   };
   let dropsLogged = 0;
-  const result = await runPipeline<Row, GoodsKey>({
-    source: readRows<Row>({ knex, query, fetchSize: options.fetchSize, stats: run.reader }),
-    toItem,
+  const result = await runPipeline({
+    source: readLines({ knex, query, fetchSize: options.fetchSize, stats: run.reader }),
     channelCapacity: options.channelCapacity ?? 2 * bulkSize,
     logger,
     progressIntervalMs: options.progressIntervalMs ?? 10_000,
@@ -249,15 +249,15 @@ async function pass<Row>(run: Run, query: RowQuery, toItem: (row: Row) => BulkIt
       bulkSize,
       maxBytes: options.bulkMaxBytes,
       concurrency: options.bulksInFlight,
-      onAccepted: settle,
+      onAccepted: settles ? settle : undefined,
       onBulkSettled: async (stats) => {
         await onBulkSettled?.(stats);
         await options.onBulkSettled?.(stats);
       },
-      onDrop: (item, failure) => {
-        run.rejected.add(item.id);
+      onDrop: (action, failure) => {
+        run.rejected.add(action.id);
         // Every drop is counted in the result; the first ones are logged with their reason.
-        if (dropsLogged++ < 20) logger.warn({ goods_no: item.id, physical_index: target, ...failure }, "document rejected by Elasticsearch");
+        if (dropsLogged++ < 20) logger.warn({ goods_no: action.id, physical_index: target, ...failure }, "document rejected by Elasticsearch");
       },
     },
   });

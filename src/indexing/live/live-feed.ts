@@ -1,9 +1,9 @@
 import type { Knex } from "knex";
-import { COLUMNS, type GoodsRow } from "../goods/goods-rows.js";
+import { deleteLine, DOCUMENT, INDEX_LINES } from "../goods/goods-rows.js";
 
 // The live feed in PostgreSQL (migration 20261125000000_goods_live_feed): products changed and
 // not yet applied, one entry per product. The follower claims the oldest due entries, reads the
-// products' current state, and settles each entry after Elasticsearch answered: removed if it is
+// products' current bulk items, and settles each entry after Elasticsearch answered: removed if it is
 // still the change that was applied, else kept for the newer change; failed ones wait with backoff.
 
 export interface FeedEntry {
@@ -13,16 +13,6 @@ export interface FeedEntry {
   /** Failed attempts so far. */
   readonly attempts: number;
 }
-
-/** What a product's document must become. */
-export type CurrentState =
-  | { kind: "index"; row: GoodsRow }
-  | { kind: "delete"; version: string }
-  /**
-   * Gone with no tombstone left (a run sent its delete and cleared it, or a full load removed it
-   * with the triggers off): deleted at the entry's change_id, which is at least the delete's version.
-   */
-  | { kind: "gone" };
 
 /** The oldest entries that are due (never failed, or their backoff is over). */
 export async function claimDue(knex: Knex, limit: number): Promise<FeedEntry[]> {
@@ -36,21 +26,26 @@ export async function claimDue(knex: Knex, limit: number): Promise<FeedEntry[]> 
 }
 
 /**
- * Reads the products as they are now (read after the claim: a change committed in between is
- * read too, and its own entry then finds the document already at its version).
+ * The bulk item of each entry's product as it is now (read after the claim: a change committed in
+ * between is read too, and its own entry then finds the document already at its version), in the
+ * entries' order: the document of an eligible row; else a delete at the version of the change that
+ * removed it (the USE_YN='N' row's, the tombstone's, or, gone with no tombstone left because a run
+ * sent its delete and cleared it or a full load removed it with the triggers off, the entry's
+ * change_id, which is at least the delete's version).
  */
-export async function readCurrent(knex: Knex, goodsNos: readonly string[]): Promise<Map<string, CurrentState>> {
-  const [goods, tombstones] = await Promise.all([
-    knex.raw<{ rows: GoodsRow[] }>(`select ${COLUMNS} from "PR_GOODS_SEARCH_INTF" where "GOODS_NO" = any(?)`, [[...goodsNos]]),
-    knex.raw<{ rows: Array<{ goods_no: string; version: string }> }>(`select goods_no, version from goods_index_deleted where goods_no = any(?)`, [[...goodsNos]]),
-  ]);
-  const states = new Map<string, CurrentState>();
-  for (const no of goodsNos) states.set(no, { kind: "gone" });
-  for (const { goods_no, version } of tombstones.rows) states.set(goods_no, { kind: "delete", version });
-  for (const row of goods.rows) {
-    states.set(row.GOODS_NO, row.USE_YN === "Y" ? { kind: "index", row } : { kind: "delete", version: row.INDEX_VERSION as string });
-  }
-  return states;
+export async function readItems(knex: Knex, entries: readonly FeedEntry[]): Promise<string[]> {
+  const { rows } = await knex.raw<{ rows: Array<{ goods_no: string; lines: string }> }>(
+    `select k.goods_no,
+            case when g."USE_YN" = 'Y' then ${INDEX_LINES}
+                 else ${deleteLine("k.goods_no", `coalesce(g."INDEX_VERSION", t.version, k.change_id)`)} end as lines
+       from unnest(?::text[], ?::bigint[]) as k(goods_no, change_id)
+       left join "PR_GOODS_SEARCH_INTF" g on g."GOODS_NO" = k.goods_no
+       left join goods_index_deleted t on t.goods_no = k.goods_no
+       cross join ${DOCUMENT}`,
+    [entries.map((e) => e.goodsNo), entries.map((e) => e.changeId)],
+  );
+  const lines = new Map(rows.map((r) => [r.goods_no, r.lines]));
+  return entries.map((e) => lines.get(e.goodsNo) as string);
 }
 
 /**

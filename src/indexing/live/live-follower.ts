@@ -5,14 +5,13 @@ import type { GoodsAnalyzer } from "../../config.js";
 import { isDatabaseUnavailable } from "../../db/database-errors.js";
 import { messageOf, UnavailableError } from "../../errors.js";
 import { aliasState, buildInProgress, buildingAlias, ensureGoodsAlias } from "../goods/goods-index.js";
-import { goodsItem } from "../goods/goods-rows.js";
 import { IndexingError, isUnreachable } from "../indexing-error.js";
-import { sendBulks, type BulkItem } from "../pipeline/bulk-sender.js";
-import { claimDue, markFailed, measureBacklog, readCurrent, removeApplied, setListening, type FeedBacklog, type FeedEntry } from "./live-feed.js";
+import { sendBulks } from "../pipeline/bulk-sender.js";
+import { claimDue, markFailed, measureBacklog, readItems, removeApplied, setListening, type FeedBacklog, type FeedEntry } from "./live-feed.js";
 import { createLiveSession, type LiveSession } from "./live-session.js";
 
 // The live follower (SPEC.md section 3, "Live changes"): applies the feed continuously. Woken by
-// NOTIFY (or its poll), it claims the oldest due products, reads their current rows, upserts the
+// NOTIFY (or its poll), it claims the oldest due products, reads their current bulk items, upserts the
 // eligible ones and deletes the rest, each at its external version, through the alias and into a
 // build index in progress; then it removes the entries Elasticsearch accepted. It is not a job:
 // it takes no job lock, and one process across replicas follows (live-session.ts).
@@ -187,14 +186,9 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
     const entries = await claimDue(knex, batchSize);
     if (entries.length === 0) return 0;
     if (entries.length >= BUSY_PASS) await listen(false);
-    const [states, targets] = await Promise.all([readCurrent(knex, entries.map((e) => e.goodsNo)), writeTargets()]);
-    const items = entries.map((entry): BulkItem<FeedEntry> => {
-      const current = states.get(entry.goodsNo) ?? { kind: "gone" };
-      if (current.kind === "index") return { ...goodsItem(current.row), meta: entry };
-      return { id: entry.goodsNo, version: current.kind === "delete" ? current.version : entry.changeId, meta: entry };
-    });
+    const [items, targets] = await Promise.all([readItems(knex, entries), writeTargets()]);
     // Applied: accepted by every target. Refused: kept with backoff. Neither (shutdown): kept as is.
-    let accepted = new Set(items.map((i) => i.id));
+    let accepted = new Set(entries.map((e) => e.goodsNo));
     const refused = new Map<string, string>();
     for (const target of targets) {
       const outcome = await writeTo(target, items);
@@ -202,10 +196,10 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
       for (const [goodsNo, reason] of outcome.refused) if (!refused.has(goodsNo)) refused.set(goodsNo, reason);
     }
     if (stopping.signal.aborted) return entries.length;
-    const applied = items.filter((i) => accepted.has(i.id)).map((i) => i.meta);
+    const applied = entries.filter((e) => accepted.has(e.goodsNo));
     const removed = await removeApplied(knex, applied);
     if (removed > 0) options.onApplied?.(removed);
-    const failed = items.filter((i) => refused.has(i.id)).map((i) => ({ ...i.meta, error: refused.get(i.id) as string }));
+    const failed = entries.filter((e) => refused.has(e.goodsNo)).map((e) => ({ ...e, error: refused.get(e.goodsNo) as string }));
     await markFailed(knex, failed);
     reportPoison(failed);
     return entries.length;
@@ -230,7 +224,7 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
   /** Writes the items into one target: which it accepted, which it refused and why. */
   async function writeTo(
     target: { index: string; requireAlias: boolean; build: boolean },
-    items: BulkItem<FeedEntry>[],
+    items: string[],
   ): Promise<{ accepted: Set<string>; refused: Map<string, string> }> {
     const accepted = new Set<string>();
     const refused = new Map<string, string>();
@@ -242,14 +236,14 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
       maxBytes: options.bulkMaxBytes,
       concurrency: 1,
       signal: stopping.signal,
-      onAccepted: async (metas) => {
-        for (const meta of metas) accepted.add(meta.goodsNo);
+      onAccepted: async (actions) => {
+        for (const action of actions) accepted.add(action.id);
       },
-      onDrop: (item, failure) => {
+      onDrop: (action, failure) => {
         // The build went live (the alias took over) or was dropped between the check and the write.
-        if (target.build && failure.type === "index_not_found_exception") return void accepted.add(item.id);
+        if (target.build && failure.type === "index_not_found_exception") return void accepted.add(action.id);
         if (!target.build && failure.type === "index_not_found_exception") aliasChecked = undefined;
-        refused.set(item.id, `${failure.status} ${failure.type}: ${failure.reason}`);
+        refused.set(action.id, `${failure.status} ${failure.type}: ${failure.reason}`);
       },
     });
     return { accepted, refused };

@@ -1,27 +1,19 @@
 import { errors, type Client } from "@elastic/elasticsearch";
 import { IndexingError, isUnreachable } from "../indexing-error.js";
 import { messageOf } from "../../errors.js";
-import { createLineEncoder, type LineEncoder } from "./line-encoder.js";
+import { BulkBody, type BulkAction } from "./bulk-body.js";
 
-// Sends documents to Elasticsearch in bulk requests bounded by document count and by bytes, with
-// at most `concurrency` requests in flight; the reading loop waits for a free slot, so a slow
-// cluster pauses the source. Every document gets its own result: accepted ones go to onAccepted,
-// 429s are retried with backoff, a 503 (a shard unavailable) fails the run, anything else goes to
-// onDrop and is counted, never lost silently.
-// An item without a document is a delete; a delete answered 404 is done (counted as missing).
-// An item with a version is written with that external version: answered 409, a newer state of
-// the document is already there, and the item is done too (counted as superseded).
+// Sends items to Elasticsearch in bulk requests bounded by document count and by bytes, with at
+// most `concurrency` requests in flight; the reading loop waits for a free slot, so a slow
+// cluster pauses the source. An item is its NDJSON lines as text (an action line, and a document
+// line for an index action), written as they are into a reusable request body (bulk-body.ts).
+// Every item gets its own result: accepted ones go to onAccepted, 429s are retried with backoff,
+// a 503 (a shard unavailable) fails the run, anything else goes to onDrop and is counted, never
+// lost silently. A delete answered 404 is done (counted as missing). An item with an external
+// version answered 409 is done too: a newer state of the document is already there (counted as
+// superseded).
 
-export interface BulkItem<Meta> {
-  /** Document _id: repeating a document upserts it. */
-  readonly id: string;
-  /** Absent: delete the document of this _id. */
-  readonly document?: Record<string, unknown>;
-  /** External version (decimal digits): an older state never overwrites a newer one. */
-  readonly version?: string;
-  /** What the caller needs back for accepted or dropped documents (e.g. the row's key). */
-  readonly meta: Meta;
-}
+export type { BulkAction } from "./bulk-body.js";
 
 export interface BulkFailure {
   readonly status: number;
@@ -42,7 +34,7 @@ export interface BulkStats {
   bulks: number;
 }
 
-export interface BulkSenderOptions<Meta> {
+export interface BulkSenderOptions {
   client: Client;
   index: string;
   /** Refuse to write unless `index` is an alias (a deleted target is never re-created by a write). */
@@ -54,9 +46,12 @@ export interface BulkSenderOptions<Meta> {
   retries?: number;
   /** First backoff after a 429; doubled on every further attempt. */
   retryDelayMs?: number;
-  /** Awaited before the bulk's slot is freed, so slow bookkeeping also slows the reader. */
-  onAccepted?: (metas: Meta[]) => Promise<void>;
-  onDrop?: (item: { id: string; meta: Meta }, failure: BulkFailure) => void;
+  /**
+   * The actions of the items accepted, read back from the body only when this is given. Awaited
+   * before the bulk's slot is freed, so slow bookkeeping also slows the reader.
+   */
+  onAccepted?: (actions: BulkAction[]) => Promise<void>;
+  onDrop?: (action: BulkAction, failure: BulkFailure) => void;
   /** Called after each bulk request has settled. */
   onBulkSettled?: (stats: Readonly<BulkStats>) => Promise<void> | void;
   signal?: AbortSignal;
@@ -64,53 +59,54 @@ export interface BulkSenderOptions<Meta> {
   stats?: BulkStats;
 }
 
-interface Entry<Meta> {
-  readonly id: string;
-  /** The item's NDJSON lines, UTF-8. */
-  readonly bytes: Buffer;
-  readonly versioned: boolean;
-  readonly meta: Meta;
-}
-
 export function emptyBulkStats(): BulkStats {
   return { total: 0, successful: 0, failed: 0, missing: 0, superseded: 0, retried: 0, bytes: 0, bulks: 0 };
 }
 
-export async function sendBulks<Meta>(source: AsyncIterable<readonly BulkItem<Meta>[]>, options: BulkSenderOptions<Meta>): Promise<BulkStats> {
+export async function sendBulks(source: AsyncIterable<readonly string[]>, options: BulkSenderOptions): Promise<BulkStats> {
   const { bulkSize, maxBytes, concurrency, signal } = options;
   const stats = options.stats ?? emptyBulkStats();
   const inFlight = new Set<Promise<void>>();
+  // A body is reused once its request has settled: at most concurrency + 2 exist.
+  const spare: BulkBody[] = [];
+  const takeBody = () => spare.pop() ?? new BulkBody(bulkSize);
   let failure: unknown;
-  let batch: Entry<Meta>[] = [];
-  let batchBytes = 0;
-  const encode = createLineEncoder();
+  let body = takeBody();
 
-  const dispatch = async () => {
+  const dispatch = async (full: BulkBody) => {
     while (inFlight.size >= concurrency) await Promise.race(inFlight);
-    const entries = batch;
-    batch = [];
-    batchBytes = 0;
-    const request = sendWithRetries(entries, options, stats).catch((err: unknown) => {
-      failure ??= err;
-    });
+    const request = sendWithRetries(full, options, stats)
+      .catch((err: unknown) => {
+        failure ??= err;
+      })
+      .finally(() => {
+        full.clear();
+        spare.push(full);
+      });
     const tracked = request.finally(() => inFlight.delete(tracked));
     inFlight.add(tracked);
   };
 
   for await (const items of source) {
-    for (const item of items) {
-      if (failure !== undefined || signal?.aborted) break;
-      // Documents are serialised and encoded once, on arrival; the row object can then be collected.
-      const bytes = encodeItem(encode, item);
-      if (batch.length > 0 && batchBytes + bytes.length > maxBytes) await dispatch();
-      batch.push({ id: item.id, bytes, versioned: item.version !== undefined, meta: item.meta });
-      batchBytes += bytes.length;
-      stats.total++;
-      if (batch.length >= bulkSize) await dispatch();
-    }
     if (failure !== undefined || signal?.aborted) break;
+    for (let i = 0; i < items.length; i++) {
+      const bytes = body.append(items[i] as string);
+      stats.total++;
+      if (body.count > 1 && body.byteLength > maxBytes) {
+        // Over the byte bound: the item opens the next body.
+        const next = takeBody();
+        next.appendBytes(body.item(body.count - 1));
+        body.dropLast();
+        await dispatch(body);
+        body = next;
+      } else if (body.count >= bulkSize || bytes > maxBytes) {
+        await dispatch(body);
+        body = takeBody();
+      }
+      if (failure !== undefined || signal?.aborted) break;
+    }
   }
-  if (batch.length > 0 && failure === undefined && !signal?.aborted) await dispatch();
+  if (body.count > 0 && failure === undefined && !signal?.aborted) await dispatch(body);
   await Promise.all(inFlight);
   if (failure !== undefined) throw failure;
   return stats;
@@ -123,35 +119,30 @@ export async function sendBulks<Meta>(source: AsyncIterable<readonly BulkItem<Me
  */
 export const BULK_RESULT_FIELDS = ["errors", "items.*.status", "items.*.error.type", "items.*.error.reason"];
 
-/** The item's NDJSON lines: an index action and its document, or a delete action. */
-function encodeItem<Meta>(encode: LineEncoder, { id, document, version }: BulkItem<Meta>): Buffer {
-  const target = `"_id":${JSON.stringify(id)}${version === undefined ? "" : `,"version":${versionNumber(version)},"version_type":"external"`}`;
-  return document === undefined ? encode(`{"delete":{${target}}}\n`) : encode(`{"index":{${target}}}\n`, JSON.stringify(document), "\n");
-}
-
-/** The version goes into the action line as a JSON number: digits only, never anything else. */
-function versionNumber(version: string): string {
-  if (!/^\d{1,19}$/.test(version)) throw new RangeError(`an external version is a whole number, got '${version.slice(0, 40)}'`);
-  return version;
-}
-
-async function sendWithRetries<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions<Meta>, stats: BulkStats): Promise<void> {
+async function sendWithRetries(body: BulkBody, options: BulkSenderOptions, stats: BulkStats): Promise<void> {
   const { retries = 3, retryDelayMs = 500 } = options;
-  let pending = entries;
-  for (let attempt = 0; pending.length > 0; attempt++) {
+  let pending = body;
+  for (let attempt = 0; pending.count > 0; attempt++) {
     const { accepted, throttled } = await sendOnce(pending, options, stats);
     if (accepted.length > 0) await options.onAccepted?.(accepted);
     if (throttled.length === 0) break;
     if (attempt >= retries) {
-      for (const entry of throttled) drop(entry, { status: 429, type: "es_rejected_execution_exception", reason: "still throttled after retries" }, options, stats);
+      for (const i of throttled) drop(pending, i, { status: 429, type: "es_rejected_execution_exception", reason: "still throttled after retries" }, options, stats);
       break;
     }
     stats.retried += throttled.length;
     await delay(retryDelayMs * 2 ** attempt, options.signal);
-    pending = throttled;
+    pending = copyItems(pending, throttled);
   }
   stats.bulks++;
   await options.onBulkSettled?.(stats);
+}
+
+/** A body of some of another body's items, for their retry. */
+function copyItems(from: BulkBody, items: readonly number[]): BulkBody {
+  const copy = new BulkBody(items.length);
+  for (const i of items) copy.appendBytes(from.item(i));
+  return copy;
 }
 
 /**
@@ -162,16 +153,15 @@ async function sendWithRetries<Meta>(entries: Entry<Meta>[], options: BulkSender
  */
 export const BULK_SHARD_WAIT = "20s";
 
-async function sendOnce<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions<Meta>, stats: BulkStats) {
-  const body = Buffer.concat(entries.map((e) => e.bytes));
-  stats.bytes += body.length;
+async function sendOnce(body: BulkBody, options: BulkSenderOptions, stats: BulkStats): Promise<{ accepted: BulkAction[]; throttled: number[] }> {
+  stats.bytes += body.byteLength;
   let response;
   try {
     // A pre-serialised NDJSON body is sent as is by the client.
     response = await options.client.bulk(
       {
         index: options.index,
-        operations: body as never,
+        operations: body.bytes as never,
         filter_path: BULK_RESULT_FIELDS,
         timeout: BULK_SHARD_WAIT,
         ...(options.requireAlias ? { require_alias: true } : {}),
@@ -180,34 +170,36 @@ async function sendOnce<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions
     );
   } catch (err) {
     // A whole request answered 429 is throttling like a 429 item: every document is retried.
-    if (err instanceof errors.ResponseError && err.statusCode === 429) return { accepted: [] as Meta[], throttled: entries };
+    if (err instanceof errors.ResponseError && err.statusCode === 429) return { accepted: [], throttled: Array.from({ length: body.count }, (_, i) => i) };
     throw new IndexingError("BULK_FAILED", `bulk request to index '${options.index}' failed: ${describe(err)}`, {
       cause: err,
       unavailable: isUnreachable(err),
     });
   }
-  const accepted: Meta[] = [];
-  const throttled: Entry<Meta>[] = [];
+  const accepted: BulkAction[] = [];
+  const throttled: number[] = [];
+  const wantsAccepted = options.onAccepted !== undefined;
   let lostShard: string | undefined;
-  response.items.forEach((result, i) => {
-    const entry = entries[i] as Entry<Meta>;
+  const results = response.items;
+  for (let i = 0; i < results.length; i++) {
+    const result = results[i]!;
     const outcome = result.index ?? result.create ?? result.update ?? result.delete;
     const status = outcome?.status ?? 500;
     const missingDelete = result.delete !== undefined && status === 404;
-    const superseded = status === 409 && entry.versioned;
+    const superseded = status === 409 && body.action(i).version !== undefined;
     if (missingDelete) stats.missing++;
     if (superseded) stats.superseded++;
     if ((status >= 200 && status < 300) || missingDelete || superseded) {
-      accepted.push(entry.meta);
+      if (wantsAccepted) accepted.push(body.action(i));
       stats.successful++;
     } else if (status === 429) {
-      throttled.push(entry);
+      throttled.push(i);
     } else if (status === 503) {
       lostShard ??= outcome?.error?.reason ?? "a shard is unavailable";
     } else {
-      drop(entry, { status, type: outcome?.error?.type ?? "unknown", reason: outcome?.error?.reason ?? "rejected" }, options, stats);
+      drop(body, i, { status, type: outcome?.error?.type ?? "unknown", reason: outcome?.error?.reason ?? "rejected" }, options, stats);
     }
-  });
+  }
   // A shard with no copy left (its node died) fails every later bulk that touches it, each after
   // BULK_SHARD_WAIT: the run stops at the first one (503); the next run completes it.
   if (lostShard !== undefined) {
@@ -216,9 +208,9 @@ async function sendOnce<Meta>(entries: Entry<Meta>[], options: BulkSenderOptions
   return { accepted, throttled };
 }
 
-function drop<Meta>(entry: Entry<Meta>, failure: BulkFailure, options: BulkSenderOptions<Meta>, stats: BulkStats): void {
+function drop(body: BulkBody, item: number, failure: BulkFailure, options: BulkSenderOptions, stats: BulkStats): void {
   stats.failed++;
-  options.onDrop?.({ id: entry.id, meta: entry.meta }, failure);
+  options.onDrop?.(body.action(item), failure);
 }
 
 function describe(err: unknown): string {

@@ -1,20 +1,20 @@
 import type { Logger } from "pino";
-import { emptyBulkStats, sendBulks, type BulkItem, type BulkSenderOptions, type BulkStats } from "./bulk-sender.js";
-import { createChannel } from "./channel.js";
+import { emptyBulkStats, sendBulks, type BulkSenderOptions, type BulkStats } from "./bulk-sender.js";
+import { createChannel, type Channel } from "./channel.js";
 import { isDatabaseUnavailable } from "../../db/database-errors.js";
 import { IndexingError } from "../indexing-error.js";
 
-// The one indexing pipeline, generic over rows and documents: a reader (any async iterable of
-// row batches, e.g. the fetches of a server-side cursor) and a bulk sender run concurrently, joined by a
-// bounded channel. Rows cross it in chunks of at most one bulk. Modes and the batch only choose
-// the rows, the mapping to documents, the index and the sizes.
+// The one indexing pipeline, generic over bulk items: a reader (any async iterable of batches of
+// items, each item its NDJSON lines as text, e.g. the fetches of a server-side cursor whose query
+// writes them) and a bulk sender run concurrently, joined by a bounded channel. Items cross it in
+// chunks of at most one bulk, as the reader read them: nothing is mapped or copied per item on the
+// way. Modes and the batch only choose the query, the index and the sizes.
 
-export interface PipelineOptions<Row, Meta> {
-  /** Batches of rows, e.g. one per round trip of the cursor. */
-  source: AsyncIterable<readonly Row[]>;
-  toItem: (row: Row) => BulkItem<Meta>;
+export interface PipelineOptions {
+  /** Batches of items, e.g. one per round trip of the cursor. */
+  source: AsyncIterable<readonly string[]>;
   channelCapacity: number;
-  sender: Omit<BulkSenderOptions<Meta>, "signal" | "stats">;
+  sender: Omit<BulkSenderOptions, "signal" | "stats">;
   logger: Logger;
   /** Period of the progress log line. */
   progressIntervalMs: number;
@@ -22,18 +22,18 @@ export interface PipelineOptions<Row, Meta> {
 }
 
 export interface PipelineResult {
-  /** Rows taken from the reader. */
+  /** Items taken from the reader. */
   readonly fetched: number;
   readonly stats: BulkStats;
   /** Most items ever queued in the channel. */
   readonly maxChannelSize: number;
-  /** Most rows ever between the reader and a settled bulk (channel, bulk being built, bulks in flight). */
+  /** Most items ever between the reader and a settled bulk (channel, bulk being built, bulks in flight). */
   readonly maxRowsHeld: number;
 }
 
-export async function runPipeline<Row, Meta>(options: PipelineOptions<Row, Meta>): Promise<PipelineResult> {
-  const { source, toItem, channelCapacity, logger, signal } = options;
-  const channel = createChannel<BulkItem<Meta>>(channelCapacity);
+export async function runPipeline(options: PipelineOptions): Promise<PipelineResult> {
+  const { source, channelCapacity, logger, signal } = options;
+  const channel = createChannel<string>(channelCapacity);
   const stats = emptyBulkStats();
   const counters = { fetched: 0, maxRowsHeld: 0 };
   const onAbort = () => channel.cancel(new Error("indexing aborted"));
@@ -41,7 +41,7 @@ export async function runPipeline<Row, Meta>(options: PipelineOptions<Row, Meta>
   const progress = startProgressLog(logger, options.progressIntervalMs, counters, stats);
 
   const chunkSize = Math.max(1, Math.min(channelCapacity, options.sender.bulkSize));
-  const producer = produce(source, toItem, chunkSize, channel, counters, stats);
+  const producer = produce(source, chunkSize, channel, counters, stats);
   let consumerError: unknown;
   try {
     await sendBulks(channel, { ...options.sender, signal, stats });
@@ -62,21 +62,18 @@ export async function runPipeline<Row, Meta>(options: PipelineOptions<Row, Meta>
 }
 
 /** Feeds the channel; resolves to the reader's error (as DB_STREAM_ERROR), or undefined. */
-async function produce<Row, Meta>(
-  source: AsyncIterable<readonly Row[]>,
-  toItem: (row: Row) => BulkItem<Meta>,
+async function produce(
+  source: AsyncIterable<readonly string[]>,
   chunkSize: number,
-  channel: ReturnType<typeof createChannel<BulkItem<Meta>>>,
+  channel: Channel<string>,
   counters: { fetched: number; maxRowsHeld: number },
   stats: BulkStats,
 ): Promise<unknown> {
-  let stage: "reading" | "mapping" | "pushing" = "reading";
+  let stage: "reading" | "pushing" = "reading";
   try {
-    for await (const rows of source) {
-      for (let start = 0; start < rows.length; start += chunkSize) {
-        stage = "mapping";
-        const chunk: BulkItem<Meta>[] = [];
-        for (let i = start; i < Math.min(start + chunkSize, rows.length); i++) chunk.push(toItem(rows[i] as Row));
+    for await (const items of source) {
+      for (let start = 0; start < items.length; start += chunkSize) {
+        const chunk = items.length <= chunkSize ? items : items.slice(start, start + chunkSize);
         counters.fetched += chunk.length;
         counters.maxRowsHeld = Math.max(counters.maxRowsHeld, counters.fetched - stats.successful - stats.failed);
         stage = "pushing";
@@ -89,20 +86,12 @@ async function produce<Row, Meta>(
   } catch (err) {
     // A rejected push means the consumer stopped first; its error is the one to report.
     if (stage === "pushing") return undefined;
-    // A mapper that throws is a bug in the mapping, not a database failure: the run fails with it.
     // A reader dropped by the database (terminated, restarted, unreachable) is a dependency that is
     // down, 503 like every other; a query the database refused stays a failure of the run.
-    const error =
-      stage === "mapping"
-        ? toError(err)
-        : new IndexingError("DB_STREAM_ERROR", "reading rows from the database failed", { cause: err, unavailable: isDatabaseUnavailable(err) });
+    const error = new IndexingError("DB_STREAM_ERROR", "reading rows from the database failed", { cause: err, unavailable: isDatabaseUnavailable(err) });
     channel.cancel(error);
     return error;
   }
-}
-
-function toError(err: unknown): Error {
-  return err instanceof Error ? err : new Error(String(err));
 }
 
 function startProgressLog(logger: Logger, intervalMs: number, counters: { fetched: number }, stats: BulkStats): NodeJS.Timeout {

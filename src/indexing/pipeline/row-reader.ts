@@ -3,7 +3,8 @@ import type pg from "pg";
 import QueryStream from "pg-query-stream";
 
 // Reads a query through one server-side cursor (pg-query-stream): PostgreSQL sends `fetchSize`
-// rows per round trip, handed out as one batch, so memory does not grow with the table. Leaving
+// rows per round trip, handed out as one batch of the rows' first column (a query that writes
+// bulk items selects one text value per row), so memory does not grow with the table. Leaving
 // the loop early (break, throw, return) destroys the stream, which closes the portal and ends its
 // implicit transaction before the connection goes back to the pool.
 
@@ -21,7 +22,8 @@ export interface ReadRowsOptions {
   stats?: { maxBuffered: number };
 }
 
-export async function* readRows<Row>({ knex, query, fetchSize, stats }: ReadRowsOptions): AsyncGenerator<readonly Row[]> {
+/** Each fetch as one array of the rows' first column (the bulk items the query writes). */
+export async function* readLines({ knex, query, fetchSize, stats }: ReadRowsOptions): AsyncGenerator<readonly string[]> {
   const connection = (await knex.client.acquireConnection()) as pg.PoolClient;
   const stream = new FetchStream(query.sql, [...(query.bindings ?? [])], fetchSize);
   const lost = watchConnection(connection);
@@ -31,9 +33,11 @@ export async function* readRows<Row>({ knex, query, fetchSize, stats }: ReadRows
     for (;;) {
       const result = await lost.guard(batches.next());
       if (result.done) break;
-      const rows = result.value as Row[];
+      const rows = result.value as Array<[string]>;
       if (stats) stats.maxBuffered = Math.max(stats.maxBuffered, rows.length);
-      yield rows;
+      const lines = new Array<string>(rows.length);
+      for (let i = 0; i < rows.length; i++) lines[i] = (rows[i] as [string])[0];
+      yield lines;
     }
   } finally {
     lost.dispose();
@@ -56,7 +60,8 @@ class FetchStream extends QueryStream {
     values: unknown[],
     private readonly fetchSize: number,
   ) {
-    super(sql, values, { highWaterMark: 0 });
+    // Rows as arrays: pg then builds no object with named properties per row.
+    super(sql, values, { highWaterMark: 0, rowMode: "array" });
   }
 
   override _read(): void {

@@ -1,6 +1,6 @@
 import { Client } from "@elastic/elasticsearch";
 import { afterAll, describe, expect, it } from "vitest";
-import { sendBulks, type BulkFailure, type BulkItem } from "../../../src/indexing/pipeline/bulk-sender.js";
+import { sendBulks, type BulkFailure } from "../../../src/indexing/pipeline/bulk-sender.js";
 import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../../support/elasticsearch.js";
 import { startThrottlingProxy } from "../../support/throttling-proxy.js";
 import { documentCount } from "../helpers.js";
@@ -13,12 +13,15 @@ afterAll(async () => {
   await es.close();
 });
 
-/** `count` documents in chunks of seven, as the channel hands them to the sender. */
-async function* items(count: number): AsyncGenerator<Array<BulkItem<number>>> {
+/** `count` documents' bulk lines in chunks of seven, as the channel hands them to the sender. */
+async function* items(count: number): AsyncGenerator<string[]> {
   for (let i = 0; i < count; i += 7) {
-    yield Array.from({ length: Math.min(7, count - i) }, (_, k) => ({ id: `doc-${i + k}`, document: { n: i + k, name: `document ${i + k}` }, meta: i + k }));
+    yield Array.from({ length: Math.min(7, count - i) }, (_, k) => `{"index":{"_id":"doc-${i + k}"}}\n${JSON.stringify({ n: i + k, name: `document ${i + k}` })}\n`);
   }
 }
+
+/** The document number in an accepted action's _id. */
+const numberOf = (id: string) => Number(id.slice("doc-".length));
 
 describe("bulk sender", () => {
   it("retries documents answered 429 and indexes them all", async () => {
@@ -31,7 +34,7 @@ describe("bulk sender", () => {
     try {
       const stats = await sendBulks(items(120), {
         client, index, bulkSize: 50, maxBytes: 1024 * 1024, concurrency: 1, retryDelayMs: 10,
-        onAccepted: async (metas) => void accepted.push(...metas),
+        onAccepted: async (actions) => void accepted.push(...actions.map((a) => numberOf(a.id))),
       });
       expect(proxy.throttled).toBe(1);
       expect(stats).toMatchObject({ total: 120, successful: 120, failed: 0, retried: 50 });
@@ -70,7 +73,7 @@ describe("bulk sender", () => {
     const sizes: number[] = [];
     const stats = await sendBulks(items(100), {
       client: es, index, bulkSize: 1_000, maxBytes: 1_000, concurrency: 2,
-      onAccepted: async (metas) => void sizes.push(metas.length),
+      onAccepted: async (actions) => void sizes.push(actions.length),
     });
     expect(stats.successful).toBe(100);
     expect(stats.bulks).toBeGreaterThanOrEqual(5);
