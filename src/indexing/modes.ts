@@ -238,7 +238,7 @@ async function pass(run: Run, query: RowQuery, { settles, onBulkSettled }: { set
   };
   let dropsLogged = 0;
   const result = await runPipeline({
-    source: readLines({ knex, query, fetchSize: options.fetchSize, stats: run.reader }),
+    source: readLines({ knex, query, fetchSize: options.fetchSize, batchItems: bulkSize, stats: run.reader }),
     channelCapacity: options.channelCapacity ?? 2 * bulkSize,
     logger,
     progressIntervalMs: options.progressIntervalMs ?? 10_000,

@@ -6,6 +6,7 @@ import { isDatabaseUnavailable } from "../../db/database-errors.js";
 import { messageOf, UnavailableError } from "../../errors.js";
 import { aliasState, buildInProgress, buildingAlias, ensureGoodsAlias } from "../goods/goods-index.js";
 import { IndexingError, isUnreachable } from "../indexing-error.js";
+import { toBulkLines, type BulkLines } from "../pipeline/bulk-lines.js";
 import { sendBulks } from "../pipeline/bulk-sender.js";
 import { claimDue, markFailed, measureBacklog, readItems, removeApplied, setListening, type FeedBacklog, type FeedEntry } from "./live-feed.js";
 import { createLiveSession, type LiveSession } from "./live-session.js";
@@ -186,7 +187,8 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
     const entries = await claimDue(knex, batchSize);
     if (entries.length === 0) return 0;
     if (entries.length >= BUSY_PASS) await listen(false);
-    const [items, targets] = await Promise.all([readItems(knex, entries), writeTargets()]);
+    const [read, targets] = await Promise.all([readItems(knex, entries), writeTargets()]);
+    const items = toBulkLines(read);
     // Applied: accepted by every target. Refused: kept with backoff. Neither (shutdown): kept as is.
     let accepted = new Set(entries.map((e) => e.goodsNo));
     const refused = new Map<string, string>();
@@ -224,7 +226,7 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
   /** Writes the items into one target: which it accepted, which it refused and why. */
   async function writeTo(
     target: { index: string; requireAlias: boolean; build: boolean },
-    items: string[],
+    items: BulkLines,
   ): Promise<{ accepted: Set<string>; refused: Map<string, string> }> {
     const accepted = new Set<string>();
     const refused = new Map<string, string>();

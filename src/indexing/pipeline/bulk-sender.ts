@@ -1,19 +1,20 @@
 import { errors, type Client } from "@elastic/elasticsearch";
 import { IndexingError, isUnreachable } from "../indexing-error.js";
 import { messageOf } from "../../errors.js";
-import { BulkBody, type BulkAction } from "./bulk-body.js";
+import { BulkLines, type BulkAction } from "./bulk-lines.js";
 
 // Sends items to Elasticsearch in bulk requests bounded by document count and by bytes, with at
 // most `concurrency` requests in flight; the reading loop waits for a free slot, so a slow
-// cluster pauses the source. An item is its NDJSON lines as text (an action line, and a document
-// line for an index action), written as they are into a reusable request body (bulk-body.ts).
+// cluster pauses the source. An item is its NDJSON lines (an action line, and a document line for
+// an index action) as bytes (bulk-lines.ts); runs of items are copied as they are into request
+// bodies that are reused from bulk to bulk.
 // Every item gets its own result: accepted ones go to onAccepted, 429s are retried with backoff,
 // a 503 (a shard unavailable) fails the run, anything else goes to onDrop and is counted, never
 // lost silently. A delete answered 404 is done (counted as missing). An item with an external
 // version answered 409 is done too: a newer state of the document is already there (counted as
 // superseded).
 
-export type { BulkAction } from "./bulk-body.js";
+export type { BulkAction } from "./bulk-lines.js";
 
 export interface BulkFailure {
   readonly status: number;
@@ -63,18 +64,20 @@ export function emptyBulkStats(): BulkStats {
   return { total: 0, successful: 0, failed: 0, missing: 0, superseded: 0, retried: 0, bytes: 0, bulks: 0 };
 }
 
-export async function sendBulks(source: AsyncIterable<readonly string[]>, options: BulkSenderOptions): Promise<BulkStats> {
+export async function sendBulks(source: AsyncIterable<BulkLines>, options: BulkSenderOptions): Promise<BulkStats> {
   const { bulkSize, maxBytes, concurrency, signal } = options;
   const stats = options.stats ?? emptyBulkStats();
   const inFlight = new Set<Promise<void>>();
-  // A body is reused once its request has settled: at most concurrency + 2 exist.
-  const spare: BulkBody[] = [];
-  const takeBody = () => spare.pop() ?? new BulkBody(bulkSize);
+  // A body is reused once its request has settled: at most concurrency + 1 exist.
+  const spare: BulkLines[] = [];
+  const takeBody = () => spare.pop() ?? new BulkLines(bulkSize);
   let failure: unknown;
   let body = takeBody();
 
-  const dispatch = async (full: BulkBody) => {
+  const dispatch = async () => {
     while (inFlight.size >= concurrency) await Promise.race(inFlight);
+    const full = body;
+    body = takeBody();
     const request = sendWithRetries(full, options, stats)
       .catch((err: unknown) => {
         failure ??= err;
@@ -86,27 +89,24 @@ export async function sendBulks(source: AsyncIterable<readonly string[]>, option
     const tracked = request.finally(() => inFlight.delete(tracked));
     inFlight.add(tracked);
   };
+  const stopped = () => failure !== undefined || signal?.aborted === true;
 
-  for await (const items of source) {
-    if (failure !== undefined || signal?.aborted) break;
-    for (let i = 0; i < items.length; i++) {
-      const bytes = body.append(items[i] as string);
-      stats.total++;
-      if (body.count > 1 && body.byteLength > maxBytes) {
-        // Over the byte bound: the item opens the next body.
-        const next = takeBody();
-        next.appendBytes(body.item(body.count - 1));
-        body.dropLast();
-        await dispatch(body);
-        body = next;
-      } else if (body.count >= bulkSize || bytes > maxBytes) {
-        await dispatch(body);
-        body = takeBody();
-      }
-      if (failure !== undefined || signal?.aborted) break;
+  for await (const batch of source) {
+    if (stopped()) break;
+    for (let next = 0; next < batch.count && !stopped(); ) {
+      // As many items as the body has room for, by count and by bytes, copied in one go.
+      let end = next;
+      const room = maxBytes - body.byteLength;
+      while (end < batch.count && body.count + end - next < bulkSize && batch.bytesOf(next, end + 1) <= room) end++;
+      // An item larger than the byte bound goes alone.
+      if (end === next && body.count === 0) end++;
+      body.appendItems(batch, next, end);
+      stats.total += end - next;
+      next = end;
+      if (body.count >= bulkSize || next < batch.count) await dispatch();
     }
   }
-  if (body.count > 0 && failure === undefined && !signal?.aborted) await dispatch(body);
+  if (body.count > 0 && !stopped()) await dispatch();
   await Promise.all(inFlight);
   if (failure !== undefined) throw failure;
   return stats;
@@ -119,7 +119,7 @@ export async function sendBulks(source: AsyncIterable<readonly string[]>, option
  */
 export const BULK_RESULT_FIELDS = ["errors", "items.*.status", "items.*.error.type", "items.*.error.reason"];
 
-async function sendWithRetries(body: BulkBody, options: BulkSenderOptions, stats: BulkStats): Promise<void> {
+async function sendWithRetries(body: BulkLines, options: BulkSenderOptions, stats: BulkStats): Promise<void> {
   const { retries = 3, retryDelayMs = 500 } = options;
   let pending = body;
   for (let attempt = 0; pending.count > 0; attempt++) {
@@ -139,9 +139,9 @@ async function sendWithRetries(body: BulkBody, options: BulkSenderOptions, stats
 }
 
 /** A body of some of another body's items, for their retry. */
-function copyItems(from: BulkBody, items: readonly number[]): BulkBody {
-  const copy = new BulkBody(items.length);
-  for (const i of items) copy.appendBytes(from.item(i));
+function copyItems(from: BulkLines, items: readonly number[]): BulkLines {
+  const copy = new BulkLines(items.length);
+  for (const i of items) copy.appendItems(from, i, i + 1);
   return copy;
 }
 
@@ -153,7 +153,7 @@ function copyItems(from: BulkBody, items: readonly number[]): BulkBody {
  */
 export const BULK_SHARD_WAIT = "20s";
 
-async function sendOnce(body: BulkBody, options: BulkSenderOptions, stats: BulkStats): Promise<{ accepted: BulkAction[]; throttled: number[] }> {
+async function sendOnce(body: BulkLines, options: BulkSenderOptions, stats: BulkStats): Promise<{ accepted: BulkAction[]; throttled: number[] }> {
   stats.bytes += body.byteLength;
   let response;
   try {
@@ -208,7 +208,7 @@ async function sendOnce(body: BulkBody, options: BulkSenderOptions, stats: BulkS
   return { accepted, throttled };
 }
 
-function drop(body: BulkBody, item: number, failure: BulkFailure, options: BulkSenderOptions, stats: BulkStats): void {
+function drop(body: BulkLines, item: number, failure: BulkFailure, options: BulkSenderOptions, stats: BulkStats): void {
   stats.failed++;
   options.onDrop?.(body.action(item), failure);
 }

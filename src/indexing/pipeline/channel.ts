@@ -1,14 +1,20 @@
-// A bounded single-producer, single-consumer channel that carries items in chunks. A full channel
+// A bounded single-producer, single-consumer channel that carries items in chunks (arrays, or
+// anything that says how many items it holds, like the pipeline's BulkLines). A full channel
 // makes `push` wait, which is how a slow bulk sender pauses the database reader; `cancel` wakes
 // both sides when either gives up. Chunks, not single items, cross it: one await per chunk instead
 // of several promises per row (docs/indexing.md, "What helped").
 
-export interface Channel<T> extends AsyncIterable<readonly T[]> {
+/** A chunk: its length is the number of items it holds. */
+export interface Chunk {
+  readonly length: number;
+}
+
+export interface Channel<C extends Chunk> extends AsyncIterable<C> {
   /**
    * Resolves once the chunk is queued; waits while it does not fit in the capacity (a chunk larger
    * than the capacity is queued alone, into an empty channel). Rejects after cancel.
    */
-  push(chunk: readonly T[]): Promise<void>;
+  push(chunk: C): Promise<void>;
   /** No more items: the consumer drains what is queued, then its iteration ends. */
   close(): void;
   /** Stops both sides: pending and later pushes reject with `reason`, iteration ends. */
@@ -19,9 +25,9 @@ export interface Channel<T> extends AsyncIterable<readonly T[]> {
   readonly maxSize: number;
 }
 
-export function createChannel<T>(capacity: number): Channel<T> {
+export function createChannel<C extends Chunk>(capacity: number): Channel<C> {
   if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`channel capacity must be a positive integer, got ${capacity}`);
-  let chunks: Array<readonly T[]> = [];
+  let chunks: C[] = [];
   let size = 0;
   let closed = false;
   let cancelled: Error | undefined;
@@ -37,7 +43,7 @@ export function createChannel<T>(capacity: number): Channel<T> {
     c?.();
   };
 
-  async function push(chunk: readonly T[]): Promise<void> {
+  async function push(chunk: C): Promise<void> {
     while (size > 0 && size + chunk.length > capacity && !cancelled) await new Promise<void>((resolve) => (wakeProducer = resolve));
     if (cancelled) throw cancelled;
     if (closed) throw new Error("push after close");
@@ -48,7 +54,7 @@ export function createChannel<T>(capacity: number): Channel<T> {
     wake();
   }
 
-  async function* iterate(): AsyncGenerator<readonly T[]> {
+  async function* iterate(): AsyncGenerator<C> {
     for (;;) {
       if (cancelled) return;
       const chunk = chunks.shift();

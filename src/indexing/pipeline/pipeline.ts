@@ -1,18 +1,19 @@
 import type { Logger } from "pino";
 import { emptyBulkStats, sendBulks, type BulkSenderOptions, type BulkStats } from "./bulk-sender.js";
+import { MalformedItemError, type BulkLines } from "./bulk-lines.js";
 import { createChannel, type Channel } from "./channel.js";
 import { isDatabaseUnavailable } from "../../db/database-errors.js";
 import { IndexingError } from "../indexing-error.js";
 
 // The one indexing pipeline, generic over bulk items: a reader (any async iterable of batches of
-// items, each item its NDJSON lines as text, e.g. the fetches of a server-side cursor whose query
-// writes them) and a bulk sender run concurrently, joined by a bounded channel. Items cross it in
-// chunks of at most one bulk, as the reader read them: nothing is mapped or copied per item on the
-// way. Modes and the batch only choose the query, the index and the sizes.
+// items as bytes, e.g. the fetches of a server-side cursor whose query writes them) and a bulk
+// sender run concurrently, joined by a bounded channel. Items cross it as bytes, in chunks of at
+// most one bulk: nothing is mapped or parsed per item on the way. Modes and the batch only choose
+// the query, the index and the sizes.
 
 export interface PipelineOptions {
   /** Batches of items, e.g. one per round trip of the cursor. */
-  source: AsyncIterable<readonly string[]>;
+  source: AsyncIterable<BulkLines>;
   channelCapacity: number;
   sender: Omit<BulkSenderOptions, "signal" | "stats">;
   logger: Logger;
@@ -33,7 +34,7 @@ export interface PipelineResult {
 
 export async function runPipeline(options: PipelineOptions): Promise<PipelineResult> {
   const { source, channelCapacity, logger, signal } = options;
-  const channel = createChannel<string>(channelCapacity);
+  const channel = createChannel<BulkLines>(channelCapacity);
   const stats = emptyBulkStats();
   const counters = { fetched: 0, maxRowsHeld: 0 };
   const onAbort = () => channel.cancel(new Error("indexing aborted"));
@@ -63,9 +64,9 @@ export async function runPipeline(options: PipelineOptions): Promise<PipelineRes
 
 /** Feeds the channel; resolves to the reader's error (as DB_STREAM_ERROR), or undefined. */
 async function produce(
-  source: AsyncIterable<readonly string[]>,
+  source: AsyncIterable<BulkLines>,
   chunkSize: number,
-  channel: Channel<string>,
+  channel: Channel<BulkLines>,
   counters: { fetched: number; maxRowsHeld: number },
   stats: BulkStats,
 ): Promise<unknown> {
@@ -73,7 +74,7 @@ async function produce(
   try {
     for await (const items of source) {
       for (let start = 0; start < items.length; start += chunkSize) {
-        const chunk = items.length <= chunkSize ? items : items.slice(start, start + chunkSize);
+        const chunk = items.length <= chunkSize ? items : items.slice(start, Math.min(start + chunkSize, items.length));
         counters.fetched += chunk.length;
         counters.maxRowsHeld = Math.max(counters.maxRowsHeld, counters.fetched - stats.successful - stats.failed);
         stage = "pushing";
@@ -86,9 +87,10 @@ async function produce(
   } catch (err) {
     // A rejected push means the consumer stopped first; its error is the one to report.
     if (stage === "pushing") return undefined;
+    // An item that is not bulk lines is a bug in the query that wrote it: the run fails with it.
     // A reader dropped by the database (terminated, restarted, unreachable) is a dependency that is
     // down, 503 like every other; a query the database refused stays a failure of the run.
-    const error = new IndexingError("DB_STREAM_ERROR", "reading rows from the database failed", { cause: err, unavailable: isDatabaseUnavailable(err) });
+    const error = err instanceof MalformedItemError ? err : new IndexingError("DB_STREAM_ERROR", "reading rows from the database failed", { cause: err, unavailable: isDatabaseUnavailable(err) });
     channel.cancel(error);
     return error;
   }

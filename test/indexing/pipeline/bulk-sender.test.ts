@@ -1,5 +1,6 @@
 import { Client } from "@elastic/elasticsearch";
 import { afterAll, describe, expect, it } from "vitest";
+import { toBulkLines, type BulkLines } from "../../../src/indexing/pipeline/bulk-lines.js";
 import { sendBulks, type BulkFailure } from "../../../src/indexing/pipeline/bulk-sender.js";
 import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../../support/elasticsearch.js";
 import { startThrottlingProxy } from "../../support/throttling-proxy.js";
@@ -14,9 +15,9 @@ afterAll(async () => {
 });
 
 /** `count` documents' bulk lines in chunks of seven, as the channel hands them to the sender. */
-async function* items(count: number): AsyncGenerator<string[]> {
+async function* items(count: number): AsyncGenerator<BulkLines> {
   for (let i = 0; i < count; i += 7) {
-    yield Array.from({ length: Math.min(7, count - i) }, (_, k) => `{"index":{"_id":"doc-${i + k}"}}\n${JSON.stringify({ n: i + k, name: `document ${i + k}` })}\n`);
+    yield toBulkLines(Array.from({ length: Math.min(7, count - i) }, (_, k) => `{"index":{"_id":"doc-${i + k}"}}\n${JSON.stringify({ n: i + k, name: `document ${i + k}` })}\n`));
   }
 }
 

@@ -3,7 +3,7 @@ import { createChannel } from "../../../src/indexing/pipeline/channel.js";
 
 describe("bounded channel", () => {
   it("makes the producer wait while it is full and delivers every item in order", async () => {
-    const channel = createChannel<number>(3);
+    const channel = createChannel<number[]>(3);
     let pushed = 0;
     const producer = (async () => {
       for (let i = 0; i < 10; i++) {
@@ -24,7 +24,7 @@ describe("bounded channel", () => {
   });
 
   it("rejects a waiting push and ends iteration when cancelled", async () => {
-    const channel = createChannel<number>(1);
+    const channel = createChannel<number[]>(1);
     await channel.push([1]);
     const waiting = channel.push([2]);
     channel.cancel(new Error("stop"));
@@ -35,7 +35,7 @@ describe("bounded channel", () => {
   });
 
   it("counts its capacity in items and queues a chunk only when it fits", async () => {
-    const channel = createChannel<number>(5);
+    const channel = createChannel<number[]>(5);
     await channel.push([1, 2, 3]);
     let queued = false;
     const waiting = channel.push([4, 5, 6]).then(() => (queued = true));
@@ -50,7 +50,7 @@ describe("bounded channel", () => {
   });
 
   it("takes a chunk larger than its capacity into an empty channel, alone", async () => {
-    const channel = createChannel<number>(2);
+    const channel = createChannel<number[]>(2);
     await channel.push([1, 2, 3]);
     expect(channel.size).toBe(3);
   });

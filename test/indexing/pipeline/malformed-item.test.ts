@@ -1,5 +1,6 @@
 import pino from "pino";
 import { afterAll, describe, expect, it } from "vitest";
+import { toBulkLines, type BulkLines } from "../../../src/indexing/pipeline/bulk-lines.js";
 import { runPipeline } from "../../../src/indexing/pipeline/pipeline.js";
 import { createTestElasticsearch, uniqueIndexName } from "../../support/elasticsearch.js";
 
@@ -16,9 +17,9 @@ afterAll(async () => {
 });
 
 /** Items 1..count in batches of 100, as a cursor hands them out; item 150 lacks its final newline. */
-async function* items(count: number): AsyncGenerator<string[]> {
+async function* items(count: number): AsyncGenerator<BulkLines> {
   for (let i = 1; i <= count; i += 100) {
-    yield Array.from({ length: Math.min(100, count - i + 1) }, (_, k) => `{"index":{"_id":"${i + k}"}}\n{"n":${i + k}}${i + k === 150 ? "" : "\n"}`);
+    yield toBulkLines(Array.from({ length: Math.min(100, count - i + 1) }, (_, k) => `{"index":{"_id":"${i + k}"}}\n{"n":${i + k}}${i + k === 150 ? "" : "\n"}`));
   }
 }
 
