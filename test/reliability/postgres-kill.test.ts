@@ -38,7 +38,7 @@ async function terminateStreamingBackend(): Promise<number> {
     `select pid, pg_terminate_backend(pid) as terminated
        from pg_stat_activity
       where datname = current_database() and pid <> pg_backend_pid()
-        and query like '%from "PR_GOODS_SEARCH_INTF" where "USE_YN" = ''Y'' and "INDEX_YN" = ''N''%'`,
+        and query like '%from "PR_GOODS_SEARCH_INTF" g %where g."USE_YN" = ''Y'' and g."INDEX_YN" = ''N''%'`,
   );
   expect(rows).toHaveLength(1);
   expect(rows[0]!.terminated).toBe(true);
