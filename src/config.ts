@@ -286,7 +286,8 @@ export function oneOf<T extends string>(env: Env, name: string, allowed: readonl
 function indexingConfig(env: Env): IndexingConfig {
   return Object.freeze({
     goodsIndex: indexName(env, "GOODS_INDEX", "goods_ko"),
-    fetchSize: integer(env, "INDEX_FETCH_SIZE", 50_000, 1, 1_000_000),
+    // One fetch per bulk: measured 20% less service CPU than the seed's 50,000 (docs/indexing.md).
+    fetchSize: integer(env, "INDEX_FETCH_SIZE", 3_000, 1, 1_000_000),
     bulkSize: integer(env, "INDEX_BULK_SIZE", 3_000, 1, 100_000),
     bulkMaxBytes: integer(env, "INDEX_BULK_MAX_BYTES", 10 * 1024 * 1024, 1024, 100 * 1024 * 1024),
     bulksInFlight: integer(env, "INDEX_BULKS_IN_FLIGHT", 2, 1, 16),

@@ -2,10 +2,10 @@ import { describe, expect, it } from "vitest";
 import { ConfigError, loadConfig } from "../../src/config.js";
 
 describe("indexing configuration", () => {
-  it("defaults to the seed's sizes and the goods_ko index", () => {
+  it("defaults to one fetch per bulk, the seed's bulk sizes and the goods_ko index", () => {
     expect(loadConfig({}).indexing).toEqual({
       goodsIndex: "goods_ko",
-      fetchSize: 50_000,
+      fetchSize: 3_000,
       bulkSize: 3_000,
       bulkMaxBytes: 10 * 1024 * 1024,
       bulksInFlight: 2,
