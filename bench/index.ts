@@ -7,7 +7,7 @@ import pg from "pg";
 import QueryStream from "pg-query-stream";
 import { createKnex, migrateToLatest } from "../src/db/knex.js";
 import { generateGoods } from "../src/indexing/goods/goods-generator.js";
-import { goodsMapping, OPTIMIZED } from "../src/indexing/goods/goods-index.js";
+import { goodsMapping, OPTIMIZED, restoreBuildIndex } from "../src/indexing/goods/goods-index.js";
 import { DOCUMENT_FIELDS, goodsQuery } from "../src/indexing/goods/goods-rows.js";
 import { BULK_RESULT_FIELDS } from "../src/indexing/pipeline/bulk-sender.js";
 import { buildService, spawnService } from "../test/support/spawn-service.js";
@@ -30,12 +30,20 @@ import { admin, databaseUrl, printTable, startCpuMeter, wholeNumber, type CpuUse
 //   helpers+flip    that, then the seed's finalize: one UPDATE flipping every 'N' row
 //
 // Every Elasticsearch run writes a new index with the goods mapping and the bulk settings full
-// mode uses. Each run is a process of its own, so its peak RSS is its own (the service's is read
-// from /proc when its run is over); full mode also runs at 100,000 rows to show that memory does
-// not grow with the table. Uses DATABASE_URL's server (a scratch database, dropped at the end) and
-// ELASTICSEARCH_URL. --heap-mb M (default 256, 0 for Node's default) gives the service process the
-// memory budget a deployment would (--max-old-space-size). --fetch-size F (default 50,000, the
-// service's INDEX_FETCH_SIZE default) is the rows per round trip of every run's cursor.
+// mode uses, and ends as a full run ends before its alias moves: live settings back and one
+// refresh (restoreBuildIndex), so that every run does the same work, searchable documents. (A
+// ceiling without it leaves out the refresh, which writes the segments of everything indexed
+// since the last one: 1.5 to 1.7 s of a 6 s full run at 270,000 documents.)
+//
+// Each run is a process of its own, so its peak RSS is its own (the service's is read from /proc
+// when its run is over); full mode also runs at 100,000 rows to show that memory does not grow
+// with the table. Uses DATABASE_URL's server (a scratch database, dropped at the end) and
+// ELASTICSEARCH_URL. The service runs on Node's default heap, as `npm start` runs it; --heap-mb M
+// caps it (--max-old-space-size) as a deployment with a memory budget might (a cap of 256 to
+// 1,024 MB was measured to cost about 2 us of service CPU per document: V8 then marks the old
+// generation some twenty times per 270,000 documents instead of twice). --fetch-size F (default
+// 3,000, the service's INDEX_FETCH_SIZE default; 50,000 was the seed's) is the rows per round trip
+// of every run's cursor.
 //
 // Each run's CPU is read from /proc around its timed part: the process that sends (the service,
 // or the baseline's own process), every PostgreSQL server process, and Elasticsearch's JVM,
@@ -69,12 +77,12 @@ async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
       rows: { type: "string", default: "1000000" },
-      "heap-mb": { type: "string", default: "256" },
+      "heap-mb": { type: "string", default: "0" },
       child: { type: "string" },
       db: { type: "string" },
       expect: { type: "string" },
       "in-flight": { type: "string", default: "2" },
-      "fetch-size": { type: "string", default: "50000" },
+      "fetch-size": { type: "string", default: "3000" },
     },
   });
   const fetchSize = wholeNumber(values["fetch-size"], "--fetch-size");
@@ -227,14 +235,18 @@ function childRun(kind: ChildKind, dbUrl: string, expect: number, inFlight: numb
 async function measureChild(kind: ChildKind, dbUrl: string, expect: number, inFlight: number, fetchSize: number): Promise<Measurement> {
   const client = new Client({ node: elasticsearchUrl, requestTimeout: 300_000 });
   const index = `bench_${kind}_${randomBytes(4).toString("hex")}`;
+  // Connected before the CPU meter starts and closed after it stops, so that the meter counts this
+  // run's PostgreSQL backend (one that starts and ends in between is not seen).
+  const db = new pg.Client({ connectionString: dbUrl });
+  await db.connect();
   try {
     if (kind !== "postgres") await client.indices.create({ index, mappings: goodsMapping(ANALYZER), settings: { index: OPTIMIZED } });
     const run =
       kind === "postgres"
-        ? readOnly(dbUrl, fetchSize)
+        ? readOnly(db, fetchSize)
         : kind === "es"
-          ? bulkOnly(dbUrl, client, index, inFlight, fetchSize)
-          : helpersBulk(dbUrl, client, index, kind === "helpers-flip", fetchSize);
+          ? bulkOnly(db, client, index, inFlight, fetchSize)
+          : helpersBulk(db, client, index, kind === "helpers-flip", fetchSize);
     const { count, ms, cpu } = await run;
     if (count !== expect) throw new Error(`${kind}: expected ${expect} rows, got ${count}`);
     const name = kind === "es" ? `es x${inFlight}` : kind === "helpers-flip" ? "helpers+flip" : kind;
@@ -248,6 +260,7 @@ async function measureChild(kind: ChildKind, dbUrl: string, expect: number, inFl
   } finally {
     await client.indices.delete({ index, ignore_unavailable: true }).catch(() => {});
     await client.close();
+    await db.end();
   }
 }
 
@@ -259,19 +272,13 @@ function startTimer(): (count: number) => Timed {
 }
 
 /** A query's rows through one server-side cursor, as a plain pg user reads them. */
-async function* streamRows<Row>(dbUrl: string, sql: string, fetchSize: number, rowMode?: "array"): AsyncGenerator<Row> {
-  const db = new pg.Client({ connectionString: dbUrl });
-  await db.connect();
-  try {
-    yield* db.query(new QueryStream(sql, [], { batchSize: fetchSize, rowMode })) as AsyncIterable<Row>;
-  } finally {
-    await db.end();
-  }
+function streamRows<Row>(db: pg.Client, sql: string, fetchSize: number, rowMode?: "array"): AsyncIterable<Row> {
+  return db.query(new QueryStream(sql, [], { batchSize: fetchSize, rowMode })) as AsyncIterable<Row>;
 }
 
 /** The bulk items the service's full mode reads: its own query. */
-async function* serviceLines(dbUrl: string, fetchSize: number): AsyncGenerator<string> {
-  for await (const [lines] of streamRows<[string]>(dbUrl, goodsQuery("full").sql, fetchSize, "array")) yield lines;
+async function* serviceLines(db: pg.Client, fetchSize: number): AsyncGenerator<string> {
+  for await (const [lines] of streamRows<[string]>(db, goodsQuery("full").sql, fetchSize, "array")) yield lines;
 }
 
 interface DocumentRow {
@@ -287,9 +294,9 @@ type VersionedRow = DocumentRow & { [VERSION]: number };
  * The rows as helpers.bulk sends them: the document's fields (the same definition the service's
  * query uses), the version in the action line, not the document.
  */
-async function* documentRows(dbUrl: string, fetchSize: number): AsyncGenerator<DocumentRow> {
+async function* documentRows(db: pg.Client, fetchSize: number): AsyncGenerator<DocumentRow> {
   const sql = `select ${DOCUMENT_FIELDS}, g."INDEX_VERSION" from "PR_GOODS_SEARCH_INTF" g where g."USE_YN" = 'Y'`;
-  for await (const row of streamRows<DocumentRow>(dbUrl, sql, fetchSize)) {
+  for await (const row of streamRows<DocumentRow>(db, sql, fetchSize)) {
     const versioned = row as VersionedRow;
     versioned[VERSION] = Number(row.INDEX_VERSION);
     row.INDEX_VERSION = undefined;
@@ -297,17 +304,17 @@ async function* documentRows(dbUrl: string, fetchSize: number): AsyncGenerator<D
   }
 }
 
-async function readOnly(dbUrl: string, fetchSize: number): Promise<Timed> {
+async function readOnly(db: pg.Client, fetchSize: number): Promise<Timed> {
   const stop = startTimer();
   let count = 0;
-  for await (const lines of serviceLines(dbUrl, fetchSize)) if (lines.length > 0) count++;
+  for await (const lines of serviceLines(db, fetchSize)) if (lines.length > 0) count++;
   return stop(count);
 }
 
-async function bulkOnly(dbUrl: string, client: Client, index: string, inFlight: number, fetchSize: number): Promise<Timed> {
+async function bulkOnly(db: pg.Client, client: Client, index: string, inFlight: number, fetchSize: number): Promise<Timed> {
   const bodies: Buffer[] = [];
   let items: string[] = [];
-  for await (const lines of serviceLines(dbUrl, fetchSize)) {
+  for await (const lines of serviceLines(db, fetchSize)) {
     items.push(lines);
     if (items.length === BULK_SIZE) bodies.push(Buffer.from(items.join(""))), (items = []);
   }
@@ -327,21 +334,18 @@ async function bulkOnly(dbUrl: string, client: Client, index: string, inFlight: 
     }
   };
   await Promise.all(Array.from({ length: inFlight }, sender));
+  await restoreBuildIndex(client, index);
   return stop(count);
 }
 
-async function helpersBulk(dbUrl: string, client: Client, index: string, flip: boolean, fetchSize: number): Promise<Timed> {
+async function helpersBulk(db: pg.Client, client: Client, index: string, flip: boolean, fetchSize: number): Promise<Timed> {
   const stop = startTimer();
   const stats = await client.helpers.bulk<DocumentRow>({
-    datasource: documentRows(dbUrl, fetchSize),
+    datasource: documentRows(db, fetchSize),
     onDocument: (row) => ({ index: { _index: index, _id: row.GOODS_NO, version: (row as VersionedRow)[VERSION], version_type: "external" } }),
   });
-  if (flip) {
-    const db = new pg.Client({ connectionString: dbUrl });
-    await db.connect();
-    await db.query(`update "PR_GOODS_SEARCH_INTF" set "INDEX_YN" = 'Y' where "INDEX_YN" = 'N'`);
-    await db.end();
-  }
+  await restoreBuildIndex(client, index);
+  if (flip) await db.query(`update "PR_GOODS_SEARCH_INTF" set "INDEX_YN" = 'Y' where "INDEX_YN" = 'N'`);
   return stop(stats.successful);
 }
 
