@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import type { GoodsAnalyzer } from "../config.js";
 import { isDatabaseUnavailable } from "../db/database-errors.js";
 import { clearDeletedBefore, finalizeRebuilt, finalizeSettled } from "./goods/goods-finalize.js";
+import { whileNoBuildWrite } from "./goods/build-lock.js";
 import {
   createBuildIndex,
   deleteIndex,
@@ -145,7 +146,7 @@ async function indexOnce(options: GoodsIndexingOptions, logger: Logger, startedA
   const reader = { maxBuffered: 0 };
   const finalized = { count: 0 };
   // Under the job lock no build is in progress: any unaliased build index is a dead run's leftover.
-  const leftovers = await deleteLeftoverBuilds(client, index);
+  const leftovers = await whileNoBuildWrite(options.knex, index, () => deleteLeftoverBuilds(client, index));
   if (leftovers.length > 0) logger.warn({ deleted: leftovers }, "deleted partial indices left by an earlier run");
   if (await endLeftoverPause(client, index)) logger.warn("an earlier run died with refreshes paused: live refresh restored");
   let removal: PipelineResult | undefined;
@@ -201,11 +202,16 @@ async function rebuild(
   try {
     pipeline = await indexPass(run);
     await restoreBuildIndex(client, build);
-    await swapAlias(client, index, build);
+    // Going live removes the building alias: not while the live follower writes through it.
+    await whileNoBuildWrite(options.knex, index, () => swapAlias(client, index, build));
     live = true;
     logger.info({ physical_index: build }, "alias moved to the new index");
   } finally {
-    if (!live) await deleteIndex(client, build).catch((err: unknown) => logger.warn({ err: messageOf(err), physical_index: build }, "deleting the partial index failed"));
+    if (!live) {
+      await whileNoBuildWrite(options.knex, index, () => deleteIndex(client, build)).catch((err: unknown) =>
+        logger.warn({ err: messageOf(err), physical_index: build }, "deleting the partial index failed; the next run deletes it"),
+      );
+    }
   }
   if (options.mode === "cursor") run.finalized.count = await finalizeRebuilt(options.knex, startedAt, [...run.rejected]);
   await clearDeletedBefore(options.knex, startedAt);

@@ -46,7 +46,8 @@ const RESTORED: estypes.IndicesIndexSettings = { refresh_interval: "1s", number_
 
 /**
  * The alias of the one build index in progress, if any: the live follower writes through it, so
- * that a build deleted meanwhile is never re-created by a write (require_alias).
+ * that a build deleted meanwhile is never re-created by an upsert (require_alias); deletes are
+ * kept from racing it by build-lock.ts.
  */
 export function buildingAlias(alias: string): string {
   return `${alias}_building`;
@@ -176,13 +177,15 @@ export async function deleteIndex(client: Client, index: string): Promise<void> 
 
 /**
  * Physical indices of the alias's naming pattern that the alias does not point to: partial
- * builds of a process that died. Called under the job lock, so no build is in progress.
+ * builds of a process that died; and an index named like the building alias, which a live delete
+ * created when it raced a build going live before build-lock.ts (it would refuse every later
+ * build its alias). Called under the job lock, so no build is in progress.
  */
 export async function deleteLeftoverBuilds(client: Client, alias: string): Promise<string[]> {
   const state = await aliasState(client, alias);
   const live = state.kind === "alias" ? state.indices : [];
   const found = await unreachableAs503(alias, () => client.indices.get({ index: `${alias}_*`, expand_wildcards: ["open", "closed"], allow_no_indices: true }));
-  const pattern = new RegExp(`^${alias.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}_\\d{14}$`);
+  const pattern = new RegExp(`^${alias.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}_(\\d{14}|building)$`);
   const leftovers = Object.keys(found).filter((name) => pattern.test(name) && !live.includes(name));
   if (leftovers.length > 0) await client.indices.delete({ index: leftovers, ignore_unavailable: true });
   return leftovers;

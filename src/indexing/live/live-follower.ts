@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import type { GoodsAnalyzer } from "../../config.js";
 import { isDatabaseUnavailable } from "../../db/database-errors.js";
 import { messageOf, UnavailableError } from "../../errors.js";
+import { whileBuildStays } from "../goods/build-lock.js";
 import { aliasState, buildInProgress, buildingAlias, ensureGoodsAlias } from "../goods/goods-index.js";
 import { IndexingError, isUnreachable } from "../indexing-error.js";
 import { toBulkLines, type BulkLines } from "../pipeline/bulk-lines.js";
@@ -51,6 +52,18 @@ export interface LiveFollowerOptions {
   standbyRetryMs?: number;
   /** A pass's products were accepted (applied changes). */
   onApplied?: (count: number) => void;
+}
+
+interface WriteTarget {
+  index: string;
+  requireAlias: boolean;
+  /** The building alias: a build deleted meanwhile needs nothing more. */
+  build: boolean;
+}
+
+interface WriteOutcome {
+  accepted: Set<string>;
+  refused: Map<string, string>;
 }
 
 export interface LiveFollower {
@@ -187,13 +200,16 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
     const entries = await claimDue(knex, batchSize);
     if (entries.length === 0) return 0;
     if (entries.length >= BUSY_PASS) await listen(false);
-    const [read, targets] = await Promise.all([readItems(knex, entries), writeTargets()]);
+    const [read, aliasTarget] = await Promise.all([readItems(knex, entries), checkedAlias()]);
     const items = toBulkLines(read);
+    // The build in progress first (a change committed after its snapshot must reach it), then the
+    // alias: a build that goes live after the first write has it, and the second reaches it again.
+    const outcomes = [await writeToBuild(items), await writeTo(aliasTarget, items)];
     // Applied: accepted by every target. Refused: kept with backoff. Neither (shutdown): kept as is.
     let accepted = new Set(entries.map((e) => e.goodsNo));
     const refused = new Map<string, string>();
-    for (const target of targets) {
-      const outcome = await writeTo(target, items);
+    for (const outcome of outcomes) {
+      if (!outcome) continue;
       accepted = new Set([...accepted].filter((id) => outcome.accepted.has(id)));
       for (const [goodsNo, reason] of outcome.refused) if (!refused.has(goodsNo)) refused.set(goodsNo, reason);
     }
@@ -207,27 +223,30 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
     return entries.length;
   }
 
-  /**
-   * The build index in progress if there is one (a change committed after its snapshot must reach
-   * it), then the alias. In that order: a build that goes live between the two writes refuses the
-   * first (its building alias is gone), and the second then reaches it through the alias.
-   */
-  async function writeTargets(): Promise<Array<{ index: string; requireAlias: boolean; build: boolean }>> {
+  /** The alias as a write target; an older install's concrete index of the alias's name is written as it is. */
+  async function checkedAlias(): Promise<WriteTarget> {
     if (!aliasChecked) {
       await ensureGoodsAlias(client, alias, options.analyzer, logger);
-      // An older install's concrete index of the alias's name is written as it is.
       aliasChecked = { requireAlias: (await aliasState(client, alias)).kind === "alias" };
     }
-    const targets = [{ index: alias, requireAlias: aliasChecked.requireAlias, build: false }];
-    if (await buildInProgress(client, alias)) targets.unshift({ index: buildingAlias(alias), requireAlias: true, build: true });
-    return targets;
+    return { index: alias, requireAlias: aliasChecked.requireAlias, build: false };
+  }
+
+  /**
+   * Writes the items into the build in progress, if there is one, through its building alias;
+   * the rebuild cannot remove that alias between the look and the write (build-lock.ts). The
+   * first look, without the lock, spares the usual pass, with no build, a transaction.
+   */
+  async function writeToBuild(items: BulkLines): Promise<WriteOutcome | undefined> {
+    if (!(await buildInProgress(client, alias))) return undefined;
+    return whileBuildStays(knex, alias, async () => {
+      if (!(await buildInProgress(client, alias))) return undefined;
+      return writeTo({ index: buildingAlias(alias), requireAlias: true, build: true }, items);
+    });
   }
 
   /** Writes the items into one target: which it accepted, which it refused and why. */
-  async function writeTo(
-    target: { index: string; requireAlias: boolean; build: boolean },
-    items: BulkLines,
-  ): Promise<{ accepted: Set<string>; refused: Map<string, string> }> {
+  async function writeTo(target: WriteTarget, items: BulkLines): Promise<WriteOutcome> {
     const accepted = new Set<string>();
     const refused = new Map<string, string>();
     await sendBulks(once(items), {
@@ -242,7 +261,7 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
         for (const action of actions) accepted.add(action.id);
       },
       onDrop: (action, failure) => {
-        // The build went live (the alias took over) or was dropped between the check and the write.
+        // The build was deleted by hand between the look and the write.
         if (target.build && failure.type === "index_not_found_exception") return void accepted.add(action.id);
         if (!target.build && failure.type === "index_not_found_exception") aliasChecked = undefined;
         refused.set(action.id, `${failure.status} ${failure.type}: ${failure.reason}`);
