@@ -14,12 +14,18 @@ export interface FeedEntry {
   readonly attempts: number;
 }
 
-/** The oldest entries that are due (never failed, or their backoff is over). */
+/**
+ * The oldest entries that are due (never failed, or their backoff is over), except those a writer
+ * holds: its transaction is changing the product again, and until it ends the entry could not be
+ * removed (removeApplied skips it), so a pass would send the product again and again, ahead of
+ * everything behind it. The share lock lasts only as long as this statement.
+ */
 export async function claimDue(knex: Knex, limit: number): Promise<FeedEntry[]> {
   const { rows } = await knex.raw<{ rows: Array<{ goods_no: string; change_id: string; attempts: number }> }>(
     `select goods_no, change_id, attempts from goods_live_feed
       where retry_at is null or retry_at <= now()
-      order by changed_at limit ?`,
+      order by changed_at limit ?
+        for share skip locked`,
     [limit],
   );
   return rows.map((r) => ({ goodsNo: r.goods_no, changeId: r.change_id, attempts: r.attempts }));
