@@ -32,8 +32,6 @@ export function createLiveSession({ databaseUrl, logger, onWake }: LiveSessionOp
       lost: "live follower lost its lock: its database session ended",
       failed: "live follower session failed; not following this round",
     },
-    // The follower asks on every pass: a round trip every 5 s is enough to notice a lost session.
-    checkEveryMs: 5_000,
     onTaken: async (session) => {
       await session.query(`listen ${FEED_CHANNEL}`);
     },

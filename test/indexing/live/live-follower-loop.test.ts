@@ -1,8 +1,10 @@
 import { Client } from "@elastic/elasticsearch";
 import pg from "pg";
+import { Registry } from "prom-client";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { generateGoods } from "../../../src/indexing/goods/goods-generator.js";
 import { createLiveFollower, type LiveFollower, type LiveFollowerOptions } from "../../../src/indexing/live/live-follower.js";
+import { registerLiveMetrics } from "../../../src/indexing/live/live-metrics.js";
 import { LIVE_LOCK_KEY } from "../../../src/indexing/live/live-session.js";
 import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../../support/elasticsearch.js";
 import { goodsNo, waitUntilSearchMatchesTable } from "../../support/live-changes.js";
@@ -133,6 +135,23 @@ describe("the live follower's loop", () => {
     const before = proxy.bytesUp;
     await pause(3_000);
     expect(proxy.bytesUp - before).toBeLessThan(2_000);
+  });
+
+  it("reports the feed's backlog and its age as a standby, in its metrics, while the lock's holder applies nothing", async () => {
+    // The holder of the lock applies nothing: a leader that vanished with its session kept open.
+    const leader = await session();
+    await leader.query("select pg_advisory_lock($1::bigint)", [LIVE_LOCK_KEY]);
+    const { follower } = startFollower({ standbyRetryMs: 200 });
+    const registry = new Registry();
+    registerLiveMetrics(registry, () => follower);
+    await db.knex.raw(`update "PR_GOODS_SEARCH_INTF" set "SALE_PRICE" = "SALE_PRICE" + 1 where "GOODS_NO" = any(?)`, [[goodsNo(61), goodsNo(62)]]);
+
+    await waitFor(() => follower.lastStatus().oldestPendingAgeMs > 1_000, "the standby to see the oldest change age", 10_000, 100);
+    expect(follower.lastStatus()).toMatchObject({ state: "standby", pendingProducts: 2 });
+    const metrics = await registry.metrics();
+    expect(metrics).toMatch(/^indexing_live_pending_products 2$/m);
+    expect(metrics).toMatch(/^indexing_live_oldest_pending_age_seconds [1-9]/m);
+    expect(metrics).toMatch(/^indexing_live_state\{state="standby"\} 1$/m);
   });
 });
 
