@@ -20,7 +20,7 @@ export interface BacklogWatch {
 }
 
 export function createBacklogWatch(knex: Knex, logger: Logger): BacklogWatch {
-  let backlog: FeedBacklog = { pendingProducts: 0, oldestPendingAgeMs: 0, appliedTotal: 0, lastAppliedAt: undefined };
+  let backlog: FeedBacklog = { pendingProducts: 0, retryingProducts: 0, oldestPendingAgeMs: 0, appliedTotal: 0, lastAppliedAt: undefined };
   let behind = false;
   let measuredAt = 0;
 
@@ -34,7 +34,7 @@ export function createBacklogWatch(knex: Knex, logger: Logger): BacklogWatch {
     async observe() {
       if (Date.now() - measuredAt < 1_000) return;
       await measure();
-      const fields = { pending_products: backlog.pendingProducts };
+      const fields = { pending_products: backlog.pendingProducts, retrying_products: backlog.retryingProducts };
       if (!behind && backlog.oldestPendingAgeMs > BEHIND_MS) {
         behind = true;
         logger.warn({ ...fields, oldest_pending_age_ms: backlog.oldestPendingAgeMs }, "live indexing fell behind");
