@@ -122,7 +122,7 @@ describe("the live follower's loop", () => {
     await blocker.query("lock table goods_live_feed in access exclusive mode");
     await waitFor(async () => (await waitingOnLocks()) > 0, "a pass blocked on the feed", 5_000, 20);
     await db.knex.raw(`select pg_notify('goods_live', '')`);
-    await pause(200);
+    await pause(500);
     await db.knex.raw(`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and application_name = 'indexing-live-follower'`);
     // Another replica takes the lock before the pass ends.
     const other = await session();
