@@ -2,6 +2,7 @@ import pino from "pino";
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
 import { listTemplates } from "../../src/gpu/creation/templates.js";
 import { createAppHandler } from "../../src/server/app.js";
+import { createTokenSource } from "../../src/server/auth/token-source.js";
 import type { NodeHandler } from "../../src/server/node-http.js";
 import { registration } from "../../src/server/service-registration.js";
 import { createMetrics } from "../../src/server/metrics.js";
@@ -14,7 +15,7 @@ export function createTemplatesOnlyHandler(logger = pino({ level: "silent" })): 
   return createAppHandler({
     services: [registration(GpuService, { listTemplates: () => ({ templates: [...listTemplates()] }) })],
     logger,
-    authTokens: [],
+    tokens: createTokenSource({ envTokens: [], file: undefined, logger }),
     readiness: {},
     maxBodyBytes: 1024,
     metrics: createMetrics(),

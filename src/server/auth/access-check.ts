@@ -1,0 +1,47 @@
+import { Code } from "@connectrpc/connect";
+import { ACTOR_ANONYMOUS } from "../../actor.js";
+import type { Scope } from "./scopes.js";
+import type { TokenSource } from "./token-source.js";
+
+// The one check of every protocol: who is calling (401 when nobody we know), and may they do this
+// (403 naming the scope). The RPC interceptor (auth-interceptor.ts) and the plain HTTP routes
+// (/metrics, the API docs, the endpoint proxy) both ask it.
+
+export const UNAUTHENTICATED_MESSAGE = "missing or invalid bearer token";
+
+export type AccessVerdict =
+  | { ok: true; actor: string }
+  | { ok: false; code: Code.Unauthenticated | Code.PermissionDenied; status: 401 | 403; detail: string };
+
+export type AccessCheck = (
+  authorization: string | null | undefined,
+  /** Undefined: the route has no scope in the table; refused to every token (fail closed). */
+  scope: Scope | undefined,
+  /** What is asked for, for the 403 detail: `GET /metrics`, `gpu.v1.GpuService/CreateInstance`. */
+  what: string,
+) => AccessVerdict;
+
+export function createAccessCheck(source: TokenSource): AccessCheck {
+  return (authorization, scope, what) => {
+    if (!source.enabled) return { ok: true, actor: ACTOR_ANONYMOUS };
+    const token = source.current().find(authorization);
+    if (!token) return { ok: false, code: Code.Unauthenticated, status: 401, detail: UNAUTHENTICATED_MESSAGE };
+    if (scope === undefined) {
+      return { ok: false, code: Code.PermissionDenied, status: 403, detail: `${what} has no scope in the scope table: nobody may call it` };
+    }
+    if (!token.scopes.has(scope)) {
+      return { ok: false, code: Code.PermissionDenied, status: 403, detail: `token '${token.name}' may not call ${what}: it needs scope ${scope}` };
+    }
+    return { ok: true, actor: token.name };
+  };
+}
+
+/** Only "is this a token we know?": for paths outside the scope table (REST routes check their RPC's scope). */
+export function authenticationOnly(verdict: AccessVerdict): boolean {
+  return verdict.ok || verdict.code === Code.PermissionDenied;
+}
+
+/** The HTTP answer of a refusal: 401 with its challenge, or 403. */
+export function refusalHeaders(verdict: Extract<AccessVerdict, { ok: false }>): Record<string, string> {
+  return verdict.status === 401 ? { "www-authenticate": "Bearer" } : {};
+}
