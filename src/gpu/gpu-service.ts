@@ -1,4 +1,5 @@
 import type { ServiceImpl } from "@connectrpc/connect";
+import { actorOf } from "../actor.js";
 import type { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
 import { excerpt, InvalidInputError, NotFoundError, UnavailableError } from "../errors.js";
 import { createInstance, type CreationHooks } from "./creation/creation.js";
@@ -51,16 +52,16 @@ export function createGpuService(options: GpuServiceOptions): ServiceImpl<typeof
       if (!template) throw new NotFoundError(`Template '${excerpt(templateName)}' not found`);
       return template;
     },
-    async createInstanceFromTemplate(req) {
+    async createInstanceFromTemplate(req, context) {
       const created = await createInstance(
         ctx,
-        { templateName: req.templateName || missingTemplate(), offerId: req.offerId, customConfig: req.body?.customConfig },
+        { templateName: req.templateName || missingTemplate(), offerId: req.offerId, customConfig: req.body?.customConfig, actor: actorOf(context) },
         creationHooks,
       );
       return { success: true, ...created, status: "creating" };
     },
-    async createInstance(req) {
-      const created = await createInstance(ctx, req, creationHooks);
+    async createInstance(req, context) {
+      const created = await createInstance(ctx, { ...req, actor: actorOf(context) }, creationHooks);
       return { success: true, ...created, status: "creating" };
     },
     listInstances: (req) => listInstances(ctx, req),
@@ -73,10 +74,10 @@ export function createGpuService(options: GpuServiceOptions): ServiceImpl<typeof
       const logs = await ctx.logs.listForInstance(instanceId, limit ?? DEFAULT_LIMIT);
       return { logs: logs.map(logMessage) };
     },
-    async destroyInstance({ instanceId }) {
+    async destroyInstance({ instanceId }, context) {
       const record = await requireRecord(ctx, instanceId);
       const wasDestroyed = record.status === "destroyed";
-      await destroyRecord(ctx, record, "destroy_instance");
+      await destroyRecord(ctx, actorOf(context), record, "destroy_instance");
       const message = wasDestroyed ? `Instance ${instanceId} was already destroyed` : `Instance ${instanceId} destroyed`;
       return { success: true, instanceId, status: "destroyed", message };
     },

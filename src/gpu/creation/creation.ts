@@ -27,6 +27,8 @@ export interface CreationRequest {
   templateName?: string;
   offerId?: string;
   customConfig?: JsonObject;
+  /** Who asked (src/actor.ts): written on every log record of the creation. */
+  actor: string;
 }
 
 export interface CreationResult {
@@ -55,6 +57,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
       autoPick: offerId === undefined,
       started,
       templateName,
+      actor: request.actor,
       newRecord: (offer) => ({
         instanceId,
         marketLabel,
@@ -67,7 +70,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
       }),
     });
     await hooks.afterMarketplaceCreate?.(instanceId);
-    await completeOrRelease(ctx, record, market, template, started);
+    await completeOrRelease(ctx, request.actor, record, market, template, started);
     return { instanceId, templateName: template?.name ?? "", message: messageOf(instanceId, template, market) };
   } finally {
     ctx.inFlight.delete(instanceId);
@@ -103,6 +106,7 @@ async function offersFor(ctx: GpuContext, template: Template | undefined, offerI
  */
 async function completeOrRelease(
   ctx: GpuContext,
+  actor: string,
   record: InstanceRecord,
   market: MarketInstance,
   template: Template | undefined,
@@ -111,7 +115,7 @@ async function completeOrRelease(
   try {
     // The cap holds for the price actually rented, not only the price the offer showed.
     if (template) checkTemplateLimits({ id: market.offerId, gpuRam: market.gpuRam }, template, market.dphTotal);
-    if (await completeCreation(ctx, record, market, "creating", started)) return;
+    if (await completeCreation(ctx, actor, record, market, "creating", started)) return;
     // Someone else settled the record meanwhile (another replica's reconciler). Adopted with this
     // very machine is a success; anything else means the machine is not ours to report.
     const current = await ctx.instances.get(record.instanceId);
@@ -120,7 +124,7 @@ async function completeOrRelease(
   } catch (err) {
     const reason = err instanceof DomainError ? err.message : "the record could not be completed";
     ctx.logger.error({ err, instance_id: record.instanceId }, "creation not completed; destroying the rented machine");
-    await releaseMachine(ctx, record, market, reason, started);
+    await releaseMachine(ctx, actor, record, market, reason, started);
     throw err;
   }
 }
