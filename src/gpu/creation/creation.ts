@@ -5,7 +5,7 @@ import { completeCreation } from "./creation-log.js";
 import { parseCustomConfig } from "./custom-config.js";
 import type { GpuContext } from "../gpu-context.js";
 import type { InstanceRecord } from "../store/instance-store.js";
-import { launchPlanOf, onMachine } from "./launch-plan.js";
+import { launchPlanOf, newModelApiKey, onMachine } from "./launch-plan.js";
 import { limitsFor } from "../money/limits.js";
 import { releaseMachine } from "../lifecycle/machine-release.js";
 import type { MarketInstance, MarketOffer } from "../marketplace/port.js";
@@ -35,12 +35,16 @@ export interface CreationResult {
   instanceId: string;
   templateName: string;
   message: string;
+  /** The model server's key, answered once to the creator; null without a model server. */
+  modelApiKey: string | null;
 }
 
 export async function createInstance(ctx: GpuContext, request: CreationRequest, hooks: CreationHooks = {}): Promise<CreationResult> {
   const template = templateOf(request.templateName);
   const custom = parseCustomConfig(request.customConfig, template !== undefined);
-  const plan = launchPlanOf(template, custom);
+  // Every model server gets a key of its own, so that its public port serves nobody else.
+  const modelApiKey = template ? newModelApiKey() : null;
+  const plan = launchPlanOf(template, custom, modelApiKey ?? undefined);
   const offerId = request.offerId || undefined;
   const candidates = offerCandidates(await offersFor(ctx, template, offerId, plan.diskGb), template, offerId);
   const instanceId = await ctx.instances.nextInstanceId();
@@ -66,12 +70,13 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
         templateName,
         startCommand: onMachine(plan, offer.gpuInfo.numGpus).startCommand,
         autoDestroy: plan.autoDestroy,
+        modelApiKey,
         ...limits,
       }),
     });
     await hooks.afterMarketplaceCreate?.(instanceId);
     await completeOrRelease(ctx, request.actor, record, market, template, started);
-    return { instanceId, templateName: template?.name ?? "", message: messageOf(instanceId, template, market) };
+    return { instanceId, templateName: template?.name ?? "", message: messageOf(instanceId, template, market), modelApiKey };
   } finally {
     ctx.inFlight.delete(instanceId);
   }

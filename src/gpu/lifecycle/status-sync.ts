@@ -46,7 +46,7 @@ export async function syncRecord(ctx: GpuContext, record: InstanceRecord, observ
   }
   if (market.failure !== undefined) return { ...idle, market, record: await failStart(ctx, record, market) };
   const url = modelServerUrl(market);
-  const llmAnswered = market.status === "running" && record.templateName !== null && url !== undefined && (await ctx.probe(url));
+  const llmAnswered = market.status === "running" && record.templateName !== null && url !== undefined && (await ctx.probe(url, record.modelApiKey));
   let current = await applyStatus(ctx, record, storedStatusOf(market.status, llmAnswered, record.status), market);
   if (current.status === "exited" && current.autoDestroy) {
     current = await destroyRecord(ctx, ACTOR_SYSTEM, current, "auto_destroy");

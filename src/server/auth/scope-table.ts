@@ -21,6 +21,8 @@ export const RPC_SCOPES: Readonly<Record<string, Readonly<Record<string, Scope>>
     ListInstanceLogs: "gpu:read",
     DestroyInstance: "gpu:write",
     GetStatistics: "gpu:read",
+    // A secret that lets its holder call the model directly: as much power as renting it.
+    GetModelKey: "gpu:write",
   },
   "search.v1.IndexingService": {
     IndexGoods: "indexing:run",
