@@ -9,13 +9,14 @@ import { createMetrics } from "../../src/server/metrics.js";
 
 /**
  * The product's request handler with GpuService registered partially: only ListTemplates is
- * implemented, so every other RPC is "not implemented". No database, no search engine.
+ * implemented, so every other RPC is "not implemented". No database, no search engine. With
+ * `tokensFile` (an AUTH_TOKENS_FILE), auth is on.
  */
-export function createTemplatesOnlyHandler(logger = pino({ level: "silent" })): NodeHandler {
+export function createTemplatesOnlyHandler(logger = pino({ level: "silent" }), tokensFile?: string): NodeHandler {
   return createAppHandler({
     services: [registration(GpuService, { listTemplates: () => ({ templates: [...listTemplates()] }) })],
     logger,
-    tokens: createTokenSource({ envTokens: [], file: undefined, logger }),
+    tokens: createTokenSource({ envTokens: [], file: tokensFile, logger }),
     readiness: {},
     maxBodyBytes: 1024,
     metrics: createMetrics(),
