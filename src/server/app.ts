@@ -1,6 +1,6 @@
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { createAccessCheck, refusalHeaders } from "./auth/access-check.js";
+import { createAccessCheck, sendRefusal } from "./auth/access-check.js";
 import { createAuthInterceptor } from "./auth/auth-interceptor.js";
 import { scopeOfHttpPath, scopeOfRpc } from "./auth/scope-table.js";
 import type { TokenSource } from "./auth/token-source.js";
@@ -68,7 +68,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     const scope = scopeOfHttpPath(path);
     const verdict = checkAccess(req.headers.authorization, scope, `${req.method} ${path}`);
     if (!verdict.ok && (scope !== undefined || verdict.status === 401)) {
-      sendJson(res, verdict.status, { detail: verdict.detail }, refusalHeaders(verdict));
+      sendRefusal(res, verdict);
       return verdict.status === 401 ? "unauthenticated" : "forbidden";
     }
     if (path === "/metrics" && req.method === "GET") {

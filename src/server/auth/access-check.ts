@@ -1,11 +1,13 @@
 import { Code } from "@connectrpc/connect";
 import { ACTOR_ANONYMOUS } from "../../actor.js";
+import { sendJson, type NodeResponse } from "../node-http.js";
 import type { Scope } from "./scopes.js";
 import type { TokenSource } from "./token-source.js";
 
 // The one check of every protocol: who is calling (401 when nobody we know), and may they do this
 // (403 naming the scope). The RPC interceptor (auth-interceptor.ts) and the plain HTTP routes
-// (/metrics, the API docs, the endpoint proxy) both ask it.
+// (/metrics, the API docs, the endpoint proxy) both ask it; a plain route answers a refusal with
+// sendRefusal and otherwise acts as `verdict.actor`.
 
 export const UNAUTHENTICATED_MESSAGE = "missing or invalid bearer token";
 
@@ -36,12 +38,7 @@ export function createAccessCheck(source: TokenSource): AccessCheck {
   };
 }
 
-/** Only "is this a token we know?": for paths outside the scope table (REST routes check their RPC's scope). */
-export function authenticationOnly(verdict: AccessVerdict): boolean {
-  return verdict.ok || verdict.code === Code.PermissionDenied;
-}
-
-/** The HTTP answer of a refusal: 401 with its challenge, or 403. */
-export function refusalHeaders(verdict: Extract<AccessVerdict, { ok: false }>): Record<string, string> {
-  return verdict.status === 401 ? { "www-authenticate": "Bearer" } : {};
+/** Answers a refusal over plain HTTP: 401 with its challenge, or 403, as `{"detail"}`. */
+export function sendRefusal(res: NodeResponse, verdict: Extract<AccessVerdict, { ok: false }>): void {
+  sendJson(res, verdict.status, { detail: verdict.detail }, verdict.status === 401 ? { "www-authenticate": "Bearer" } : {});
 }
