@@ -1,8 +1,9 @@
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
+import { excerpt } from "../errors.js";
 import type { Logger } from "pino";
 import { createAccessCheck, sendRefusal } from "./auth/access-check.js";
-import { createAuthInterceptor } from "./auth/auth-interceptor.js";
-import { scopeOfHttpPath, scopeOfRpc } from "./auth/scope-table.js";
+import { checkRpc, createAuthInterceptor } from "./auth/auth-interceptor.js";
+import { scopeOfHttpPath } from "./auth/scope-table.js";
 import type { TokenSource } from "./auth/token-source.js";
 import { createErrorInterceptor } from "./error-interceptor.js";
 import { createHealthHandler, type ReadinessChecks } from "./health.js";
@@ -54,7 +55,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     maxBodyBytes: options.maxBodyBytes,
     // A token without the route's scope hears 403 before its body is read or judged.
     beforeBody: (method, authorization) => {
-      const verdict = checkAccess(authorization, scopeOfRpc(method.parent.typeName, method.name), `${method.parent.typeName}/${method.name}`);
+      const verdict = checkRpc(checkAccess, method, authorization);
       return verdict.ok ? undefined : verdict;
     },
   });
@@ -66,7 +67,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     // Routes of the scope table need their scope; any other path (REST, 404) a known token first,
     // so that strangers learn nothing from its answer; REST routes then check their RPC's scope.
     const scope = scopeOfHttpPath(path);
-    const verdict = checkAccess(req.headers.authorization, scope, `${req.method} ${path}`);
+    const verdict = checkAccess(req.headers.authorization, scope, `${req.method} ${excerpt(path)}`);
     if (!verdict.ok && (scope !== undefined || verdict.status === 401)) {
       sendRefusal(res, verdict);
       return verdict.status === 401 ? "unauthenticated" : "forbidden";

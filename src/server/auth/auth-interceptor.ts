@@ -1,6 +1,7 @@
+import type { DescMethod } from "@bufbuild/protobuf";
 import { ConnectError, type Interceptor } from "@connectrpc/connect";
 import { actorKey } from "../../actor.js";
-import type { AccessCheck } from "./access-check.js";
+import type { AccessCheck, AccessVerdict } from "./access-check.js";
 import { scopeOfRpc } from "./scope-table.js";
 
 /**
@@ -10,10 +11,15 @@ import { scopeOfRpc } from "./scope-table.js";
  */
 export function createAuthInterceptor(check: AccessCheck): Interceptor {
   return (next) => async (req) => {
-    const what = `${req.service.typeName}/${req.method.name}`;
-    const verdict = check(req.header.get("authorization"), scopeOfRpc(req.service.typeName, req.method.name), what);
+    const verdict = checkRpc(check, req.method, req.header.get("authorization"));
     if (!verdict.ok) throw new ConnectError(verdict.detail, verdict.code);
     req.contextValues.set(actorKey, verdict.actor);
     return next(req);
   };
+}
+
+/** The verdict on a call of `method` by the bearer of `authorization`: its scope from the table. */
+export function checkRpc(check: AccessCheck, method: DescMethod, authorization: string | null | undefined): AccessVerdict {
+  const service = method.parent.typeName;
+  return check(authorization, scopeOfRpc(service, method.name), `${service}/${method.name}`);
 }

@@ -35,6 +35,8 @@ export function createTokenSource(options: TokenSourceOptions): TokenSource {
   const setOf = (fromFile: readonly NamedToken[]) => createTokenSet([...fixed, ...fromFile]);
   const initial = file === undefined ? undefined : readTokenFile(file);
   let lastText = initial?.text;
+  // One error per bad state of the file, however many change events it causes.
+  let lastFailure: string | undefined;
   let current = setOf(initial?.tokens ?? []);
   let watcher: FSWatcher | undefined;
   let timer: NodeJS.Timeout | undefined;
@@ -62,8 +64,6 @@ export function createTokenSource(options: TokenSourceOptions): TokenSource {
     lastFailure = undefined;
   };
 
-  // One error per bad state of the file, however many change events it causes.
-  let lastFailure: string | undefined;
   const fail = (message: string, text: string | undefined) => {
     const key = `${message}\n${text ?? ""}`;
     if (key === lastFailure) return;
