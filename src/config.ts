@@ -30,8 +30,10 @@ export interface Config {
   readonly elasticsearchUrl: string;
   readonly indexing: IndexingConfig;
   readonly batch: BatchConfig;
-  /** Bearer tokens accepted on every route but the health checks; empty disables auth. */
+  /** Bearer tokens accepted on every route but the health checks, each with every scope. */
   readonly authTokens: readonly string[];
+  /** JSON file of named tokens with scopes (src/server/auth/token-file.ts); with no AUTH_TOKENS either, auth is off. */
+  readonly authTokensFile: string | undefined;
   readonly logLevel: string;
   readonly tlsCertFile: string | undefined;
   readonly tlsKeyFile: string | undefined;
@@ -143,16 +145,19 @@ export function loadConfig(env: Env = process.env): Config {
   if (env.AUTH_TOKENS !== undefined && authTokens.length === 0) {
     throw new ConfigError("AUTH_TOKENS is set but holds no token (unset it to run without auth on loopback)");
   }
-  const requestedHost = text(env, "HOST") ?? (authTokens.length > 0 ? "0.0.0.0" : "127.0.0.1");
+  const authTokensFile = text(env, "AUTH_TOKENS_FILE");
+  const authOn = authTokens.length > 0 || authTokensFile !== undefined;
+  const requestedHost = text(env, "HOST") ?? (authOn ? "0.0.0.0" : "127.0.0.1");
   const config: Config = {
     port: integer(env, "PORT", 8080, 0, 65535),
-    host: authTokens.length > 0 ? requestedHost : "127.0.0.1",
+    host: authOn ? requestedHost : "127.0.0.1",
     databaseUrl: url(env, "DATABASE_URL", ["postgres:", "postgresql:"]),
     dataDir: text(env, "DATA_DIR") ?? "./data",
     elasticsearchUrl: urlList(env, "ELASTICSEARCH_URL", ["http:", "https:"]) ?? "http://127.0.0.1:9200",
     indexing: indexingConfig(env),
     batch: batchConfig(env),
     authTokens,
+    authTokensFile,
     logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
     tlsCertFile: text(env, "TLS_CERT_FILE"),
     tlsKeyFile: text(env, "TLS_KEY_FILE"),
@@ -216,7 +221,7 @@ function marketplaceConfig(env: Env): MarketplaceConfig {
 /** True when the configured host had to be narrowed to loopback because auth is off. */
 export function hostNarrowedToLoopback(env: Env = process.env): boolean {
   const host = text(env, "HOST");
-  return list(env, "AUTH_TOKENS").length === 0 && host !== undefined && !isLoopback(host);
+  return list(env, "AUTH_TOKENS").length === 0 && text(env, "AUTH_TOKENS_FILE") === undefined && host !== undefined && !isLoopback(host);
 }
 
 export function isLoopback(host: string): boolean {

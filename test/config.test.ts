@@ -16,6 +16,11 @@ describe("loadConfig", () => {
     expect(loadConfig({ ...env, AUTH_TOKENS: "a, b" })).toMatchObject({ host: "0.0.0.0", authTokens: ["a", "b"] });
   });
 
+  it("counts AUTH_TOKENS_FILE as auth: the server may bind beyond loopback", () => {
+    expect(loadConfig({ AUTH_TOKENS_FILE: "/etc/service/tokens.json" })).toMatchObject({ host: "0.0.0.0", authTokensFile: "/etc/service/tokens.json" });
+    expect(hostNarrowedToLoopback({ HOST: "0.0.0.0", AUTH_TOKENS_FILE: "/etc/service/tokens.json" })).toBe(false);
+  });
+
   it.each([
     [{ PORT: "http" }, /PORT/],
     [{ PORT: "70000" }, /PORT must be an integer from 0 to 65535/],

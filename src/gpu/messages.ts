@@ -61,5 +61,6 @@ export function logMessage(entry: LogEntry): MessageInitShape<typeof ExecutionLo
     success: entry.success,
     metadata: entry.metadata as JsonObject,
     createdAt: timestampFromDate(entry.createdAt),
+    actor: entry.actor,
   };
 }

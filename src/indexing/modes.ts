@@ -1,4 +1,5 @@
 import type { Client } from "@elastic/elasticsearch";
+import { ACTOR_UNKNOWN } from "../actor.js";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { GoodsAnalyzer } from "../config.js";
@@ -41,6 +42,8 @@ export interface GoodsIndexingOptions {
   rebuild?: boolean;
   /** The job name in logs; default index_goods_<mode>. */
   job?: string;
+  /** Who started the run, recorded with it (src/actor.ts); default unknown. */
+  actor?: string;
   /** The alias searches use (GOODS_INDEX). */
   index: string;
   analyzer?: GoodsAnalyzer;
@@ -356,6 +359,7 @@ async function record(
       indexedCount: result?.indexedCount ?? 0,
       failedCount: result?.failedCount ?? 0,
       removedCount: result?.removedCount ?? 0,
+      actor: options.actor ?? ACTOR_UNKNOWN,
     });
   } catch (err) {
     logger.warn({ err: messageOf(err) }, "recording the run failed");

@@ -85,6 +85,18 @@ describe("migrations", () => {
     await db.knex("gpu_instances").delete();
   });
 
+  it("gives execution log rows and index runs written before actors the actor unknown", async () => {
+    await undoThrough("20261126000000_operation_actor");
+    await db.knex("GpuExecutionLog").insert({ instance_id: "gpu-30", operation: "create_instance", success: true });
+    const counts = { fetched_count: 1, indexed_count: 1, failed_count: 0, removed_count: 0 };
+    await db.knex("goods_index_runs").insert({ mode: "full", success: true, started_at: new Date(), finished_at: new Date(), ...counts });
+    await migrateToLatest(db.knex);
+    expect(await db.knex("GpuExecutionLog").where({ instance_id: "gpu-30" }).select("actor")).toEqual([{ actor: "unknown" }]);
+    expect(await db.knex("goods_index_runs").where({ mode: "full" }).select("actor")).toEqual([{ actor: "unknown" }]);
+    await db.knex("GpuExecutionLog").delete();
+    await db.knex("goods_index_runs").delete();
+  });
+
   it("refuses a status value outside the contract", async () => {
     await expect(
       db.knex("gpu_instances").insert({ instance_id: "gpu-2", offer_id: "o", status: "sleeping" }),

@@ -5,7 +5,7 @@ import { completeCreation } from "./creation-log.js";
 import { parseCustomConfig } from "./custom-config.js";
 import type { GpuContext } from "../gpu-context.js";
 import type { InstanceRecord } from "../store/instance-store.js";
-import { launchPlanOf, onMachine } from "./launch-plan.js";
+import { launchPlanOf, newModelApiKey, onMachine } from "./launch-plan.js";
 import { limitsFor } from "../money/limits.js";
 import { releaseMachine } from "../lifecycle/machine-release.js";
 import type { MarketInstance, MarketOffer } from "../marketplace/port.js";
@@ -27,18 +27,24 @@ export interface CreationRequest {
   templateName?: string;
   offerId?: string;
   customConfig?: JsonObject;
+  /** Who asked (src/actor.ts): written on every log record of the creation. */
+  actor: string;
 }
 
 export interface CreationResult {
   instanceId: string;
   templateName: string;
   message: string;
+  /** The model server's key, answered once to the creator; null without a model server. */
+  modelApiKey: string | null;
 }
 
 export async function createInstance(ctx: GpuContext, request: CreationRequest, hooks: CreationHooks = {}): Promise<CreationResult> {
   const template = templateOf(request.templateName);
   const custom = parseCustomConfig(request.customConfig, template !== undefined);
-  const plan = launchPlanOf(template, custom);
+  // Every model server gets a key of its own, so that its public port serves nobody else.
+  const modelApiKey = template ? newModelApiKey() : null;
+  const plan = launchPlanOf(template, custom, modelApiKey ?? undefined);
   const offerId = request.offerId || undefined;
   const candidates = offerCandidates(await offersFor(ctx, template, offerId, plan.diskGb), template, offerId);
   const instanceId = await ctx.instances.nextInstanceId();
@@ -55,6 +61,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
       autoPick: offerId === undefined,
       started,
       templateName,
+      actor: request.actor,
       newRecord: (offer) => ({
         instanceId,
         marketLabel,
@@ -63,12 +70,13 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
         templateName,
         startCommand: onMachine(plan, offer.gpuInfo.numGpus).startCommand,
         autoDestroy: plan.autoDestroy,
+        modelApiKey,
         ...limits,
       }),
     });
     await hooks.afterMarketplaceCreate?.(instanceId);
-    await completeOrRelease(ctx, record, market, template, started);
-    return { instanceId, templateName: template?.name ?? "", message: messageOf(instanceId, template, market) };
+    await completeOrRelease(ctx, request.actor, record, market, template, started);
+    return { instanceId, templateName: template?.name ?? "", message: messageOf(instanceId, template, market), modelApiKey };
   } finally {
     ctx.inFlight.delete(instanceId);
   }
@@ -103,6 +111,7 @@ async function offersFor(ctx: GpuContext, template: Template | undefined, offerI
  */
 async function completeOrRelease(
   ctx: GpuContext,
+  actor: string,
   record: InstanceRecord,
   market: MarketInstance,
   template: Template | undefined,
@@ -111,7 +120,7 @@ async function completeOrRelease(
   try {
     // The cap holds for the price actually rented, not only the price the offer showed.
     if (template) checkTemplateLimits({ id: market.offerId, gpuRam: market.gpuRam }, template, market.dphTotal);
-    if (await completeCreation(ctx, record, market, "creating", started)) return;
+    if (await completeCreation(ctx, actor, record, market, "creating", started)) return;
     // Someone else settled the record meanwhile (another replica's reconciler). Adopted with this
     // very machine is a success; anything else means the machine is not ours to report.
     const current = await ctx.instances.get(record.instanceId);
@@ -120,7 +129,7 @@ async function completeOrRelease(
   } catch (err) {
     const reason = err instanceof DomainError ? err.message : "the record could not be completed";
     ctx.logger.error({ err, instance_id: record.instanceId }, "creation not completed; destroying the rented machine");
-    await releaseMachine(ctx, record, market, reason, started);
+    await releaseMachine(ctx, actor, record, market, reason, started);
     throw err;
   }
 }

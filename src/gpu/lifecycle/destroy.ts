@@ -21,6 +21,7 @@ export interface DestroyCause {
  */
 export async function destroyRecord(
   ctx: GpuContext,
+  actor: string,
   record: InstanceRecord,
   operation: DestroyOperation,
   cause?: DestroyCause,
@@ -46,6 +47,7 @@ export async function destroyRecord(
     } catch (err) {
       ctx.logger.warn({ err, instance_id: record.instanceId }, "marketplace did not confirm a destroy");
       await ctx.logs.append({
+        actor,
         instanceId: record.instanceId,
         operation,
         command,
@@ -64,6 +66,7 @@ export async function destroyRecord(
     ctx,
     (trx) => ctx.instances.markDestroyed(record.instanceId, trx),
     () => ({
+      actor,
       instanceId: record.instanceId,
       operation,
       command,

@@ -39,11 +39,28 @@ export interface InstanceRecord {
   /** Limits after which the sync loop destroys the instance; null: none. */
   maxHours: number | null;
   maxCost: number | null;
+  /**
+   * The key its model server demands (vLLM --api-key, sent as a bearer token); null for an
+   * instance without a model server or created before keys. A secret: never logged, never in a
+   * list, status or log answer (only GetModelKey and the creation answer carry it).
+   */
+  modelApiKey: string | null;
 }
 
 export type NewInstance = Pick<
   InstanceRecord,
-  "instanceId" | "marketLabel" | "offerId" | "imageName" | "gpuInfo" | "costPerHour" | "templateName" | "startCommand" | "autoDestroy" | "maxHours" | "maxCost"
+  | "instanceId"
+  | "marketLabel"
+  | "offerId"
+  | "imageName"
+  | "gpuInfo"
+  | "costPerHour"
+  | "templateName"
+  | "startCommand"
+  | "autoDestroy"
+  | "maxHours"
+  | "maxCost"
+  | "modelApiKey"
 >;
 
 /** The offer a creating record is about to rent. */
@@ -83,6 +100,7 @@ interface Row {
   auto_destroy: boolean;
   max_hours: number | null;
   max_cost: number | null;
+  model_api_key: string | null;
 }
 
 export function gpuInfoJson(info: GpuInfo) {
@@ -115,6 +133,7 @@ export function toRecord(row: Row): InstanceRecord {
     autoDestroy: row.auto_destroy,
     maxHours: row.max_hours,
     maxCost: row.max_cost,
+    modelApiKey: row.model_api_key ?? null,
   };
 }
 
@@ -175,6 +194,7 @@ export class InstanceStore {
         auto_destroy: record.autoDestroy,
         max_hours: record.maxHours,
         max_cost: record.maxCost,
+        model_api_key: record.modelApiKey,
       })
       .returning("*");
     return toRecord(row as Row);
