@@ -26,6 +26,7 @@ export function creationLog(record: InstanceRecord, market: MarketInstance, resu
       offer_id: record.offerId,
       market_instance_id: market.id,
       auto_destroy: record.autoDestroy,
+      ...(record.endpoint ? { endpoint: record.endpoint } : {}),
     },
   };
 }
@@ -67,6 +68,7 @@ export async function failCreation(
         cost_per_hour: failed.costPerHour,
         offer_id: failed.offerId,
         market_instance_id: machine?.id ?? null,
+        ...(failed.endpoint ? { endpoint: failed.endpoint } : {}),
       },
     }),
   );

@@ -27,6 +27,12 @@ export interface CreationRequest {
   templateName?: string;
   offerId?: string;
   customConfig?: JsonObject;
+  /**
+   * For an endpoint's replicas: the instance_id reserved beforehand (the endpoint writes it down
+   * before the creation starts), the endpoint the record names, and a price cap tighter than the
+   * template's (what is left of the endpoint's budget).
+   */
+  replicaOf?: { instanceId: string; endpoint: string; priceCap: number };
 }
 
 export interface CreationResult {
@@ -36,12 +42,13 @@ export interface CreationResult {
 }
 
 export async function createInstance(ctx: GpuContext, request: CreationRequest, hooks: CreationHooks = {}): Promise<CreationResult> {
-  const template = templateOf(request.templateName);
+  const replicaOf = request.replicaOf;
+  const template = capped(templateOf(request.templateName), replicaOf?.priceCap);
   const custom = parseCustomConfig(request.customConfig, template !== undefined);
   const plan = launchPlanOf(template, custom);
   const offerId = request.offerId || undefined;
   const candidates = offerCandidates(await offersFor(ctx, template, offerId, plan.diskGb), template, offerId);
-  const instanceId = await ctx.instances.nextInstanceId();
+  const instanceId = replicaOf?.instanceId ?? (await ctx.instances.nextInstanceId());
   const marketLabel = (await ctx.deployment()).labelOf(instanceId);
   ctx.inFlight.add(instanceId);
   try {
@@ -63,6 +70,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
         templateName,
         startCommand: onMachine(plan, offer.gpuInfo.numGpus).startCommand,
         autoDestroy: plan.autoDestroy,
+        endpoint: replicaOf?.endpoint ?? null,
         ...limits,
       }),
     });
@@ -83,6 +91,12 @@ function templateOf(name: string | undefined): Template | undefined {
     });
   }
   return template;
+}
+
+/** The template with its max_price lowered to `cap`: offer choice and the rented-price check both honour it. */
+function capped(template: Template | undefined, cap: number | undefined): Template | undefined {
+  if (!template?.config || cap === undefined || cap >= template.config.maxPrice) return template;
+  return { ...template, config: { ...template.config, maxPrice: cap } };
 }
 
 /** The marketplace's answer to the creation's offer search (empty when there is nothing to ask). */

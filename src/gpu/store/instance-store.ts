@@ -39,12 +39,15 @@ export interface InstanceRecord {
   /** Limits after which the sync loop destroys the instance; null: none. */
   maxHours: number | null;
   maxCost: number | null;
+  /** The endpoint this instance is a replica of; null for an instance created on its own. */
+  endpoint: string | null;
 }
 
 export type NewInstance = Pick<
   InstanceRecord,
   "instanceId" | "marketLabel" | "offerId" | "imageName" | "gpuInfo" | "costPerHour" | "templateName" | "startCommand" | "autoDestroy" | "maxHours" | "maxCost"
->;
+> &
+  Partial<Pick<InstanceRecord, "endpoint">>;
 
 /** The offer a creating record is about to rent. */
 export type OfferFacts = Pick<InstanceRecord, "offerId" | "gpuInfo" | "costPerHour">;
@@ -83,6 +86,7 @@ interface Row {
   auto_destroy: boolean;
   max_hours: number | null;
   max_cost: number | null;
+  endpoint: string | null;
 }
 
 export function gpuInfoJson(info: GpuInfo) {
@@ -115,6 +119,7 @@ export function toRecord(row: Row): InstanceRecord {
     autoDestroy: row.auto_destroy,
     maxHours: row.max_hours,
     maxCost: row.max_cost,
+    endpoint: row.endpoint ?? null,
   };
 }
 
@@ -175,6 +180,7 @@ export class InstanceStore {
         auto_destroy: record.autoDestroy,
         max_hours: record.maxHours,
         max_cost: record.maxCost,
+        endpoint: record.endpoint ?? null,
       })
       .returning("*");
     return toRecord(row as Row);
@@ -199,6 +205,13 @@ export class InstanceStore {
   async get(instanceId: string): Promise<InstanceRecord | null> {
     const row = await this.knex(TABLE).where({ instance_id: instanceId }).first();
     return row ? toRecord(row as Row) : null;
+  }
+
+  /** The records of these ids that exist, in no particular order. */
+  async getMany(instanceIds: readonly string[]): Promise<InstanceRecord[]> {
+    if (instanceIds.length === 0) return [];
+    const rows = await this.knex(TABLE).whereIn("instance_id", instanceIds as string[]);
+    return (rows as Row[]).map(toRecord);
   }
 
   /**

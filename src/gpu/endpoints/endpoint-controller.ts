@@ -1,0 +1,212 @@
+import type { EndpointConfig } from "../../config.js";
+import { messageOf, NotFoundError } from "../../errors.js";
+import { createInstance } from "../creation/creation.js";
+import { findTemplate } from "../creation/templates.js";
+import type { GpuContext } from "../gpu-context.js";
+import { destroyRecord } from "../lifecycle/destroy.js";
+import type { InstanceRecord } from "../store/instance-store.js";
+import { roundMoney } from "../money/cost.js";
+import { isTerminal } from "../store/status.js";
+import type { EndpointEventStore, EventKind } from "./endpoint-events.js";
+import { planEndpoint, type Action, type PlanSettings } from "./endpoint-plan.js";
+import type { EndpointRecord, EndpointStore } from "./endpoint-store.js";
+import { probeReplicas } from "./replica-probes.js";
+import { replicaFactsOf } from "./replica-facts.js";
+import type { ReadinessProbe } from "./readiness-probe.js";
+import type { ReplicaFacts } from "./replica-state.js";
+
+// One controller round over every endpoint: probe the replicas, let the plan (endpoint-plan.ts)
+// decide, and carry its actions out. Runs on the sync leader only (endpoint-loop.ts). Every
+// launch writes its replica row before the creation writes its record and label before the
+// marketplace call, so a crash or a leader change at any point leaves a row that the next round
+// counts (no duplicate) and a labelled machine the reconciler adopts or destroys (no orphan).
+
+export interface EndpointControllerDeps {
+  ctx: GpuContext;
+  endpoints: EndpointStore;
+  events: EndpointEventStore;
+  probe: ReadinessProbe;
+  settings: EndpointConfig & Pick<PlanSettings, "missingGraceMs">;
+}
+
+export interface EndpointController {
+  /** One round over every endpoint not deleted. */
+  runOnce(): Promise<void>;
+}
+
+/** Launch failures back off from 10 s, doubling, to 10 min (SPEC.md: nothing loops faster). */
+export const LAUNCH_BACKOFF_MS = { first: 10_000, max: 600_000 } as const;
+
+export function launchBackoffMs(failures: number): number {
+  return Math.min(LAUNCH_BACKOFF_MS.first * 2 ** Math.max(0, failures - 1), LAUNCH_BACKOFF_MS.max);
+}
+
+type LaunchOutcome = { kind: "launched"; costPerHour: number } | { kind: "held"; detail: string } | { kind: "failed" };
+
+export function createEndpointController(deps: EndpointControllerDeps): EndpointController {
+  const { ctx, endpoints, events, settings } = deps;
+
+  const note = (endpoint: EndpointRecord, kind: EventKind, detail: string, instanceId?: string) =>
+    events.append({ endpointId: endpoint.id, kind, detail, instanceId: instanceId ?? null });
+
+  async function control(endpoint: EndpointRecord): Promise<void> {
+    if (endpoint.phase === "deleting") return finishDelete(endpoint);
+    await probeReplicas(deps, endpoint, await replicaFactsOf(deps, endpoint));
+    const current = (await endpoints.get(endpoint.id)) ?? endpoint;
+    const facts = await replicaFactsOf(deps, current);
+    await execute(current, facts, planEndpoint(current, facts, new Date(), settings));
+  }
+
+  /** Destroys a replica's machine (unless it is over already) and drops the replica. */
+  async function destroyReplica(record: InstanceRecord | null, instanceId: string): Promise<void> {
+    if (record && !isTerminal(record.status)) await destroyRecord(ctx, record, "destroy_instance");
+    await endpoints.removeReplica(instanceId);
+  }
+
+  async function execute(endpoint: EndpointRecord, facts: readonly ReplicaFacts[], actions: readonly Action[]): Promise<void> {
+    const byId = new Map(facts.map((f) => [f.row.instanceId, f]));
+    const costOf = (id: string) => {
+      const record = byId.get(id)?.record;
+      return record && !isTerminal(record.status) ? record.costPerHour : 0;
+    };
+    let spend = facts.reduce((sum, f) => sum + costOf(f.row.instanceId), 0);
+    let held: string | undefined;
+    // A destroy the marketplace did not confirm stops this round's launches: money first.
+    let blocked = false;
+    const retire = async (instanceId: string, reason: string) => {
+      await destroyReplica(byId.get(instanceId)?.record ?? null, instanceId);
+      spend -= costOf(instanceId);
+      await note(endpoint, "replaced", `${instanceId} destroyed: ${reason}`, instanceId);
+    };
+    for (const action of actions) {
+      try {
+        switch (action.kind) {
+          case "remove": {
+            const record = byId.get(action.instanceId)?.record ?? null;
+            await destroyReplica(record, action.instanceId);
+            spend -= costOf(action.instanceId);
+            if (record?.status === "failed") await launchFailed(endpoint, `${action.instanceId}: ${action.reason}`, action.instanceId);
+            else {
+              await note(endpoint, "ended", `${action.instanceId} ended: ${action.reason}`, action.instanceId);
+              if (action.neverReady) await launchFailed(endpoint, `${action.instanceId} ended before it was ready`, action.instanceId);
+            }
+            break;
+          }
+          case "condemn":
+            await endpoints.condemn(action.instanceId);
+            await note(endpoint, "unhealthy", `${action.instanceId} is replaced: ${action.reason}`, action.instanceId);
+            break;
+          case "retire":
+            await retire(action.instanceId, action.reason);
+            break;
+          case "drain":
+            await endpoints.markDraining(action.instanceId);
+            await note(endpoint, "scaled", `${action.instanceId} drains for ${settings.drainMs / 1000} s (scale down to ${endpoint.replicas})`, action.instanceId);
+            break;
+          case "drained":
+            await destroyReplica(byId.get(action.instanceId)?.record ?? null, action.instanceId);
+            await note(endpoint, "drained", `${action.instanceId} drained and destroyed`, action.instanceId);
+            break;
+          case "scale_in":
+            await destroyReplica(byId.get(action.instanceId)?.record ?? null, action.instanceId);
+            await note(endpoint, "scaled", `${action.instanceId} destroyed before it was ready (scale down to ${endpoint.replicas})`, action.instanceId);
+            break;
+          case "launch": {
+            if (blocked || held || (endpoint.nextLaunchAt && endpoint.nextLaunchAt.getTime() > Date.now())) break;
+            const outcome = await launch(endpoint, endpoint.maxCostPerHour - spend);
+            if (outcome.kind === "launched") spend += outcome.costPerHour;
+            else if (outcome.kind === "failed") blocked = true;
+            else if (action.makeRoom) {
+              // No surge fits the budget: the condemned one goes first, the launch follows next round.
+              await retire(action.makeRoom, "no room in the budget for a replacement beside it");
+              blocked = true;
+            } else held = outcome.detail;
+            break;
+          }
+        }
+      } catch (err) {
+        ctx.logger.warn({ err, endpoint: endpoint.name, action: action.kind }, "endpoint action failed; retrying next round");
+        blocked = true;
+      }
+    }
+    await holdOrRelease(endpoint, held);
+  }
+
+  async function holdOrRelease(endpoint: EndpointRecord, held: string | undefined): Promise<void> {
+    if (held && !endpoint.budgetHeld) {
+      await endpoints.setControl(endpoint.id, { budgetHeld: true });
+      await note(endpoint, "budget_held", held);
+    } else if (!held && endpoint.budgetHeld) {
+      await endpoints.setControl(endpoint.id, { budgetHeld: false });
+    }
+  }
+
+  async function launch(endpoint: EndpointRecord, priceCap: number): Promise<LaunchOutcome> {
+    const template = findTemplate(endpoint.templateName);
+    const templateMax = template?.config?.maxPrice ?? 0;
+    const budgetText = `$${roundMoney(priceCap)}/h left of its $${endpoint.maxCostPerHour}/h budget`;
+    if (priceCap <= 0) return { kind: "held", detail: `one replica held back: ${budgetText}` };
+    const instanceId = await ctx.instances.nextInstanceId();
+    // The intent first: should this process die from here on, the next round finds the row.
+    await endpoints.insertReplica(endpoint.id, instanceId);
+    try {
+      await createInstance(ctx, {
+        templateName: endpoint.templateName,
+        customConfig: endpoint.customConfig,
+        replicaOf: { instanceId, endpoint: endpoint.name, priceCap },
+      });
+    } catch (err) {
+      const record = await ctx.instances.get(instanceId);
+      // Outcome unknown: the record stays creating and the reconciler adopts or fails it; the row stays with it.
+      if (record?.status !== "creating") await endpoints.removeReplica(instanceId);
+      if (err instanceof NotFoundError && priceCap < templateMax && record === null) {
+        return { kind: "held", detail: `one replica held back: no offer fits the ${budgetText}` };
+      }
+      await launchFailed(endpoint, `launch of ${instanceId} failed: ${messageOf(err)}`, instanceId);
+      return { kind: "failed" };
+    }
+    const record = await ctx.instances.get(instanceId);
+    const costPerHour = record?.costPerHour ?? 0;
+    const machine = record ? `${record.gpuInfo.numGpus}x ${record.gpuInfo.gpuName} at $${costPerHour}/h` : "a machine";
+    await note(endpoint, "launched", `${instanceId} launched on ${machine}`, instanceId);
+    return { kind: "launched", costPerHour };
+  }
+
+  async function launchFailed(endpoint: EndpointRecord, detail: string, instanceId?: string): Promise<void> {
+    const failures = endpoint.launchFailures + 1;
+    const delay = launchBackoffMs(failures);
+    const nextLaunchAt = new Date(Date.now() + delay);
+    await endpoints.setControl(endpoint.id, { launchFailures: failures, nextLaunchAt });
+    Object.assign(endpoint, { launchFailures: failures, nextLaunchAt });
+    await note(endpoint, "launch_failed", `${detail}; next launch in ${delay / 1000} s`, instanceId);
+  }
+
+  /** Deleting: every machine destroyed, then the endpoint is deleted. */
+  async function finishDelete(endpoint: EndpointRecord): Promise<void> {
+    const facts = await replicaFactsOf(deps, endpoint);
+    let pending = 0;
+    for (const { row, record } of facts) {
+      if (record?.status === "creating" && record.marketInstanceId === null) {
+        pending++;
+        continue;
+      }
+      try {
+        await destroyReplica(record, row.instanceId);
+      } catch (err) {
+        pending++;
+        ctx.logger.warn({ err, endpoint: endpoint.name, instance_id: row.instanceId }, "endpoint machine not destroyed yet; retrying next round");
+      }
+    }
+    if (pending === 0 && (await endpoints.markDeleted(endpoint.id))) {
+      await note(endpoint, "deleted", `deleted: ${facts.length} machine(s) destroyed`);
+    }
+  }
+
+  return {
+    async runOnce() {
+      for (const endpoint of await endpoints.listLive()) {
+        await control(endpoint).catch((err: unknown) => ctx.logger.warn({ err, endpoint: endpoint.name }, "endpoint round failed; retrying next round"));
+      }
+    },
+  };
+}
