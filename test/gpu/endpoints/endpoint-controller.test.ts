@@ -71,6 +71,9 @@ describe("endpoint controller", () => {
     expect(kinds(events).filter((k) => k === "ready")).toHaveLength(2);
     expect(events.every((e) => e.actor === "system" || e.kind === "scaled")).toBe(true);
     expect(await directoryOn(db.knex).readyReplicas("no-such-endpoint")).toBeUndefined();
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    expect(metrics).toContain('gpu_endpoint_instances{endpoint="ready-one",state="ready"} 2');
+    expect(metrics).toContain('gpu_endpoint_instances{endpoint="ready-one",state="unhealthy"} 0');
     await deleteAndWait("ready-one");
     expect(await directoryOn(db.knex).readyReplicas("ready-one")).toBeUndefined();
   });
