@@ -49,7 +49,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
   const offerId = request.offerId || undefined;
   const candidates = offerCandidates(await offersFor(ctx, template, offerId, plan.diskGb), template, offerId);
   const instanceId = replicaOf?.instanceId ?? (await ctx.instances.nextInstanceId());
-  const marketLabel = (await ctx.deployment()).labelOf(instanceId);
+  const marketLabel = (await ctx.deployment()).labelOf(instanceId, replicaOf?.endpoint);
   ctx.inFlight.add(instanceId);
   try {
     const started = Date.now();

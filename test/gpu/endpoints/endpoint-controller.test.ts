@@ -66,6 +66,9 @@ describe("endpoint controller", () => {
     expect(records).toHaveLength(2);
     const log = await db.knex("GpuExecutionLog").where({ instance_id: targets[0]!.instanceId, operation: "create_instance" }).first();
     expect(log.metadata.endpoint).toBe("ready-one");
+    expect((await market.listInstances("")).filter((m) => m.label.endsWith("/ready-one"))).toHaveLength(2);
+    const listed = await rest<{ instances: Array<{ endpoint?: string }> }>(server.url, "GET", "/api/gpu/instances?status_filter=running_llm");
+    expect(listed.body.instances.filter((i) => i.endpoint === "ready-one")).toHaveLength(2);
     const events = await eventsOf(server.url, "ready-one");
     expect(kinds(events).filter((k) => k === "launched")).toHaveLength(2);
     expect(kinds(events).filter((k) => k === "ready")).toHaveLength(2);

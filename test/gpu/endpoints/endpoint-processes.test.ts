@@ -53,7 +53,7 @@ const leads = (service: ServiceProcess) => service.logs.some((l) => l.msg === "s
 async function expectNoOrphanNoDuplicate(name: string, replicas: number): Promise<void> {
   const live = await db.knex("gpu_instances").where({ endpoint: name }).whereNotIn("status", ["destroyed", "failed"]);
   expect(live).toHaveLength(replicas);
-  const machines = ourMachines().filter((m) => live.some((r: { instance_id: string }) => deployment.labelOf(r.instance_id) === m.label));
+  const machines = ourMachines().filter((m) => live.some((r: { instance_id: string }) => deployment.labelOf(r.instance_id, name) === m.label));
   expect(machines).toHaveLength(replicas);
   for (const machine of ourMachines()) {
     expect(live.map((r: { market_instance_id: string }) => r.market_instance_id)).toContain(String(machine.id));
