@@ -162,7 +162,7 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
       if (err instanceof NotFoundError && priceCap < templateMax && record === null) {
         return { kind: "held", detail: `one replica held back: no offer fits the ${budgetText}` };
       }
-      await launchFailed(endpoint, `launch of ${instanceId} failed: ${messageOf(err)}`, instanceId);
+      await launchFailed(endpoint, `launch of ${instanceId} failed: ${failureText(err)}`, instanceId);
       return { kind: "failed" };
     }
     const record = await ctx.instances.get(instanceId);
@@ -209,4 +209,10 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
       }
     },
   };
+}
+
+/** An error's message, with its cause's (a marketplace's own words) when it wraps one. */
+function failureText(err: unknown): string {
+  const cause = err instanceof Error ? err.cause : undefined;
+  return cause instanceof Error ? `${messageOf(err)} (${cause.message})` : messageOf(err);
 }

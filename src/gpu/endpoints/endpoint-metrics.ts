@@ -6,7 +6,8 @@ import { REPLICA_STATES, replicaState } from "./replica-state.js";
 
 /**
  * `gpu_endpoint_instances{endpoint,state}`: each endpoint's replicas by state, read from the
- * database at scrape time (every state shown, zeros included, so a drop to zero is visible).
+ * database at scrape time (every state shown, zeros included, so a drop to zero is visible). As in
+ * the endpoint's status, a launch counts once its record is written.
  */
 export function registerEndpointMetrics(registry: Registry, deps: { ctx: Pick<GpuContext, "instances">; endpoints: EndpointStore }): void {
   new Gauge({
@@ -22,7 +23,7 @@ export function registerEndpointMetrics(registry: Registry, deps: { ctx: Pick<Gp
         const facts = await replicaFactsOf(deps, endpoint).catch(() => undefined);
         if (!facts) continue;
         for (const state of REPLICA_STATES) this.set({ endpoint: endpoint.name, state }, 0);
-        for (const f of facts) this.inc({ endpoint: endpoint.name, state: replicaState(f) });
+        for (const f of facts) if (f.record) this.inc({ endpoint: endpoint.name, state: replicaState(f) });
       }
     },
   });

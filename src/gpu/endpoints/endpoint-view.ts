@@ -28,7 +28,9 @@ export function endpointMessage(endpoint: EndpointRecord, replicas: readonly Rep
     totalCost: roundMoney(totalCost),
     url: endpointUrl(endpoint.name),
     createdAt: timestampFromDate(endpoint.createdAt),
-    instances: replicas.map((f) => ({
+    // A launch shows once its creation has chosen an offer and written the record; before that
+    // (milliseconds, or a budget recheck that finds nothing) there is nothing to show.
+    instances: replicas.filter((f) => f.record !== null).map((f) => ({
       instanceId: f.row.instanceId,
       state: replicaState(f),
       url: (f.record && replicaUrl(f.record)) ?? "",

@@ -40,6 +40,31 @@ const marketIdOf = async (instanceId: string) =>
 
 const kinds = (events: EventJson[], instanceId?: string) => events.filter((e) => !instanceId || e.instance_id === instanceId).map((e) => e.kind);
 
+/**
+ * Samples the endpoint's billed machines (records not destroyed or failed) until stopped: the
+ * most machines and the highest summed cost_per_hour seen at any one time.
+ */
+function watchSpend(name: string) {
+  let most = 0;
+  let highest = 0;
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const live = (await db.knex("gpu_instances").where({ endpoint: name }).whereNotIn("status", ["destroyed", "failed"]).select("cost_per_hour")) as Array<{
+        cost_per_hour: number;
+      }>;
+      most = Math.max(most, live.length);
+      highest = Math.max(highest, live.reduce((sum, r) => sum + r.cost_per_hour, 0));
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  })();
+  return async () => {
+    running = false;
+    await loop;
+    return { most, highest };
+  };
+}
+
 async function deleteAndWait(name: string): Promise<void> {
   expect((await rest(server.url, "DELETE", `/api/gpu/endpoints/${name}`)).status).toBe(200);
   await waitForEndpoint(server.url, name, "deleted", (e) => e.state === "deleted");
@@ -104,10 +129,12 @@ describe("endpoint controller", () => {
     await createEndpoint(server.url, { name: "model-dies", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
     const ready = await waitForEndpoint(server.url, "model-dies", "ready", (e) => e.state === "ready");
     const [victim] = readyIds(ready) as [string];
+    const spend = watchSpend("model-dies");
     await market.stopModelServer(await marketIdOf(victim));
     await waitFor("out of routing", async () => ((await directoryOn(db.knex).readyReplicas("model-dies"))!.length === 0 ? true : undefined));
     const healed = await waitForEndpoint(server.url, "model-dies", "replaced", (e) => e.state === "ready" && e.instances?.length === 1 && !readyIds(e).includes(victim));
     const replacement = readyIds(healed)[0]!;
+    expect((await spend()).most).toBe(2); // the surge: replicas + 1, never more
     const events = await eventsOf(server.url, "model-dies");
     expect(kinds(events, victim)).toEqual(["launched", "ready", "not_ready", "unhealthy", "replaced"]);
     // Surge: the replacement was launched before the old one was destroyed.
@@ -137,6 +164,7 @@ describe("endpoint controller", () => {
   it("scales up, then down by draining the surplus before destroying it", async () => {
     await createEndpoint(server.url, { name: "scales", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
     await waitForEndpoint(server.url, "scales", "ready", (e) => e.state === "ready");
+    const spend = watchSpend("scales");
     const up = await rest(server.url, "PATCH", "/api/gpu/endpoints/scales", { replicas: 3 });
     expect(up.status).toBe(200);
     expect(up.body).toMatchObject({ replicas: 3, state: "degraded" });
@@ -145,6 +173,9 @@ describe("endpoint controller", () => {
     await waitForEndpoint(server.url, "scales", "draining", (e) => (e.instances ?? []).some((i) => i.state === "draining"));
     const down = await waitForEndpoint(server.url, "scales", "one left", (e) => e.instances?.length === 1 && e.state === "ready");
     expect(down.ready_replicas).toBe(1);
+    const seen = await spend();
+    expect(seen.most).toBe(3);
+    expect(seen.highest).toBeLessThanOrEqual(5);
     const events = await eventsOf(server.url, "scales");
     expect(kinds(events).filter((k) => k === "drained")).toHaveLength(2);
     expect(events.filter((e) => e.kind === "scaled" && e.actor === "anonymous").map((e) => e.detail)).toEqual([
@@ -165,19 +196,38 @@ describe("endpoint controller", () => {
     const cheapest = templateOffers(everyOffer, "budget")[0]!.dphTotal;
     const budget = Math.round(cheapest * 1.5 * 10_000) / 10_000;
     await createEndpoint(server.url, { name: "held", template_name: "budget", replicas: 2, max_cost_per_hour: budget });
+    const spend = watchSpend("held");
     const held = await waitForEndpoint(server.url, "held", "one ready, one held", (e) => e.ready_replicas === 1);
     await waitFor("budget_held", async () => (kinds(await eventsOf(server.url, "held")).includes("budget_held") ? true : undefined));
     const after = await getEndpoint(server.url, "held");
     expect(after.state).toBe("degraded");
-    expect(after.instances).toHaveLength(1);
+    expect(after.instances, `budget ${budget}: ${JSON.stringify(await eventsOf(server.url, "held"))}`).toHaveLength(1);
     expect(held.cost_per_hour).toBeLessThanOrEqual(budget);
     const events = await eventsOf(server.url, "held");
     expect(kinds(events).filter((k) => k === "budget_held")).toHaveLength(1);
     expect(kinds(events).filter((k) => k === "launched")).toHaveLength(1);
+    const seen = await spend();
+    expect(seen.most).toBe(1);
+    expect(seen.highest).toBeLessThanOrEqual(budget);
     // More budget lets the held replica launch.
     expect((await rest(server.url, "PATCH", "/api/gpu/endpoints/held", { max_cost_per_hour: 5 })).status).toBe(200);
     await waitForEndpoint(server.url, "held", "both ready", (e) => e.state === "ready" && e.ready_replicas === 2);
     await deleteAndWait("held");
+  });
+
+  it("backs a failed launch off (10 s) with a launch_failed event, and launches again once patched", async () => {
+    market.failNextCreate(new Error("no capacity on the host"));
+    await createEndpoint(server.url, { name: "backoff", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
+    await waitFor("launch_failed", async () => (kinds(await eventsOf(server.url, "backoff")).includes("launch_failed") ? true : undefined));
+    await new Promise((resolve) => setTimeout(resolve, 1000)); // 20 rounds, none of which may launch
+    const events = await eventsOf(server.url, "backoff");
+    expect(kinds(events).filter((k) => k !== "scaled")).toEqual(["launch_failed"]);
+    expect(events.find((e) => e.kind === "launch_failed")!.detail).toMatch(/failed: .*no capacity on the host.*; next launch in 10 s$/);
+    expect((await getEndpoint(server.url, "backoff")).state).toBe("starting");
+    // A patch opens the gate at once.
+    expect((await rest(server.url, "PATCH", "/api/gpu/endpoints/backoff", { max_cost_per_hour: 4 })).status).toBe(200);
+    await waitForEndpoint(server.url, "backoff", "ready", (e) => e.state === "ready");
+    await deleteAndWait("backoff");
   });
 
   it("deletes idempotently, destroying every machine", async () => {
