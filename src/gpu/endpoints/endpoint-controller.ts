@@ -158,7 +158,8 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
     } catch (err) {
       const record = await ctx.instances.get(instanceId);
       // Outcome unknown: the record stays creating and the reconciler adopts or fails it; the row stays with it.
-      if (record?.status !== "creating") await endpoints.removeReplica(instanceId);
+      if (record === null) await endpoints.forgetReplica(instanceId);
+      else if (record.status !== "creating") await endpoints.removeReplica(instanceId);
       if (err instanceof NotFoundError && priceCap < templateMax && record === null) {
         return { kind: "held", detail: `one replica held back: no offer fits the ${budgetText}` };
       }

@@ -247,6 +247,11 @@ export class EndpointStore {
     await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).whereNull("removed_at").update({ removed_at: this.knex.fn.now() });
   }
 
+  /** Forgets a launch that wrote no record (nothing was rented): no row is kept for it. */
+  async forgetReplica(instanceId: string, trx?: Knex.Transaction): Promise<void> {
+    await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).delete();
+  }
+
   /** What every machine the endpoint ever had has cost, in dollars (a record's cost ends at destroyed_at). */
   async totalCost(endpointId: string): Promise<number> {
     const [row] = await this.knex(REPLICAS)
