@@ -15,8 +15,9 @@ import { replicaFactsOf } from "./replica-facts.js";
 import type { ReadinessProbe } from "./readiness-probe.js";
 import type { ReplicaFacts } from "./replica-state.js";
 
-// One controller round over every endpoint: probe the replicas, let the plan (endpoint-plan.ts)
-// decide, and carry its actions out. Runs on the sync leader only (endpoint-loop.ts). Every
+// The endpoint controller: probes (replica-probes.ts) and decisions (the plan, endpoint-plan.ts,
+// carried out here). Both run on the sync leader only, each on its own timer (endpoint-loop.ts),
+// so that a launch waiting minutes for the marketplace never delays a probe. Every
 // launch writes its replica row before the creation writes its record and label before the
 // marketplace call, so a crash or a leader change at any point leaves a row that the next round
 // counts (no duplicate) and a labelled machine the reconciler adopts or destroys (no orphan).
@@ -30,8 +31,10 @@ export interface EndpointControllerDeps {
 }
 
 export interface EndpointController {
-  /** One round over every endpoint not deleted. */
-  runOnce(): Promise<void>;
+  /** Probes every replica of every endpoint not deleted, at once. */
+  probeOnce(): Promise<void>;
+  /** One round of decisions over every endpoint not deleted. */
+  decideOnce(): Promise<void>;
 }
 
 /** Launch failures back off from 10 s, doubling, to 10 min (SPEC.md: nothing loops faster). */
@@ -49,12 +52,10 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
   const note = (endpoint: EndpointRecord, kind: EventKind, detail: string, instanceId?: string) =>
     events.append({ endpointId: endpoint.id, kind, detail, instanceId: instanceId ?? null });
 
-  async function control(endpoint: EndpointRecord): Promise<void> {
+  async function decide(endpoint: EndpointRecord): Promise<void> {
     if (endpoint.phase === "deleting") return finishDelete(endpoint);
-    await probeReplicas(deps, endpoint, await replicaFactsOf(deps, endpoint));
-    const current = (await endpoints.get(endpoint.id)) ?? endpoint;
-    const facts = await replicaFactsOf(deps, current);
-    await execute(current, facts, planEndpoint(current, facts, new Date(), settings));
+    const facts = await replicaFactsOf(deps, endpoint);
+    await execute(endpoint, facts, planEndpoint(endpoint, facts, new Date(), settings));
   }
 
   /** Destroys a replica's machine (unless it is over already) and drops the replica. */
@@ -204,9 +205,19 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
   }
 
   return {
-    async runOnce() {
+    async probeOnce() {
+      const active = (await endpoints.listLive()).filter((e) => e.phase === "active");
+      await Promise.all(
+        active.map(async (endpoint) =>
+          probeReplicas(deps, endpoint, await replicaFactsOf(deps, endpoint)).catch((err: unknown) =>
+            ctx.logger.warn({ err, endpoint: endpoint.name }, "endpoint probes failed; retrying next round"),
+          ),
+        ),
+      );
+    },
+    async decideOnce() {
       for (const endpoint of await endpoints.listLive()) {
-        await control(endpoint).catch((err: unknown) => ctx.logger.warn({ err, endpoint: endpoint.name }, "endpoint round failed; retrying next round"));
+        await decide(endpoint).catch((err: unknown) => ctx.logger.warn({ err, endpoint: endpoint.name }, "endpoint round failed; retrying next round"));
       }
     },
   };

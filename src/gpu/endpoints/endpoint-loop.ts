@@ -2,35 +2,58 @@ import type { Logger } from "pino";
 import type { SyncLeader } from "../lifecycle/sync-leader.js";
 import type { EndpointController } from "./endpoint-controller.js";
 
-// The endpoint controller's own timer, every GPU_ENDPOINT_PROBE_MS, independent of the status
-// sync's interval. It runs only on the process that holds the sync leadership (the same lock as
-// the sync loop: one controller across service processes). Rounds never overlap.
+// The endpoint controller's timers, every GPU_ENDPOINT_PROBE_MS, independent of the status sync's
+// interval: one for the readiness probes, one for the decisions, so that a launch that waits for
+// the marketplace (vast.ai may take a minute to rent) never holds a probe back and a failing
+// replica still leaves routing at its first failed probe. Both run only on the process that holds
+// the sync leadership (the sync loop's lock: one controller across service processes). The rounds
+// of one timer never overlap.
 
 export interface EndpointLoop {
   start(): void;
-  /** Stops scheduling and waits for the round under way. */
+  /** Stops scheduling and waits for the rounds under way. */
   stop(): Promise<void>;
-  /** One round now, if this process leads; used by tests. */
+  /** Probes, then decides, now, if this process leads; used by tests. */
   runOnce(): Promise<void>;
 }
 
-export function createEndpointLoop(options: {
+export interface EndpointLoopOptions {
   controller: EndpointController;
   intervalMs: number;
   leader?: SyncLeader;
   logger: Logger;
-}): EndpointLoop {
-  const { controller, intervalMs, leader, logger } = options;
+}
+
+export function createEndpointLoop(options: EndpointLoopOptions): EndpointLoop {
+  const { controller, leader } = options;
+  const leading = async () => !leader || (await leader.hold());
+  const probes = repeating(options, "endpoint probes", async () => (await leading()) && controller.probeOnce());
+  const decisions = repeating(options, "endpoint controller round", async () => (await leading()) && controller.decideOnce());
+  return {
+    start() {
+      probes.start();
+      decisions.start();
+    },
+    async stop() {
+      await Promise.all([probes.stop(), decisions.stop()]);
+    },
+    async runOnce() {
+      await probes.runOnce();
+      await decisions.runOnce();
+    },
+  };
+}
+
+/** A task every intervalMs, the next scheduled once the previous has finished. */
+function repeating(options: EndpointLoopOptions, what: string, task: () => Promise<unknown>) {
   let timer: NodeJS.Timeout | undefined;
   let current: Promise<void> | undefined;
   let stopped = true;
 
   function runOnce(): Promise<void> {
-    current ??= (async () => {
-      if (leader && !(await leader.hold())) return;
-      await controller.runOnce();
-    })()
-      .catch((err: unknown) => logger.error({ err }, "endpoint controller round failed"))
+    current ??= task()
+      .then(() => undefined)
+      .catch((err: unknown) => options.logger.error({ err }, `${what} failed`))
       .finally(() => {
         current = undefined;
       });
@@ -41,7 +64,7 @@ export function createEndpointLoop(options: {
     if (stopped) return;
     timer = setTimeout(() => {
       void runOnce().finally(schedule);
-    }, intervalMs);
+    }, options.intervalMs);
     timer.unref();
   }
 
