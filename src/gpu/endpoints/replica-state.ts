@@ -8,7 +8,8 @@ import type { EndpointRecord, ReplicaRow } from "./endpoint-store.js";
 export const REPLICA_STATES = ["provisioning", "starting", "ready", "unhealthy", "draining"] as const;
 export type ReplicaState = (typeof REPLICA_STATES)[number];
 
-export type EndpointState = "starting" | "ready" | "degraded" | "parked" | "deleting" | "deleted";
+export const ENDPOINT_STATES = ["starting", "ready", "degraded", "parked", "deleting", "deleted"] as const;
+export type EndpointState = (typeof ENDPOINT_STATES)[number];
 
 /** A replica as the controller sees it: its row, and its instance record (null until written). */
 export interface ReplicaFacts {
