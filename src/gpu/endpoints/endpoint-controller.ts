@@ -187,8 +187,12 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
   async function finishDelete(endpoint: EndpointRecord): Promise<void> {
     const facts = await replicaFactsOf(deps, endpoint);
     let pending = 0;
+    const now = Date.now();
     for (const { row, record } of facts) {
-      if (record?.status === "creating" && record.marketInstanceId === null) {
+      // A creation still under way (here, or on a leader that just lost its lock) is waited for:
+      // destroying only once it has a machine or has failed leaves no machine behind.
+      const launching = record === null ? now - row.createdAt.getTime() < settings.missingGraceMs : record.status === "creating" && record.marketInstanceId === null;
+      if (launching) {
         pending++;
         continue;
       }
