@@ -44,6 +44,27 @@ export function launchBackoffMs(failures: number): number {
   return Math.min(LAUNCH_BACKOFF_MS.first * 2 ** Math.max(0, failures - 1), LAUNCH_BACKOFF_MS.max);
 }
 
+/** What one round of decisions has done so far: the spend it counts launches against, and whether launches may go on. */
+interface Round {
+  byId: Map<string, ReplicaFacts>;
+  /** The billed cost_per_hour of a replica as the round started (0 once its machine is over). */
+  costOf(instanceId: string): number;
+  spend: number;
+  blocked: boolean;
+  launched: boolean;
+  /** Why a replica is held back by the budget this round. */
+  held: string | undefined;
+}
+
+function newRound(facts: readonly ReplicaFacts[]): Round {
+  const byId = new Map(facts.map((f) => [f.row.instanceId, f]));
+  const costOf = (id: string) => {
+    const record = byId.get(id)?.record;
+    return record && !isTerminal(record.status) ? record.costPerHour : 0;
+  };
+  return { byId, costOf, spend: facts.reduce((sum, f) => sum + costOf(f.row.instanceId), 0), blocked: false, launched: false, held: undefined };
+}
+
 type LaunchOutcome = { kind: "launched"; costPerHour: number } | { kind: "held"; detail: string } | { kind: "failed" };
 
 export function createEndpointController(deps: EndpointControllerDeps): EndpointController {
@@ -64,82 +85,78 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
     await endpoints.removeReplica(instanceId);
   }
 
+  /** Carries a round's actions out, in order. */
   async function execute(endpoint: EndpointRecord, facts: readonly ReplicaFacts[], actions: readonly Action[]): Promise<void> {
-    const byId = new Map(facts.map((f) => [f.row.instanceId, f]));
-    const costOf = (id: string) => {
-      const record = byId.get(id)?.record;
-      return record && !isTerminal(record.status) ? record.costPerHour : 0;
-    };
-    let spend = facts.reduce((sum, f) => sum + costOf(f.row.instanceId), 0);
-    let held: string | undefined;
-    // A destroy the marketplace did not confirm stops this round's launches: money first.
-    let blocked = false;
-    const retire = async (instanceId: string, reason: string) => {
-      await destroyReplica(byId.get(instanceId)?.record ?? null, instanceId);
-      spend -= costOf(instanceId);
-      await note(endpoint, "replaced", `${instanceId} destroyed: ${reason}`, instanceId);
-    };
+    const round = newRound(facts);
     for (const action of actions) {
       try {
-        switch (action.kind) {
-          case "remove": {
-            const record = byId.get(action.instanceId)?.record ?? null;
-            await destroyReplica(record, action.instanceId);
-            spend -= costOf(action.instanceId);
-            if (record?.status === "failed") await launchFailed(endpoint, `${action.instanceId}: ${action.reason}`, action.instanceId);
-            else {
-              await note(endpoint, "ended", `${action.instanceId} ended: ${action.reason}`, action.instanceId);
-              if (action.neverReady) await launchFailed(endpoint, `${action.instanceId} ended before it was ready`, action.instanceId);
-            }
-            break;
-          }
-          case "condemn":
-            await endpoints.condemn(action.instanceId);
-            await note(endpoint, "unhealthy", `${action.instanceId} is replaced: ${action.reason}`, action.instanceId);
-            break;
-          case "retire":
-            await retire(action.instanceId, action.reason);
-            break;
-          case "drain":
-            await endpoints.markDraining(action.instanceId);
-            await note(endpoint, "scaled", `${action.instanceId} drains for ${settings.drainMs / 1000} s (scale down to ${endpoint.replicas})`, action.instanceId);
-            break;
-          case "drained":
-            await destroyReplica(byId.get(action.instanceId)?.record ?? null, action.instanceId);
-            await note(endpoint, "drained", `${action.instanceId} drained and destroyed`, action.instanceId);
-            break;
-          case "scale_in":
-            await destroyReplica(byId.get(action.instanceId)?.record ?? null, action.instanceId);
-            await note(endpoint, "scaled", `${action.instanceId} destroyed before it was ready (scale down to ${endpoint.replicas})`, action.instanceId);
-            break;
-          case "launch": {
-            if (blocked || held || (endpoint.nextLaunchAt && endpoint.nextLaunchAt.getTime() > Date.now())) break;
-            const outcome = await launch(endpoint, endpoint.maxCostPerHour - spend);
-            if (outcome.kind === "launched") spend += outcome.costPerHour;
-            else if (outcome.kind === "failed") blocked = true;
-            else if (action.makeRoom) {
-              // No surge fits the budget: the condemned one goes first, the launch follows next round.
-              await retire(action.makeRoom, "no room in the budget for a replacement beside it");
-              blocked = true;
-            } else held = outcome.detail;
-            break;
-          }
-        }
+        await apply(endpoint, round, action);
       } catch (err) {
         ctx.logger.warn({ err, endpoint: endpoint.name, action: action.kind }, "endpoint action failed; retrying next round");
-        blocked = true;
+        // A destroy the marketplace did not confirm stops this round's launches: money first.
+        round.blocked = true;
       }
     }
-    await holdOrRelease(endpoint, held);
-  }
-
-  async function holdOrRelease(endpoint: EndpointRecord, held: string | undefined): Promise<void> {
-    if (held && !endpoint.budgetHeld) {
+    // The hold is over once a launch went through, or none is wanted; a launch not tried (backoff) changes nothing.
+    const wanted = actions.some((a) => a.kind === "launch");
+    if (round.held && !endpoint.budgetHeld) {
       await endpoints.setControl(endpoint.id, { budgetHeld: true });
-      await note(endpoint, "budget_held", held);
-    } else if (!held && endpoint.budgetHeld) {
+      await note(endpoint, "budget_held", round.held);
+    } else if (!round.held && endpoint.budgetHeld && (round.launched || !wanted)) {
       await endpoints.setControl(endpoint.id, { budgetHeld: false });
     }
+  }
+
+  async function apply(endpoint: EndpointRecord, round: Round, action: Action): Promise<void> {
+    const replica = (id: string) => round.byId.get(id)?.record ?? null;
+    const scaleText = `scale down to ${endpoint.replicas}`;
+    switch (action.kind) {
+      case "remove": {
+        const record = replica(action.instanceId);
+        await destroyReplica(record, action.instanceId);
+        round.spend -= round.costOf(action.instanceId);
+        if (record?.status === "failed") return launchFailed(endpoint, `${action.instanceId}: ${action.reason}`, action.instanceId);
+        await note(endpoint, "ended", `${action.instanceId} ended: ${action.reason}`, action.instanceId);
+        if (action.neverReady) await launchFailed(endpoint, `${action.instanceId} ended before it was ready`, action.instanceId);
+        return;
+      }
+      case "condemn":
+        await endpoints.condemn(action.instanceId);
+        return note(endpoint, "unhealthy", `${action.instanceId} is replaced: ${action.reason}`, action.instanceId);
+      case "retire":
+        return retire(endpoint, round, action.instanceId, action.reason);
+      case "drain":
+        await endpoints.markDraining(action.instanceId);
+        return note(endpoint, "scaled", `${action.instanceId} drains for ${settings.drainMs / 1000} s (${scaleText})`, action.instanceId);
+      case "drained":
+        await destroyReplica(replica(action.instanceId), action.instanceId);
+        return note(endpoint, "drained", `${action.instanceId} drained and destroyed`, action.instanceId);
+      case "scale_in":
+        await destroyReplica(replica(action.instanceId), action.instanceId);
+        return note(endpoint, "scaled", `${action.instanceId} destroyed before it was ready (${scaleText})`, action.instanceId);
+      case "launch": {
+        if (round.blocked || round.held || (endpoint.nextLaunchAt && endpoint.nextLaunchAt.getTime() > Date.now())) return;
+        const outcome = await launch(endpoint, endpoint.maxCostPerHour - round.spend);
+        if (outcome.kind === "launched") {
+          round.spend += outcome.costPerHour;
+          round.launched = true;
+        } else if (outcome.kind === "failed") {
+          round.blocked = true;
+        } else if (action.makeRoom) {
+          // No surge fits the budget: the condemned one goes first, its replacement next round.
+          await retire(endpoint, round, action.makeRoom, "no room in the budget for a replacement beside it");
+          round.blocked = true;
+        } else {
+          round.held = outcome.detail;
+        }
+      }
+    }
+  }
+
+  async function retire(endpoint: EndpointRecord, round: Round, instanceId: string, reason: string): Promise<void> {
+    await destroyReplica(round.byId.get(instanceId)?.record ?? null, instanceId);
+    round.spend -= round.costOf(instanceId);
+    await note(endpoint, "replaced", `${instanceId} destroyed: ${reason}`, instanceId);
   }
 
   async function launch(endpoint: EndpointRecord, priceCap: number): Promise<LaunchOutcome> {
