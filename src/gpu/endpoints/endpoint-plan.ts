@@ -98,12 +98,17 @@ export function planEndpoint(endpoint: EndpointRecord, replicas: readonly Replic
 function condemnReason({ row, record }: ReplicaFacts, now: Date, settings: PlanSettings): string | undefined {
   const since = (at: Date) => now.getTime() - at.getTime();
   if (row.readySince !== null && row.failingSince !== null && since(row.failingSince) >= settings.unhealthyMs) {
-    return `its model server failed every probe for ${Math.round(since(row.failingSince) / 1000)} s`;
+    return `its model server failed every probe for ${seconds(since(row.failingSince))} s`;
   }
   if (row.readySince === null && since(row.createdAt) >= settings.startTimeoutMs) {
-    return `it was not ready within ${Math.round(settings.startTimeoutMs / 1000)} s of its launch (${record?.status ?? "no record"})`;
+    return `it was not ready within ${seconds(settings.startTimeoutMs)} s of its launch (${record?.status ?? "no record"})`;
   }
   return undefined;
+}
+
+/** Milliseconds as seconds with at most one decimal, for event details. */
+function seconds(ms: number): number {
+  return Math.round(ms / 100) / 10;
 }
 
 /** A replica whose creation is still waiting for the marketplace's answer cannot be destroyed yet. */
