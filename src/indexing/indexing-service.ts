@@ -76,6 +76,7 @@ function liveMessage(live: LiveStatus) {
     enabled: live.enabled,
     state: live.state,
     pendingProducts: live.pendingProducts,
+    retryingProducts: live.retryingProducts,
     oldestPendingAgeMs: BigInt(live.oldestPendingAgeMs),
     appliedTotal: BigInt(live.appliedTotal),
     lastAppliedAt: live.lastAppliedAt && timestampFromDate(live.lastAppliedAt),

@@ -9,7 +9,8 @@ import * as indexTruth from "./20261122000300_index_truth.js";
 import * as goodsDropFullIndex from "./20261123000000_goods_drop_full_index.js";
 import * as goodsLiveFeed from "./20261125000000_goods_live_feed.js";
 import * as goodsLiveWakeIdle from "./20261125010000_goods_live_wake_idle.js";
-import * as gpuEndpoints from "./20261126000000_gpu_endpoints.js";
+import * as goodsLiveFeedDue from "./20261126000000_goods_live_feed_due.js";
+import * as gpuEndpoints from "./20261126010000_gpu_endpoints.js";
 
 // Migrations are listed here, in order, rather than found on disk, so that they run the same
 // under tsx, vitest and compiled output. A shipped migration is never edited: add a new one.
@@ -24,7 +25,8 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261123000000_goods_drop_full_index", goodsDropFullIndex],
   ["20261125000000_goods_live_feed", goodsLiveFeed],
   ["20261125010000_goods_live_wake_idle", goodsLiveWakeIdle],
-  ["20261126000000_gpu_endpoints", gpuEndpoints],
+  ["20261126000000_goods_live_feed_due", goodsLiveFeedDue],
+  ["20261126010000_gpu_endpoints", gpuEndpoints],
 ];
 
 export const migrationSource: Knex.MigrationSource<string> = {
