@@ -59,6 +59,21 @@ export interface GpuConfig {
   readonly creationGraceMs: number;
   /** Cap on the summed cost_per_hour of active instances, $/h; undefined: no cap. */
   readonly maxFleetDph: number | undefined;
+  readonly endpoints: EndpointConfig;
+}
+
+/** The endpoint controller's clocks (SPEC.md section 2, "Endpoints"). */
+export interface EndpointConfig {
+  /** GPU_ENDPOINT_PROBE_MS: interval of readiness probes and controller rounds, ms. */
+  readonly probeMs: number;
+  /** GPU_ENDPOINT_READY_AFTER: consecutive successful probes that make a replica ready. */
+  readonly readyAfter: number;
+  /** GPU_ENDPOINT_UNHEALTHY_MS: failing this long makes a ready replica unhealthy (replaced), ms. */
+  readonly unhealthyMs: number;
+  /** GPU_ENDPOINT_START_TIMEOUT_MS: a replica not ready this long after its launch is replaced, ms. */
+  readonly startTimeoutMs: number;
+  /** GPU_ENDPOINT_DRAIN_MS: how long a replica scaled away keeps its in-flight requests, ms. */
+  readonly drainMs: number;
 }
 
 /** Which marketplace GpuService rents from, and how it is reached or simulated. */
@@ -176,6 +191,13 @@ export function loadConfig(env: Env = process.env): Config {
       deploymentId: deploymentId(env, "GPU_DEPLOYMENT_ID"),
       statusCacheMs: integer(env, "GPU_STATUS_CACHE_MS", 2_000, 0, 60_000),
       maxFleetDph: positiveNumber(env, "GPU_MAX_FLEET_DPH"),
+      endpoints: Object.freeze({
+        probeMs: integer(env, "GPU_ENDPOINT_PROBE_MS", 10_000, 10, 3_600_000),
+        readyAfter: integer(env, "GPU_ENDPOINT_READY_AFTER", 2, 1, 100),
+        unhealthyMs: integer(env, "GPU_ENDPOINT_UNHEALTHY_MS", 180_000, 0, 86_400_000),
+        startTimeoutMs: integer(env, "GPU_ENDPOINT_START_TIMEOUT_MS", 1_200_000, 1_000, 86_400_000),
+        drainMs: integer(env, "GPU_ENDPOINT_DRAIN_MS", 30_000, 0, 3_600_000),
+      }),
     }),
   };
   if ((config.tlsCertFile === undefined) !== (config.tlsKeyFile === undefined)) {

@@ -12,10 +12,15 @@ import { DEFAULT_LIMIT, searchOffers, validateLimit } from "./marketplace/offers
 import type { StatisticsStore } from "./store/statistics-store.js";
 import { findTemplate, listTemplates } from "./creation/templates.js";
 import { roundMoney } from "./money/cost.js";
+import type { EndpointEventStore } from "./endpoints/endpoint-events.js";
+import { createEndpointRpcs } from "./endpoints/endpoint-service.js";
+import type { EndpointStore } from "./endpoints/endpoint-store.js";
 
 export interface GpuServiceOptions {
   ctx: GpuContext;
   statistics: StatisticsStore;
+  endpoints: EndpointStore;
+  events: EndpointEventStore;
   /** Test seam: see CreationHooks. */
   creationHooks?: CreationHooks;
 }
@@ -23,6 +28,7 @@ export interface GpuServiceOptions {
 /** Every GpuService RPC; each one is a thin call into the module that does its job. */
 export function createGpuService(options: GpuServiceOptions): ServiceImpl<typeof GpuService> {
   const { ctx, statistics, creationHooks } = options;
+  const endpointRpcs = createEndpointRpcs({ ctx, endpoints: options.endpoints, events: options.events, actorOf });
   const catalogue = async (): Promise<MarketOffer[]> => {
     try {
       return await ctx.marketplace.listOffers();
@@ -92,6 +98,7 @@ export function createGpuService(options: GpuServiceOptions): ServiceImpl<typeof
       const stats = await statistics.statistics();
       return { ...stats, totalCost: roundMoney(stats.totalCost), averageCostPerHour: roundMoney(stats.averageCostPerHour) };
     },
+    ...endpointRpcs,
   };
 }
 

@@ -47,6 +47,7 @@ export function instanceMessage(record: InstanceRecord, now: Date): MessageInitS
     autoDestroy: record.autoDestroy,
     uptime: formatUptime(uptime),
     totalCost: totalCost(record.costPerHour, uptime),
+    endpoint: record.endpoint ?? undefined,
   };
 }
 

@@ -97,6 +97,24 @@ describe("migrations", () => {
     await db.knex("goods_index_runs").delete();
   });
 
+  it("adds endpoints over existing instances, a name unique among live endpoints only, and rolls back keeping the instances", async () => {
+    await undoThrough("20261126010000_gpu_endpoints");
+    await db.knex("gpu_instances").insert({ instance_id: "gpu-30", offer_id: "o", status: "running" });
+    await migrateToLatest(db.knex);
+    expect((await InstanceStore.create({ knex: db.knex }).get("gpu-30"))?.endpoint).toBeNull();
+    const endpoint = { name: "coder", template_name: "budget", replicas: 1, max_cost_per_hour: 1 };
+    const [first] = await db.knex("gpu_endpoints").insert(endpoint).returning("id");
+    await expect(db.knex("gpu_endpoints").insert(endpoint)).rejects.toThrow(/gpu_endpoints_live_name_idx/);
+    await db.knex("gpu_endpoints").where({ id: first.id }).update({ phase: "deleted" });
+    await db.knex("gpu_endpoints").insert(endpoint);
+    await expect(db.knex("gpu_endpoints").insert({ ...endpoint, name: "x", replicas: 17 })).rejects.toThrow(/gpu_endpoints_replicas_check/);
+    await undoThrough("20261126010000_gpu_endpoints");
+    expect(await tables()).not.toContain("gpu_endpoints");
+    expect(await db.knex("gpu_instances").where({ instance_id: "gpu-30" }).first()).toBeDefined();
+    await migrateToLatest(db.knex);
+    await db.knex("gpu_instances").delete();
+  });
+
   it("refuses a status value outside the contract", async () => {
     await expect(
       db.knex("gpu_instances").insert({ instance_id: "gpu-2", offer_id: "o", status: "sleeping" }),

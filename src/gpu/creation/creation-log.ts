@@ -27,6 +27,7 @@ export function creationLog(actor: string, record: InstanceRecord, market: Marke
       offer_id: record.offerId,
       market_instance_id: market.id,
       auto_destroy: record.autoDestroy,
+      ...(record.endpoint ? { endpoint: record.endpoint } : {}),
     },
   };
 }
@@ -70,6 +71,7 @@ export async function failCreation(
         cost_per_hour: failed.costPerHour,
         offer_id: failed.offerId,
         market_instance_id: machine?.id ?? null,
+        ...(failed.endpoint ? { endpoint: failed.endpoint } : {}),
       },
     }),
   );

@@ -29,6 +29,12 @@ export interface CreationRequest {
   customConfig?: JsonObject;
   /** Who asked (src/actor.ts): written on every log record of the creation. */
   actor: string;
+  /**
+   * For an endpoint's replicas: the instance_id reserved beforehand (the endpoint writes it down
+   * before the creation starts), the endpoint the record names, and a price cap tighter than the
+   * template's (what is left of the endpoint's budget).
+   */
+  replicaOf?: { instanceId: string; endpoint: string; priceCap: number };
 }
 
 export interface CreationResult {
@@ -40,15 +46,16 @@ export interface CreationResult {
 }
 
 export async function createInstance(ctx: GpuContext, request: CreationRequest, hooks: CreationHooks = {}): Promise<CreationResult> {
-  const template = templateOf(request.templateName);
+  const replicaOf = request.replicaOf;
+  const template = capped(templateOf(request.templateName), replicaOf?.priceCap);
   const custom = parseCustomConfig(request.customConfig, template !== undefined);
   // Every model server gets a key of its own, so that its public port serves nobody else.
   const modelApiKey = template ? newModelApiKey() : null;
   const plan = launchPlanOf(template, custom, modelApiKey ?? undefined);
   const offerId = request.offerId || undefined;
   const candidates = offerCandidates(await offersFor(ctx, template, offerId, plan.diskGb), template, offerId);
-  const instanceId = await ctx.instances.nextInstanceId();
-  const marketLabel = (await ctx.deployment()).labelOf(instanceId);
+  const instanceId = replicaOf?.instanceId ?? (await ctx.instances.nextInstanceId());
+  const marketLabel = (await ctx.deployment()).labelOf(instanceId, replicaOf?.endpoint);
   ctx.inFlight.add(instanceId);
   try {
     const started = Date.now();
@@ -71,6 +78,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
         startCommand: onMachine(plan, offer.gpuInfo.numGpus).startCommand,
         autoDestroy: plan.autoDestroy,
         modelApiKey,
+        endpoint: replicaOf?.endpoint ?? null,
         ...limits,
       }),
     });
@@ -91,6 +99,12 @@ function templateOf(name: string | undefined): Template | undefined {
     });
   }
   return template;
+}
+
+/** The template with its max_price lowered to `cap`: offer choice and the rented-price check both honour it. */
+function capped(template: Template | undefined, cap: number | undefined): Template | undefined {
+  if (!template?.config || cap === undefined || cap >= template.config.maxPrice) return template;
+  return { ...template, config: { ...template.config, maxPrice: cap } };
 }
 
 /** The marketplace's answer to the creation's offer search (empty when there is nothing to ask). */

@@ -37,6 +37,7 @@ export async function destroyRecord(
     gpu_info: gpuInfoJson(record.gpuInfo),
     cost_per_hour: record.costPerHour,
     previous_status: record.status,
+    ...(record.endpoint ? { endpoint: record.endpoint } : {}),
     ...(cause ? { limit: cause.limit } : {}),
   };
   const why = cause ? `${cause.reason}; ` : "";

@@ -45,6 +45,8 @@ export interface InstanceRecord {
    * list, status or log answer (only GetModelKey and the creation answer carry it).
    */
   modelApiKey: string | null;
+  /** The endpoint this instance is a replica of; null for an instance created on its own. */
+  endpoint: string | null;
 }
 
 export type NewInstance = Pick<
@@ -61,7 +63,8 @@ export type NewInstance = Pick<
   | "maxHours"
   | "maxCost"
   | "modelApiKey"
->;
+> &
+  Partial<Pick<InstanceRecord, "endpoint">>;
 
 /** The offer a creating record is about to rent. */
 export type OfferFacts = Pick<InstanceRecord, "offerId" | "gpuInfo" | "costPerHour">;
@@ -101,6 +104,7 @@ interface Row {
   max_hours: number | null;
   max_cost: number | null;
   model_api_key: string | null;
+  endpoint: string | null;
 }
 
 export function gpuInfoJson(info: GpuInfo) {
@@ -134,6 +138,7 @@ export function toRecord(row: Row): InstanceRecord {
     maxHours: row.max_hours,
     maxCost: row.max_cost,
     modelApiKey: row.model_api_key ?? null,
+    endpoint: row.endpoint ?? null,
   };
 }
 
@@ -195,6 +200,7 @@ export class InstanceStore {
         max_hours: record.maxHours,
         max_cost: record.maxCost,
         model_api_key: record.modelApiKey,
+        endpoint: record.endpoint ?? null,
       })
       .returning("*");
     return toRecord(row as Row);
@@ -219,6 +225,13 @@ export class InstanceStore {
   async get(instanceId: string): Promise<InstanceRecord | null> {
     const row = await this.knex(TABLE).where({ instance_id: instanceId }).first();
     return row ? toRecord(row as Row) : null;
+  }
+
+  /** The records of these ids that exist, in no particular order. */
+  async getMany(instanceIds: readonly string[]): Promise<InstanceRecord[]> {
+    if (instanceIds.length === 0) return [];
+    const rows = await this.knex(TABLE).whereIn("instance_id", instanceIds as string[]);
+    return (rows as Row[]).map(toRecord);
   }
 
   /**

@@ -23,6 +23,12 @@ export const RPC_SCOPES: Readonly<Record<string, Readonly<Record<string, Scope>>
     GetStatistics: "gpu:read",
     // A secret that lets its holder call the model directly: as much power as renting it.
     GetModelKey: "gpu:write",
+    CreateEndpoint: "gpu:write",
+    ListEndpoints: "gpu:read",
+    GetEndpoint: "gpu:read",
+    UpdateEndpoint: "gpu:write",
+    DeleteEndpoint: "gpu:write",
+    ListEndpointEvents: "gpu:read",
   },
   "search.v1.IndexingService": {
     IndexGoods: "indexing:run",
