@@ -40,7 +40,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
   const custom = parseCustomConfig(request.customConfig, template !== undefined);
   const plan = launchPlanOf(template, custom);
   const offerId = request.offerId || undefined;
-  const candidates = offerCandidates(await offersFor(ctx, template, offerId, plan.diskGb), template, offerId);
+  const candidates = offerCandidates(await offersFor(ctx, template, offerId, plan.diskGb), template, offerId, plan.diskGb);
   const instanceId = await ctx.instances.nextInstanceId();
   const marketLabel = (await ctx.deployment()).labelOf(instanceId);
   ctx.inFlight.add(instanceId);
