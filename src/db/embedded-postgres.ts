@@ -88,7 +88,10 @@ async function takeOverPreviousServer(paths: ClusterPaths, options: EmbeddedPost
     await stopVerifiedServer(paths.pidFile, found.file);
     found = await find();
   }
-  if (found.kind === "stale") rmSync(paths.pidFile, { force: true });
+  if (found.kind === "stale") {
+    options.onLog?.(`removing a stale postmaster.pid: ${found.reason}`);
+    rmSync(paths.pidFile, { force: true });
+  }
   else if (found.kind === "running") throw new EmbeddedPostgresError(`the embedded PostgreSQL of ${paths.cluster} (pid ${found.file.pid}) did not stop`);
   return undefined;
 }

@@ -10,6 +10,9 @@ import { processAlive } from "./process-alive.js";
 // signalled only once the server answering on the recorded port is this cluster's and started
 // when the file says.
 
+/** How long a server whose file says "stopping" and whose port is closed is given to end. */
+const STOPPING_GRACE_MS = 10_000;
+
 export interface PidFile {
   pid: number;
   /** As the server was given it (-D); compared by real path. */
@@ -50,6 +53,7 @@ export interface FindOptions {
 
 export async function findRunningServer(cluster: string, pidFilePath: string, { password, waitMs }: FindOptions): Promise<ServerFound> {
   const deadline = Date.now() + waitMs;
+  let closedSince: number | undefined;
   for (;;) {
     const file = readPidFile(pidFilePath);
     if (file === "absent") return { kind: "none" };
@@ -70,7 +74,12 @@ export async function findRunningServer(cluster: string, pidFilePath: string, { 
     if (answer.kind === "not-ours") return { kind: "stale", file, reason: `port ${file.port} is served by another program (${answer.detail})` };
     // Nobody listens on the port: the server is gone and its pid now belongs to another program,
     // unless it is this cluster's server on its way out, which removes the file as it ends.
-    if (answer.kind === "closed" && file.status !== "stopping") return { kind: "stale", file, reason: `nothing listens on port ${file.port}` };
+    if (answer.kind === "closed") {
+      closedSince ??= Date.now();
+      if (file.status !== "stopping" || Date.now() - closedSince > STOPPING_GRACE_MS) {
+        return { kind: "stale", file, reason: `nothing listens on port ${file.port}` };
+      }
+    }
     if (Date.now() > deadline) {
       throw new EmbeddedPostgresError(
         `the server recorded in ${pidFilePath} (pid ${file.pid}, port ${file.port}) neither answers nor ends (${answer.kind === "busy" ? answer.detail : answer.kind}): stop it by hand`,
