@@ -14,14 +14,27 @@ afterAll(() => fixtures.cleanup());
 describe("two starts of one DATA_DIR at once", () => {
   it("initialise the cluster once and share its server", async () => {
     const dir = fixtures.dataDir();
-    const [service, command] = await Promise.all([fixtures.startOwner(dir, "refuse"), fixtures.startOwner(dir, "share")]);
-    // Whichever came second connected to the first one's server, which still runs.
-    expect(new URL(command.url).port).toBe(new URL(service.url).port);
-    expect(await reachable(service.url)).toBe(true);
+    // Two sample-data commands on a fresh DATA_DIR: the second waits, then connects to the first one's server.
+    const [first, second] = await Promise.all([fixtures.startOwner(dir, "share"), fixtures.startOwner(dir, "share")]);
+    expect(new URL(second.url).port).toBe(new URL(first.url).port);
+    expect(await reachable(first.url)).toBe(true);
     expect(readdirSync(dir).filter((entry) => entry.startsWith("postgres.init"))).toEqual([]);
     expect(existsSync(join(dir, "postgres.lock"))).toBe(false);
-    service.child.kill("SIGTERM");
-    command.child.kill("SIGTERM");
+    first.child.kill("SIGTERM");
+    second.child.kill("SIGTERM");
+  }, 120_000);
+
+  it("leave the service either the server's owner or refused naming the command's pid, never a stopped server", async () => {
+    const dir = fixtures.dataDir();
+    const [service, command] = await Promise.allSettled([fixtures.startOwner(dir, "refuse"), fixtures.startOwner(dir, "share")]);
+    expect(command.status).toBe("fulfilled");
+    const { url, child } = (command as PromiseFulfilledResult<Awaited<ReturnType<typeof fixtures.startOwner>>>).value;
+    // The command came first: the service exits 1 (in use); else the command shares the service's server.
+    if (service.status === "fulfilled") expect(new URL(url).port).toBe(new URL(service.value.url).port);
+    else expect(String(service.reason)).toMatch(/owner exited with 1/);
+    expect(await reachable(url)).toBe(true);
+    child.kill("SIGTERM");
+    if (service.status === "fulfilled") service.value.child.kill("SIGTERM");
   }, 120_000);
 
   it("wait while another process holds the lock, and start once it lets go", async () => {
