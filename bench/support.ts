@@ -3,7 +3,11 @@ import { readdirSync, readFileSync } from "node:fs";
 import pg from "pg";
 import { createKnex, migrateToLatest } from "../src/db/knex.js";
 import { generateGoods } from "../src/indexing/goods/goods-generator.js";
-import { adminDatabaseUrl } from "../test/support/postgres.js";
+
+/** The server the benches create their databases on: DATABASE_URL, or a local server. */
+function adminDatabaseUrl(): string {
+  return process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
+}
 
 /** Runs one statement (create / drop database) on the server's admin database. */
 export async function admin(sql: string): Promise<void> {

@@ -54,11 +54,21 @@ export async function openDatabase(config: Pick<Config, "databaseUrl" | "dataDir
     await close();
     throw new Error(`${description} unreachable or not migratable: ${databaseErrorText(err)} ${firstLine(err)}`, { cause: err });
   }
-  if (embedded) await importPgliteData(config.dataDir, knex, logger).catch(async (err: unknown) => {
+  if (embedded) await importEarlierDataDir(config.dataDir, embedded.adminUrl, logger).catch(async (err: unknown) => {
     await close();
     throw err;
   });
   return { knex, description, embedded: embedded !== undefined, close };
+}
+
+/** The import writes with triggers held off (session_replication_role), which takes the superuser. */
+async function importEarlierDataDir(dataDir: string, adminUrl: string, logger: Logger): Promise<void> {
+  const admin = createKnex(adminUrl, { poolMax: 1 });
+  try {
+    await importPgliteData(dataDir, admin, logger);
+  } finally {
+    await admin.destroy();
+  }
 }
 
 function firstLine(err: unknown): string {

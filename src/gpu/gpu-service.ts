@@ -1,7 +1,7 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { actorOf } from "../actor.js";
 import type { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { excerpt, InvalidInputError, NotFoundError, UnavailableError } from "../errors.js";
+import { DomainError, excerpt, InvalidInputError, NotFoundError, UnavailableError } from "../errors.js";
 import { createInstance, type CreationHooks, type CreationResult } from "./creation/creation.js";
 import { destroyRecord } from "./lifecycle/destroy.js";
 import type { GpuContext } from "./gpu-context.js";
@@ -33,6 +33,9 @@ export function createGpuService(options: GpuServiceOptions): ServiceImpl<typeof
     try {
       return await ctx.marketplace.listOffers();
     } catch (err) {
+      // A refused key or another misconfiguration is no outage: it answers as itself (500 naming
+      // the variable), not as a retryable 503.
+      if (err instanceof DomainError && !(err instanceof UnavailableError)) throw err;
       throw new UnavailableError("The marketplace did not list its offers", { cause: err });
     }
   };

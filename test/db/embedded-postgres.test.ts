@@ -1,67 +1,17 @@
-import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { EmbeddedPostgresError, startEmbeddedPostgres } from "../../src/db/embedded-postgres.js";
+import { embeddedFixtures, query, reachable, until } from "../support/embedded-postgres.js";
 
 // The embedded PostgreSQL of DATA_DIR: a real server, stopped with the process that started it
 // (a SIGKILL included), shared with or refused to a second process, and started again over
 // whatever a killed process left behind.
 
-const root = join(import.meta.dirname, "../..");
-const dirs: string[] = [];
-const owners: ChildProcess[] = [];
-
-afterAll(() => {
-  for (const owner of owners) owner.kill("SIGKILL");
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
-});
-
-function dataDir(): string {
-  const dir = mkdtempSync(join(tmpdir(), "embedded-pg-"));
-  dirs.push(dir);
-  return dir;
-}
-
-/** Another process that runs the embedded server of `dir`; resolves with the server's URL. */
-async function startOwner(dir: string): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", "test/support/embedded-owner.ts", dir], { cwd: root, stdio: ["ignore", "pipe", "inherit"] });
-  owners.push(child);
-  const url = await new Promise<string>((resolve, reject) => {
-    createInterface({ input: child.stdout! }).once("line", resolve);
-    child.once("exit", (code) => reject(new Error(`owner exited with ${code}`)));
-  });
-  return { child, url };
-}
-
-async function query(url: string, sql: string): Promise<Record<string, unknown>> {
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2_000 });
-  await client.connect();
-  try {
-    return (await client.query(sql)).rows[0] as Record<string, unknown>;
-  } finally {
-    await client.end();
-  }
-}
-
-async function reachable(url: string): Promise<boolean> {
-  return query(url, "select 1").then(
-    () => true,
-    () => false,
-  );
-}
-
-async function until(condition: () => Promise<boolean>, ms: number): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (await condition()) return true;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return condition();
-}
+const fixtures = embeddedFixtures();
+const { dataDir, startOwner } = fixtures;
+afterAll(() => fixtures.cleanup());
 
 describe("the embedded PostgreSQL", () => {
   it("is a real PostgreSQL 18 server with several connections, LISTEN/NOTIFY and a password, kept across restarts", async () => {

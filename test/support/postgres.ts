@@ -3,9 +3,14 @@ import type { Knex } from "knex";
 import pg from "pg";
 import { createKnex, migrateToLatest } from "../../src/db/knex.js";
 
-/** The server the tests create their databases on: DATABASE_URL, or the local one. */
+/**
+ * The server the tests create their databases on, as a role that may: DATABASE_URL, set by the
+ * run's global setup to the embedded PostgreSQL it starts when the run was given none.
+ */
 export function adminDatabaseUrl(): string {
-  return process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
+  const url = process.env.DATABASE_URL;
+  if (!url) throw new Error("DATABASE_URL is unset: the tests' global setup (test/support/global-setup.ts) sets it");
+  return url;
 }
 
 export interface TestDatabase {

@@ -53,7 +53,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
   const modelApiKey = template ? newModelApiKey() : null;
   const plan = launchPlanOf(template, custom, modelApiKey ?? undefined);
   const offerId = request.offerId || undefined;
-  const candidates = offerCandidates(await offersFor(ctx, template, offerId, plan.diskGb), template, offerId);
+  const candidates = offerCandidates(await offersFor(ctx, template, offerId, plan.diskGb), template, offerId, plan.diskGb);
   const instanceId = replicaOf?.instanceId ?? (await ctx.instances.nextInstanceId());
   const marketLabel = (await ctx.deployment()).labelOf(instanceId, replicaOf?.endpoint);
   ctx.inFlight.add(instanceId);

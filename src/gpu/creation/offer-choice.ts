@@ -45,8 +45,13 @@ export function candidateFilter(template: Template | undefined, offerId: string 
  * The offers a creation may rent, best first: the one named by offerId (checked against the
  * template), or every rentable offer that fits the template, cheapest first.
  */
-export function offerCandidates(catalogue: readonly MarketOffer[], template: Template | undefined, offerId: string | undefined): MarketOffer[] {
-  if (offerId !== undefined) return [namedOffer(catalogue, template, offerId)];
+export function offerCandidates(
+  catalogue: readonly MarketOffer[],
+  template: Template | undefined,
+  offerId: string | undefined,
+  diskGb: number,
+): MarketOffer[] {
+  if (offerId !== undefined) return [namedOffer(catalogue, template, offerId, diskGb)];
   if (!template) throw new InvalidInputError("offer_id is required when no template_name is given", { extra: { field: "offer_id" } });
   const { minGpuRam, maxPrice } = limitsOf(template);
   const fitting = catalogue
@@ -69,7 +74,7 @@ export function offerTaken(offerId: string, why = "it is rented by another insta
   return new ConflictError(`Offer '${offerId}' is not rentable any more: ${why}`, { extra: { field: "offer_id" } });
 }
 
-function namedOffer(catalogue: readonly MarketOffer[], template: Template | undefined, offerId: string): MarketOffer {
+function namedOffer(catalogue: readonly MarketOffer[], template: Template | undefined, offerId: string, diskGb: number): MarketOffer {
   const offer = catalogue.find((o) => o.id === offerId);
   if (!offer) throw new NotFoundError(`Offer '${excerpt(offerId)}' not found`, { extra: { field: "offer_id" } });
   if (!offer.rentable) throw new ConflictError(`Offer '${excerpt(offerId)}' is not rentable any more`, { extra: { field: "offer_id" } });
@@ -77,7 +82,17 @@ function namedOffer(catalogue: readonly MarketOffer[], template: Template | unde
     checkTemplateLimits(offer, template, offer.dphTotal);
     checkServing(offer, template);
   }
+  checkDisk(offer, template, diskGb);
   return offer;
+}
+
+/** Throws InvalidInputError when the host has less disk free than the instance asks for. */
+function checkDisk(offer: MarketOffer, template: Template | undefined, diskGb: number): void {
+  if (offer.diskSpaceGb === undefined || offer.diskSpaceGb >= diskGb) return;
+  const whose = template ? `template '${template.name}' needs for its image and model weights` : "an instance needs";
+  throw new InvalidInputError(`Offer '${offer.id}' has ${Math.floor(offer.diskSpaceGb)} GB of disk free, below the ${diskGb} GB ${whose}`, {
+    extra: { field: "offer_id", limit: "disk" },
+  });
 }
 
 function machineNeedsText(template: Template): string {

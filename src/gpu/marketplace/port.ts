@@ -20,6 +20,8 @@ export interface MarketOffer {
   cudaMaxGood?: number;
   /** Share of time the host's machines stayed up, 0..1; absent where the marketplace does not say. */
   reliability?: number;
+  /** Disk the host has free for a machine, GB; absent where the marketplace does not say. */
+  diskSpaceGb?: number;
 }
 
 /** Sort orders of an offer search: price and price per GPU cheapest first, the others largest first. */

@@ -116,8 +116,8 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     res.on("finish", () => (entry.status = res.statusCode));
     if (switches.delayMs > 0) await sleep(switches.delayMs);
     if (req.headers.authorization !== `Bearer ${options.apiKey}`) {
-      // As vast.ai does: the offer search answers an unknown key with 404, the other endpoints with 401.
-      if (method === "POST" && url.pathname === "/api/v0/bundles/") return send(res, 404, error("not_found", "Not found"));
+      // As vast.ai documents it: the offer search answers an unknown key with 404, the other endpoints with 401.
+      if (method === "POST" && url.pathname === "/api/v0/bundles/") return send(res, 404, error("auth_error", "Invalid user key"));
       return send(res, 401, error("auth_error", "Invalid user key"));
     }
     if (switches.throttle > 0) {

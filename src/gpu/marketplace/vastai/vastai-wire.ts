@@ -56,7 +56,8 @@ export function toSearchBody(filter: OfferFilter): Json {
   if (filter.minCuda !== undefined) body.cuda_max_good = { gte: filter.minCuda };
   if (filter.minReliability !== undefined) body.reliability2 = { gte: filter.minReliability };
   if (filter.directPort) body.direct_port_count = { gte: 1 };
-  if (filter.diskGb !== undefined) body.disk_space = { gte: filter.diskGb };
+  // A named ask is looked up by its id alone, so that one lacking the disk is refused saying so.
+  if (filter.diskGb !== undefined && filter.offerId === undefined) body.disk_space = { gte: filter.diskGb };
   if (filter.limit !== undefined) body.limit = filter.limit;
   return body;
 }
@@ -86,6 +87,7 @@ function parseOffer(value: unknown, where: string): MarketOffer {
     directPortCount: optional(integer, o.direct_port_count, `${where}.direct_port_count`),
     cudaMaxGood: optional(number, o.cuda_max_good, `${where}.cuda_max_good`),
     reliability: optional(number, o.reliability2 ?? o.reliability, `${where}.reliability2`),
+    diskSpaceGb: optional(number, o.disk_space, `${where}.disk_space`),
   };
 }
 

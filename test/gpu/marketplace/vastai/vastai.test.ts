@@ -97,6 +97,7 @@ describe("vast.ai offers", () => {
         directPortCount: ask.direct_port_count,
         cudaMaxGood: ask.cuda_max_good,
         reliability: ask.reliability2,
+        diskSpaceGb: ask.disk_space,
       });
       expect(ask.reliability2).toBeGreaterThanOrEqual(0.95);
       expect(ask.external).toBe(false);
