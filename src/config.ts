@@ -57,6 +57,8 @@ export interface GpuConfig {
   readonly creationGraceMs: number;
   /** Cap on the summed cost_per_hour of active instances, $/h; undefined: no cap. */
   readonly maxFleetDph: number | undefined;
+  /** How long the endpoint proxy waits for a replica's first answer byte before a 504, ms (a slow first token is normal). */
+  readonly endpointFirstByteMs: number;
 }
 
 /** Which marketplace GpuService rents from, and how it is reached or simulated. */
@@ -171,6 +173,7 @@ export function loadConfig(env: Env = process.env): Config {
       deploymentId: deploymentId(env, "GPU_DEPLOYMENT_ID"),
       statusCacheMs: integer(env, "GPU_STATUS_CACHE_MS", 2_000, 0, 60_000),
       maxFleetDph: positiveNumber(env, "GPU_MAX_FLEET_DPH"),
+      endpointFirstByteMs: integer(env, "GPU_ENDPOINT_FIRST_BYTE_MS", 300_000, 1, 3_600_000),
     }),
   };
   if ((config.tlsCertFile === undefined) !== (config.tlsKeyFile === undefined)) {

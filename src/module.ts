@@ -30,3 +30,18 @@ export interface ServiceModule {
   stop(): Promise<void>;
 }
 
+
+/** A replica the proxy may send requests to. */
+export interface RouteTarget {
+  instanceId: string;
+  /** Base URL of its model server, e.g. http://203.0.113.5:41234 (no trailing slash, no /v1). */
+  url: string;
+  /** The model server's own key (sent as Authorization: Bearer), null for servers without one. */
+  apiKey: string | null;
+}
+
+/** Where the proxy finds an endpoint's ready replicas. */
+export interface EndpointDirectory {
+  /** undefined: no such endpoint (or deleted) -> 404; []: none ready -> 503. */
+  readyReplicas(name: string): Promise<RouteTarget[] | undefined>;
+}
