@@ -31,6 +31,8 @@ export function createApp(deps: AppDeps): App {
     maxBodyBytes: config.maxBodyBytes,
     metrics,
     apiHints: mergeApiHints(GPU_API_HINTS, INDEXING_API_HINTS),
+    endpoints: deps.endpoints,
+    endpointFirstByteMs: config.gpu.endpointFirstByteMs,
     readiness: {
       database: async () => {
         await knex.raw("select 1");
