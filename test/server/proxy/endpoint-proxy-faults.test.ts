@@ -1,0 +1,197 @@
+import { createServer as createHttpServer, request, type Server } from "node:http";
+import { createServer as createTcpServer, type AddressInfo, type Server as TcpServer, type Socket } from "node:net";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import type { ModelServer } from "../../../src/gpu/marketplace/simulated/model-server.js";
+import type { RouteTarget } from "../../../src/module.js";
+import { CALLER_TOKEN, MODEL, callEndpoint, metricValue, startProxy, startReplica, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
+import { waitFor } from "../../support/wait.js";
+
+// The endpoint proxy when replicas fail, hang or are slow, and when callers leave: real model
+// servers that are really stopped, a port that refuses, a socket that never answers.
+
+let proxy: ProxyUnderTest;
+const opened: Array<{ close(): Promise<void> | void }> = [];
+const chat = { model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 1 };
+
+beforeAll(async () => {
+  proxy = await startProxy({ firstByteMs: 400 });
+});
+
+afterEach(async () => {
+  for (const item of opened.splice(0)) await item.close();
+  proxy.endpoints.clear();
+});
+
+afterAll(async () => {
+  await proxy?.close();
+});
+
+async function replica(instanceId: string, tokenDelayMs = 20): Promise<{ server: ModelServer; target: RouteTarget }> {
+  const started = await startReplica(instanceId, { tokenDelayMs });
+  opened.push(started.server);
+  return started;
+}
+
+/** A replica whose machine is gone: its port refuses connections. */
+async function deadTarget(instanceId: string): Promise<RouteTarget> {
+  const { server, target } = await startReplica(instanceId);
+  await server.close();
+  return target;
+}
+
+/** A replica that accepts connections and never answers (a hung model). */
+async function hungTarget(instanceId: string): Promise<{ target: RouteTarget; sockets: Socket[]; closed: () => number }> {
+  const sockets: Socket[] = [];
+  let closed = 0;
+  const server: TcpServer = createTcpServer((socket) => {
+    sockets.push(socket.on("error", () => undefined).on("close", () => (closed += 1)));
+    socket.resume();
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  opened.push({ close: () => new Promise<void>((resolve) => { for (const s of sockets) s.destroy(); server.close(() => resolve()); }) });
+  return { target: { instanceId, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: null }, sockets, closed: () => closed };
+}
+
+/** A replica that answers every request with `status` (a model server still loading answers 503). */
+async function answeringTarget(instanceId: string, status: number): Promise<{ target: RouteTarget; hits: () => number }> {
+  let hits = 0;
+  const server: Server = createHttpServer((req, res) => {
+    hits += 1;
+    req.resume();
+    res.writeHead(status, { "content-type": "application/json" });
+    res.end(JSON.stringify({ error: { message: "loading" } }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  opened.push({ close: () => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }) });
+  return { target: { instanceId, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: null }, hits: () => hits };
+}
+
+describe("endpoint proxy under faults", () => {
+  it("retries a request once on another ready replica when the first refuses the connection", async () => {
+    const live = await replica("gpu-live");
+    proxy.endpoints.set("fa", [await deadTarget("gpu-dead"), live.target]);
+    const retries = await metricValue(proxy, "gpu_endpoint_retries_total", 'endpoint="fa"');
+    for (let i = 0; i < 6; i++) {
+      const res = await callEndpoint(proxy, "/endpoints/fa/v1/chat/completions", chat);
+      expect(res.status).toBe(200);
+      expect(res.headers.get("x-endpoint-instance")).toBe("gpu-live");
+      await res.text();
+    }
+    expect(live.server.stats.completions).toBe(6);
+    expect(await metricValue(proxy, "gpu_endpoint_retries_total", 'endpoint="fa"')).toBeGreaterThan(retries);
+  });
+
+  it("retries a 503 from a replica on another one, with the same body", async () => {
+    const loading = await answeringTarget("gpu-loading", 503);
+    const live = await replica("gpu-live");
+    proxy.endpoints.set("fb", [loading.target, live.target]);
+    for (let i = 0; i < 4; i++) {
+      const res = await callEndpoint(proxy, "/endpoints/fb/v1/chat/completions", { ...chat, max_tokens: 2 });
+      expect(res.status).toBe(200);
+      expect(((await res.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message.content).toBe("Hello from");
+    }
+    expect(loading.hits()).toBeGreaterThan(0);
+    expect(live.server.stats.completions).toBe(4);
+  });
+
+  it("answers 502 naming the replica when the only one cannot be reached, and passes a 503 through when no other is ready", async () => {
+    proxy.endpoints.set("fc", [await deadTarget("gpu-dead")]);
+    const res = await callEndpoint(proxy, "/endpoints/fc/v1/chat/completions", chat);
+    expect(res.status).toBe(502);
+    expect(res.headers.get("x-endpoint-instance")).toBe("gpu-dead");
+    expect(((await res.json()) as { detail: string }).detail).toMatch(/gpu-dead could not be reached/);
+
+    const loading = await answeringTarget("gpu-loading", 503);
+    proxy.endpoints.set("fc", [loading.target]);
+    const passed = await callEndpoint(proxy, "/endpoints/fc/v1/chat/completions", chat);
+    expect(passed.status).toBe(503);
+    expect(((await passed.json()) as { error: { message: string } }).error.message).toBe("loading");
+    expect(loading.hits()).toBe(1);
+  });
+
+  it("never retries once the answer has started: a replica dying mid-stream cuts the caller's stream", async () => {
+    const dying = await replica("gpu-dying", 100);
+    const other = await replica("gpu-other");
+    proxy.endpoints.set("fd", [dying.target]);
+    const res = await callEndpoint(proxy, "/endpoints/fd/v1/chat/completions", { ...chat, stream: true, max_tokens: 50 });
+    expect(res.headers.get("x-endpoint-instance")).toBe("gpu-dying");
+    proxy.endpoints.set("fd", [dying.target, other.target]);
+    const reader = res.body!.getReader();
+    await reader.read();
+    await dying.server.close();
+    const drained = (async () => {
+      for (;;) if ((await reader.read()).done) return "ended";
+    })();
+    await expect(drained).rejects.toThrow();
+    expect(other.server.stats.completions).toBe(0);
+  });
+
+  it("answers 504 when the replica sends nothing within GPU_ENDPOINT_FIRST_BYTE_MS, and drops its connection", async () => {
+    const hung = await hungTarget("gpu-hung");
+    proxy.endpoints.set("fe", [hung.target]);
+    const started = Date.now();
+    const res = await callEndpoint(proxy, "/endpoints/fe/v1/chat/completions", chat);
+    expect(res.status).toBe(504);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(390);
+    expect(((await res.json()) as { detail: string }).detail).toBe("replica gpu-hung sent no answer within 400 ms");
+    await waitFor(() => hung.sockets.length === 1 && hung.closed() === 1, "the hung connection dropped", 2000);
+  });
+
+  it("aborts the replica's request when the caller disconnects: the model server sees the close", async () => {
+    const slow = await replica("gpu-slow", 50);
+    proxy.endpoints.set("ff", [slow.target]);
+    const gone = await metricValue(proxy, "gpu_endpoint_requests_total", 'endpoint="ff",code="499"');
+    await new Promise<void>((resolve, reject) => {
+      const req = request(`${proxy.url}/endpoints/ff/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${CALLER_TOKEN}`, "content-type": "application/json" },
+      });
+      req.once("response", (res) => res.once("data", () => {
+        req.destroy();
+        resolve();
+      }));
+      req.once("error", (err) => (req.destroyed ? undefined : reject(err)));
+      req.end(JSON.stringify({ ...chat, stream: true, max_tokens: 1000 }));
+    });
+    await waitFor(() => slow.server.stats.abandoned === 1, "the model server to see its client leave", 3000);
+    expect(await metricValue(proxy, "gpu_endpoint_requests_total", 'endpoint="ff",code="499"')).toBe(gone + 1);
+  });
+
+  it("sends each request to the replica with the fewest in flight, and spreads an idle endpoint's requests", async () => {
+    const a = await replica("gpu-a", 50);
+    const b = await replica("gpu-b", 50);
+    proxy.endpoints.set("fg", [a.target, b.target]);
+    const held = await callEndpoint(proxy, "/endpoints/fg/v1/chat/completions", { ...chat, stream: true, max_tokens: 40 });
+    const busy = held.headers.get("x-endpoint-instance");
+    const seen: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const res = await callEndpoint(proxy, "/endpoints/fg/v1/chat/completions", chat);
+      seen.push(res.headers.get("x-endpoint-instance")!);
+      await res.text();
+    }
+    expect(new Set(seen)).toEqual(new Set([busy === "gpu-a" ? "gpu-b" : "gpu-a"]));
+    await held.body!.cancel();
+    await waitFor(() => a.server.stats.abandoned + b.server.stats.abandoned === 1, "the held stream to end", 3000);
+
+    const idle: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const res = await callEndpoint(proxy, "/endpoints/fg/v1/chat/completions", chat);
+      idle.push(res.headers.get("x-endpoint-instance")!);
+      await res.text();
+    }
+    expect(idle.filter((id) => id === "gpu-a").length).toBe(3);
+  });
+
+  it("spreads 32 concurrent streams evenly over 4 replicas", async () => {
+    const four = await Promise.all(["gpu-1", "gpu-2", "gpu-3", "gpu-4"].map((id) => replica(id, 30)));
+    proxy.endpoints.set("fh", four.map((r) => r.target));
+    const answers = await Promise.all(
+      Array.from({ length: 32 }, async () => {
+        const res = await callEndpoint(proxy, "/endpoints/fh/v1/chat/completions", { ...chat, stream: true, max_tokens: 10 });
+        await res.text();
+        return res.headers.get("x-endpoint-instance")!;
+      }),
+    );
+    for (const r of four) expect(answers.filter((id) => id === r.target.instanceId).length).toBe(8);
+  });
+});
