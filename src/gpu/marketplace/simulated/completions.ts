@@ -4,7 +4,7 @@ import { randomBytes } from "node:crypto";
 // The simulated model server's OpenAI-compatible completions (`POST /v1/chat/completions` and
 // `POST /v1/completions`), streamed as server-sent events in OpenAI's chunk format or answered
 // whole. The text names the machine, so a caller can see which replica answered. Tokens come one
-// `tokenDelayMs` apart, as a real model produces them; a one-token answer has no delay at all.
+// `tokenDelayMs` apart, as a real model produces them, the first after `firstTokenMs` (0 by default).
 
 export type CompletionKind = "chat" | "text";
 
@@ -12,6 +12,8 @@ export interface CompletionSettings {
   model: string;
   /** The machine the server runs on, named in every answer. */
   instance: string;
+  /** Time before the first token (a real model reads the prompt first), ms. */
+  firstTokenMs: number;
   tokenDelayMs: number;
 }
 
@@ -51,7 +53,8 @@ export async function answerCompletion(
   });
   const produce = async (emit: (token: string, index: number) => void) => {
     for (const [index, token] of tokens.entries()) {
-      if (index > 0 && settings.tokenDelayMs > 0) await delay(settings.tokenDelayMs);
+      const wait = index === 0 ? settings.firstTokenMs : settings.tokenDelayMs;
+      if (wait > 0) await delay(wait);
       if (gone) return false;
       emit(token, index);
     }

@@ -26,12 +26,14 @@ export interface ModelServerOptions {
   apiKey?: string;
   /** Time between two generated tokens, ms (default 20). */
   tokenDelayMs?: number;
+  /** Time before the first token, ms (default 0: a one-token answer comes at once). */
+  firstTokenMs?: number;
 }
 
 export async function startModelServer(options: ModelServerOptions): Promise<ModelServer> {
   const created = Math.floor(Date.now() / 1000);
   const stats: CompletionStats = { completions: 0, abandoned: 0 };
-  const settings = { model: options.model, instance: options.instance ?? "simulated", tokenDelayMs: options.tokenDelayMs ?? 20 };
+  const settings = { model: options.model, instance: options.instance ?? "simulated", firstTokenMs: options.firstTokenMs ?? 0, tokenDelayMs: options.tokenDelayMs ?? 20 };
   const keyAccepted = bearerCheck(options.apiKey);
   const server = createServer((req, res) => {
     const path = (req.url ?? "/").split("?")[0];

@@ -76,6 +76,19 @@ describe("simulated model server completions", () => {
     expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(message);
   });
 
+  it("waits firstTokenMs before the first token, as a model reads its prompt", async () => {
+    const slow = await startModelServer({ model: MODEL, host: "127.0.0.1", firstTokenMs: 150 });
+    try {
+      const started = Date.now();
+      const res = await fetch(`http://127.0.0.1:${slow.port}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt: "hi", max_tokens: 1 }) });
+      expect(res.status).toBe(200);
+      await res.text();
+      expect(Date.now() - started).toBeGreaterThanOrEqual(140);
+    } finally {
+      await slow.close();
+    }
+  });
+
   it("demands its key on /v1/* when it has one, and keeps /health open", async () => {
     const url = `http://127.0.0.1:${keyed.port}`;
     expect((await fetch(`${url}/v1/models`)).status).toBe(401);
