@@ -17,6 +17,8 @@ beforeAll(async () => {
   proxy = await startProxy({ maxBodyBytes: 4096 });
   replicas.push(await startReplica("gpu-a", { tokenDelayMs: 120 }), await startReplica("gpu-b", { tokenDelayMs: 120 }));
   replicas.push(await startReplica("gpu-keyed", { apiKey: "replica-key" }));
+  replicas.push(await startReplica("gpu-fast", { tokenDelayMs: 0 }));
+  proxy.endpoints.set("fast", [replicas[3]!.target]);
   proxy.endpoints.set("chat", [replicas[0]!.target, replicas[1]!.target]);
   proxy.endpoints.set("keyed", [replicas[2]!.target]);
   proxy.endpoints.set("empty", []);
@@ -76,6 +78,18 @@ describe("endpoint proxy", () => {
     expect(first.value!.length).toBeLessThan(text.length);
     expect(lastAt - firstAt).toBeGreaterThanOrEqual(350);
     expect(text.endsWith("data: [DONE]\n\n")).toBe(true);
+  });
+
+  it("passes back-to-back events on without waiting for the caller's ACKs (no Nagle delay)", async () => {
+    // Nine events written at once by the replica: with Nagle's algorithm on the caller's socket,
+    // each small write after the first waits for a delayed ACK, about 40 ms.
+    const took: number[] = [];
+    for (let i = 0; i < 9; i++) {
+      const started = performance.now();
+      await (await callEndpoint(proxy, "/endpoints/fast/v1/chat/completions", { ...chat, stream: true, max_tokens: 8 })).text();
+      took.push(performance.now() - started);
+    }
+    expect(took.sort((a, b) => a - b)[4]).toBeLessThan(25);
   });
 
   it("streams to an HTTP/2 caller too, with no connection-specific header", async () => {
