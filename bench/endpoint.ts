@@ -27,7 +27,7 @@ import { printTable, processCpuSeconds } from "./support.js";
 
 const MODEL = "Qwen/Qwen2.5-Coder-7B-Instruct";
 const TOKEN = "bench-token";
-const IN_FLIGHT = 32;
+const IN_FLIGHT = Number(process.env.BENCH_IN_FLIGHT ?? 32);
 const SLOW_FIRST_TOKEN_MS = 10;
 const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 5);
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 2000);

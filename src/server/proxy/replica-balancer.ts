@@ -50,7 +50,7 @@ export class ReplicaBalancer {
     if (now - this.lastSweep > SWEEP_EVERY_MS) this.sweep(now);
     let replica = this.replicas.get(key(target));
     if (replica === undefined) {
-      const pool = { keepAlive: true, scheduling: "lifo", timeout: SOCKET_TIMEOUT_MS, noDelay: true } as const;
+      const pool = { keepAlive: true, scheduling: "lifo", timeout: SOCKET_TIMEOUT_MS } as const;
       replica = { agent: secure ? new HttpsAgent(pool) : new Agent(pool), outstanding: 0, lastUsed: now };
       this.replicas.set(key(target), replica);
     }
