@@ -1,4 +1,4 @@
-import pino from "pino";
+import pino, { type Logger } from "pino";
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
 import { listTemplates } from "../../src/gpu/creation/templates.js";
 import { startModelServer, type ModelServer, type ModelServerOptions } from "../../src/gpu/marketplace/simulated/model-server.js";
@@ -21,12 +21,12 @@ export interface ProxyUnderTest {
   close(): Promise<void>;
 }
 
-export async function startProxy(options: { maxBodyBytes?: number; firstByteMs?: number } = {}): Promise<ProxyUnderTest> {
+export async function startProxy(options: { maxBodyBytes?: number; firstByteMs?: number; logger?: Logger } = {}): Promise<ProxyUnderTest> {
   const endpoints = new Map<string, RouteTarget[]>();
   const directory: EndpointDirectory = { readyReplicas: async (name) => endpoints.get(name) };
   const handler = createAppHandler({
     services: [registration(GpuService, { listTemplates: () => ({ templates: [...listTemplates()] }) })],
-    logger: pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" }),
+    logger: options.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" }),
     authTokens: [CALLER_TOKEN],
     readiness: {},
     maxBodyBytes: options.maxBodyBytes ?? 1024 * 1024,

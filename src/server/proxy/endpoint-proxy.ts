@@ -156,7 +156,8 @@ class Exchange {
     metrics.firstByte(this.name, Number(process.hrtime.bigint() - this.started) / 1e9);
     this.res.once("finish", () => this.count(status));
     answer.once("close", () => {
-      if (answer.complete || this.res.writableEnded) return;
+      // Complete, or dropped because the caller left (onClientClose): nothing was cut by the replica.
+      if (answer.complete || this.res.writableEnded || this.settled) return;
       this.shared.options.logger.warn({ endpoint: this.name, instance_id: this.target.instanceId }, "replica's answer cut off");
       this.res.destroy();
     });

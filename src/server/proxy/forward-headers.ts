@@ -20,13 +20,14 @@ const HOP_BY_HOP = new Set([
 /**
  * What the replica gets: the caller's headers without hop-by-hop ones, without the caller's
  * Authorization (a token of this service, never a stranger's machine's business) and with the
- * replica's own key instead. Host is the replica's, set by the HTTP client from the URL.
+ * replica's own key instead. Host is the replica's, set by the HTTP client from the URL. Expect
+ * is answered on the caller's hop (node:http sends its 100 Continue), so the replica never sees it.
  */
 export function upstreamHeaders(incoming: IncomingHttpHeaders, apiKey: string | null): OutgoingHttpHeaders {
   const dropped = connectionTokens(incoming.connection);
   const out: OutgoingHttpHeaders = {};
   for (const name in incoming) {
-    if (name.charCodeAt(0) === 58 /* ":" */ || HOP_BY_HOP.has(name) || name === "host" || name === "authorization") continue;
+    if (name.charCodeAt(0) === 58 /* ":" */ || HOP_BY_HOP.has(name) || name === "host" || name === "authorization" || name === "expect") continue;
     if (dropped !== undefined && dropped.has(name)) continue;
     out[name] = incoming[name];
   }

@@ -1,6 +1,8 @@
 import { createServer as createHttpServer, request, type Server } from "node:http";
 import { createServer as createTcpServer, type AddressInfo, type Server as TcpServer, type Socket } from "node:net";
+import { Writable } from "node:stream";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { createLogger } from "../../../src/logger.js";
 import type { ModelServer } from "../../../src/gpu/marketplace/simulated/model-server.js";
 import type { RouteTarget } from "../../../src/module.js";
 import { CALLER_TOKEN, MODEL, callEndpoint, metricValue, startProxy, startReplica, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
@@ -13,8 +15,17 @@ let proxy: ProxyUnderTest;
 const opened: Array<{ close(): Promise<void> | void }> = [];
 const chat = { model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 1 };
 
+const logLines: Array<Record<string, unknown>> = [];
+const logged = (msg: string) => logLines.filter((line) => line.msg === msg).length;
+
 beforeAll(async () => {
-  proxy = await startProxy({ firstByteMs: 400 });
+  const destination = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const line of chunk.toString().split("\n").filter(Boolean)) logLines.push(JSON.parse(line) as Record<string, unknown>);
+      done();
+    },
+  });
+  proxy = await startProxy({ firstByteMs: 400, logger: createLogger("info", destination) });
 });
 
 afterEach(async () => {
@@ -124,6 +135,7 @@ describe("endpoint proxy under faults", () => {
     })();
     await expect(drained).rejects.toThrow();
     expect(other.server.stats.completions).toBe(0);
+    await waitFor(() => logged("replica's answer cut off") === 1, "the cut answer logged", 2000);
   });
 
   it("answers 504 when the replica sends nothing within GPU_ENDPOINT_FIRST_BYTE_MS, and drops its connection", async () => {
@@ -154,6 +166,8 @@ describe("endpoint proxy under faults", () => {
       req.end(JSON.stringify({ ...chat, stream: true, max_tokens: 1000 }));
     });
     await waitFor(() => slow.server.stats.abandoned === 1, "the model server to see its client leave", 3000);
+    // The caller left: nothing to warn about, the replica cut nothing.
+    expect(logLines.filter((line) => (line.level as number) >= 40 && line.endpoint === "ff")).toEqual([]);
     expect(await metricValue(proxy, "gpu_endpoint_requests_total", 'endpoint="ff",code="499"')).toBe(gone + 1);
   });
 

@@ -130,7 +130,7 @@ describe("endpoint proxy", () => {
     recorded.length = 0;
     const answer = await new Promise<IncomingHttpHeaders>((resolve, reject) => {
       const req = request(`${proxy.url}/endpoints/recorder/v1/models`, {
-        headers: { authorization: `Bearer ${CALLER_TOKEN}`, connection: "keep-alive, x-caller-hop", "x-caller-hop": "1", "proxy-authorization": "Basic x", te: "trailers" },
+        headers: { authorization: `Bearer ${CALLER_TOKEN}`, connection: "keep-alive, x-caller-hop", "x-caller-hop": "1", "proxy-authorization": "Basic x", te: "trailers", expect: "100-continue" },
       });
       req.once("response", (res) => {
         res.resume();
@@ -142,6 +142,7 @@ describe("endpoint proxy", () => {
     expect(recorded[0]!["x-caller-hop"]).toBeUndefined();
     expect(recorded[0]!["proxy-authorization"]).toBeUndefined();
     expect(recorded[0]!.te).toBeUndefined();
+    expect(recorded[0]!.expect).toBeUndefined();
     expect(answer["x-private-hop"]).toBeUndefined();
     expect(answer["x-endpoint-instance"]).toBe("gpu-rec");
   });
