@@ -24,10 +24,11 @@ export interface EndpointProxyOptions {
 }
 
 export interface EndpointProxy {
-  /** Serves one request already authorized, for `name`, asking the replica for `upstreamPath`. */
+  /**
+   * Serves one request already authorized, for `name`, asking the replica for `upstreamPath`.
+   * The pools' idle connections hold no process open (node:http unrefs them): no close needed.
+   */
   handle(req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): void;
-  /** Closes the replicas' connection pools. */
-  close(): void;
 }
 
 /** What a caller is told to wait when no replica is ready: about one readiness probe. */
@@ -74,7 +75,6 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
         sendJson(res, 500, { detail: "internal server error" });
       });
     },
-    close: () => shared.balancer.close(),
   };
 }
 

@@ -65,15 +65,6 @@ export class ReplicaBalancer {
     if (replica !== undefined) replica.outstanding -= 1;
   }
 
-  outstanding(target: RouteTarget): number {
-    return this.replicas.get(key(target))?.outstanding ?? 0;
-  }
-
-  close(): void {
-    for (const replica of this.replicas.values()) replica.agent.destroy();
-    this.replicas.clear();
-  }
-
   private sweep(now: number): void {
     this.lastSweep = now;
     for (const [name, replica] of this.replicas) {
