@@ -34,6 +34,12 @@ export interface EndpointProxy {
 /** What a caller is told to wait when no replica is ready: about one readiness probe. */
 export const RETRY_AFTER_SECONDS = 10;
 
+/**
+ * A new connection to a replica must be up within this long. A machine gone from the network
+ * drops the connection attempt silently, and the system's own limit is about two minutes.
+ */
+export const CONNECT_TIMEOUT_MS = 5_000;
+
 /** Answers that say "this replica cannot take it", not "this request is wrong". */
 const RETRYABLE_STATUS = new Set([502, 503, 504]);
 
@@ -135,6 +141,12 @@ class Exchange {
       headers: upstreamHeaders(this.req.headers, target.apiKey),
     });
     this.attempt = attempt;
+    attempt.once("socket", (socket) => {
+      if (!socket.connecting) return;
+      const timer = setTimeout(() => attempt.destroy(Object.assign(new Error("connect timed out"), { code: "ETIMEDOUT" })), CONNECT_TIMEOUT_MS);
+      socket.once("connect", () => clearTimeout(timer));
+      attempt.once("close", () => clearTimeout(timer));
+    });
     attempt.once("close", () => balancer.end(target));
     attempt.once("response", (answer) => this.onResponse(attempt, answer));
     attempt.on("error", (err) => this.onUpstreamError(attempt, err));
@@ -168,6 +180,7 @@ class Exchange {
   private onUpstreamError(attempt: ClientRequest, err: NodeJS.ErrnoException): void {
     if (attempt !== this.attempt || this.settled || this.answering) return;
     clearTimeout(this.timer);
+    if (!attempt.reusedSocket) this.shared.balancer.shun(this.target);
     if (this.retryTo(this.nextTarget(attempt.reusedSocket))) return;
     this.shared.options.logger.warn({ endpoint: this.name, instance_id: this.target.instanceId, code: err.code }, "replica unreachable");
     this.reply(502, `replica ${this.target.instanceId} could not be reached`);

@@ -10,7 +10,17 @@ interface Replica {
   agent: Agent;
   outstanding: number;
   lastUsed: number;
+  /** Until then the replica is passed over while another can take the request. */
+  shunnedUntil: number;
 }
+
+/**
+ * How long a replica that could not be connected to is passed over: until the endpoint
+ * controller's probes take it out of routing, requests need not each find out again.
+ */
+export const SHUN_MS = 5_000;
+// Added to a shunned replica's count: it is chosen only when every other one is shunned too.
+const SHUNNED_WEIGHT = 1e9;
 
 /** A pool unused this long (its replica left routing, most likely) is closed. */
 const IDLE_POOL_MS = 10 * 60_000;
@@ -26,16 +36,21 @@ export class ReplicaBalancer {
   private turn = 0;
   private lastSweep = Date.now();
 
-  /** The ready replica with the fewest requests in flight, other than `except`; undefined when none. */
+  /**
+   * The ready replica with the fewest requests in flight, other than `except`, passing over
+   * shunned ones while another is left; undefined when none.
+   */
   pick(targets: readonly RouteTarget[], except?: RouteTarget): RouteTarget | undefined {
     const n = targets.length;
     const start = this.turn++ % n;
+    const now = Date.now();
     let best: RouteTarget | undefined;
     let bestCount = Infinity;
     for (let i = 0; i < n; i++) {
       const target = targets[(start + i) % n]!;
       if (except !== undefined && target.instanceId === except.instanceId) continue;
-      const count = this.replicas.get(key(target))?.outstanding ?? 0;
+      const replica = this.replicas.get(key(target));
+      const count = replica === undefined ? 0 : replica.outstanding + (replica.shunnedUntil > now ? SHUNNED_WEIGHT : 0);
       if (count < bestCount) {
         best = target;
         bestCount = count;
@@ -51,7 +66,7 @@ export class ReplicaBalancer {
     let replica = this.replicas.get(key(target));
     if (replica === undefined) {
       const pool = { keepAlive: true, scheduling: "lifo", timeout: SOCKET_TIMEOUT_MS } as const;
-      replica = { agent: secure ? new HttpsAgent(pool) : new Agent(pool), outstanding: 0, lastUsed: now };
+      replica = { agent: secure ? new HttpsAgent(pool) : new Agent(pool), outstanding: 0, lastUsed: now, shunnedUntil: 0 };
       this.replicas.set(key(target), replica);
     }
     replica.outstanding += 1;
@@ -63,6 +78,12 @@ export class ReplicaBalancer {
   end(target: RouteTarget): void {
     const replica = this.replicas.get(key(target));
     if (replica !== undefined) replica.outstanding -= 1;
+  }
+
+  /** `target` could not be connected to: pass it over for SHUN_MS while others can serve. */
+  shun(target: RouteTarget): void {
+    const replica = this.replicas.get(key(target));
+    if (replica !== undefined) replica.shunnedUntil = Date.now() + SHUN_MS;
   }
 
   private sweep(now: number): void {
