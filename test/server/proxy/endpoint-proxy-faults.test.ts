@@ -1,5 +1,6 @@
+import { spawn } from "node:child_process";
 import { createServer as createHttpServer, request, type Server } from "node:http";
-import { createServer as createTcpServer, type AddressInfo, type Server as TcpServer, type Socket } from "node:net";
+import { connect, createServer as createTcpServer, type AddressInfo, type Server as TcpServer, type Socket } from "node:net";
 import { Writable } from "node:stream";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../../../src/logger.js";
@@ -61,6 +62,31 @@ async function hungTarget(instanceId: string): Promise<{ target: RouteTarget; so
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   opened.push({ close: () => new Promise<void>((resolve) => { for (const s of sockets) s.destroy(); server.close(() => resolve()); }) });
   return { target: { instanceId, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: null }, sockets, closed: () => closed };
+}
+
+/**
+ * A frozen machine: a process stopped (SIGSTOP) with its listening queue full, so that a new
+ * connection attempt gets no answer at all, as from a host gone from the network.
+ */
+async function frozenTarget(instanceId: string): Promise<RouteTarget> {
+  const script = "require('net').createServer().listen({ port: 0, host: '127.0.0.1', backlog: 1 }, function () { console.log(this.address().port) })";
+  const child = spawn(process.execPath, ["-e", script], { stdio: ["ignore", "pipe", "inherit"] });
+  const port = Number(await new Promise<string>((resolve) => child.stdout!.once("data", (data: Buffer) => resolve(data.toString().trim()))));
+  child.kill("SIGSTOP");
+  // The kernel completes as many connections as the queue holds; the next ones hang.
+  const fillers: Socket[] = [];
+  for (let i = 0; i < 2; i++) {
+    const socket = connect(Number(port), "127.0.0.1").on("error", () => undefined);
+    fillers.push(socket);
+    await new Promise((resolve) => socket.once("connect", resolve));
+  }
+  opened.push({
+    close: () => {
+      for (const socket of fillers) socket.destroy();
+      child.kill("SIGKILL");
+    },
+  });
+  return { instanceId, url: `http://127.0.0.1:${port}`, apiKey: null };
 }
 
 /** A replica that answers every request with `status` (a model server still loading answers 503). */
@@ -137,6 +163,24 @@ describe("endpoint proxy under faults", () => {
     await expect(drained).rejects.toThrow();
     expect(other.server.stats.completions).toBe(0);
     await waitFor(() => logged("replica's answer cut off") === 1, "the cut answer logged", 2000);
+  });
+
+  it("gives up a connection attempt to a frozen machine after 5 s and retries on another replica", async () => {
+    // This file's proxy gives up on a first byte after 400 ms; this one waits the default 300 s.
+    const patient = await startProxy();
+    opened.push(patient);
+    const live = await replica("gpu-live");
+    patient.endpoints.set("fi", [await frozenTarget("gpu-frozen"), live.target]);
+    const started = Date.now();
+    // Two at once: one goes to each replica.
+    const answers = await Promise.all([0, 1].map(async () => {
+      const res = await callEndpoint(patient, "/endpoints/fi/v1/chat/completions", chat);
+      return { status: res.status, instance: res.headers.get("x-endpoint-instance"), ms: Date.now() - started, body: await res.text() };
+    }));
+    expect(answers.map((a) => [a.status, a.instance])).toEqual([[200, "gpu-live"], [200, "gpu-live"]]);
+    expect(Math.max(...answers.map((a) => a.ms))).toBeGreaterThanOrEqual(4900);
+    expect(Math.max(...answers.map((a) => a.ms))).toBeLessThan(15_000);
+    expect(await metricValue(patient, "gpu_endpoint_retries_total", 'endpoint="fi"')).toBe(1);
   });
 
   it("answers 504 when the replica sends nothing within GPU_ENDPOINT_FIRST_BYTE_MS, and drops its connection", async () => {
