@@ -173,7 +173,15 @@ class Exchange {
       this.shared.options.logger.warn({ endpoint: this.name, instance_id: this.target.instanceId }, "replica's answer cut off");
       this.res.destroy();
     });
-    (this.res as http.ServerResponse).writeHead(status, downstreamHeaders(answer.headers, this.target.instanceId));
+    try {
+      (this.res as http.ServerResponse).writeHead(status, downstreamHeaders(answer.headers, this.target.instanceId));
+    } catch (err) {
+      // A header node:http took from the replica that the caller's protocol refuses (HTTP/2 is strict).
+      this.shared.options.logger.warn({ err, endpoint: this.name, instance_id: this.target.instanceId }, "replica's answer headers refused");
+      this.answering = false;
+      this.reply(502, `replica ${this.target.instanceId} sent headers that cannot be passed on`);
+      return;
+    }
     answer.pipe(this.res as http.ServerResponse);
   }
 
