@@ -279,7 +279,9 @@ async function faultPart(proxy: Part, victim: Part): Promise<void> {
     ["failed before their answer started", String(before.failedBeforeAnswer), String(after.failedBeforeAnswer - before.failedBeforeAnswer)],
     ["cut after their answer started", String(before.cutAfterStart), String(after.cutAfterStart - before.cutAfterStart)],
   ]);
-  console.log(`\nthe killed replica stays in the fixed directory for ${((Date.now() - killedAt) / 1000).toFixed(1)} s: every request the balancer sends it is refused and retried on the other.`);
+  const metrics = await (await fetch(`http://127.0.0.1:${proxy.port}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } })).text();
+  const retries = /^gpu_endpoint_retries_total\{endpoint="two"\} (\d+)/m.exec(metrics)?.[1] ?? "0";
+  console.log(`\nthe killed replica stays in the fixed directory for ${((Date.now() - killedAt) / 1000).toFixed(1)} s; the proxy retried ${retries} requests on the other (a refused replica is passed over for 5 s at a time).`);
   console.log("time back to full strength needs the endpoint controller (a replacement replica); not measured here.");
 }
 
