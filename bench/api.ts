@@ -15,6 +15,7 @@ import { createKnex, migrateToLatest } from "../src/db/knex.js";
 import { createGpuModule } from "../src/gpu/gpu-module.js";
 import { createSimulatedMarketplace } from "../src/gpu/marketplace/simulated/simulated.js";
 import { createAppHandler } from "../src/server/app.js";
+import { createTokenSource } from "../src/server/auth/token-source.js";
 import { registration } from "../src/server/service-registration.js";
 import { listen } from "../src/server/listen.js";
 import { createMetrics } from "../src/server/metrics.js";
@@ -98,7 +99,7 @@ async function main(): Promise<void> {
     const handler = createAppHandler({
       services: [gpu.service, registration(noopService(), { noop: () => ({}) } as never)],
       logger,
-      authTokens: [],
+      tokens: createTokenSource({ envTokens: [], file: undefined, logger }),
       maxBodyBytes: config.maxBodyBytes,
       metrics,
       readiness: {},

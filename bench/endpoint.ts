@@ -20,6 +20,7 @@ import { listTemplates } from "../src/gpu/creation/templates.js";
 import { startModelServer } from "../src/gpu/marketplace/simulated/model-server.js";
 import type { RouteTarget } from "../src/module.js";
 import { createAppHandler } from "../src/server/app.js";
+import { createTokenSource } from "../src/server/auth/token-source.js";
 import { listen } from "../src/server/listen.js";
 import { createMetrics } from "../src/server/metrics.js";
 import { registration } from "../src/server/service-registration.js";
@@ -59,10 +60,11 @@ async function child(role: string, arg: string, firstTokenMs?: string): Promise<
     return;
   }
   const endpoints = JSON.parse(arg) as Record<string, RouteTarget[]>;
+  const logger = pino({ level: "silent" });
   const handler = createAppHandler({
     services: [registration(GpuService, { listTemplates: () => ({ templates: [...listTemplates()] }) })],
-    logger: pino({ level: "silent" }),
-    authTokens: [TOKEN],
+    logger,
+    tokens: createTokenSource({ envTokens: [TOKEN], file: undefined, logger }),
     readiness: {},
     maxBodyBytes: 1024 * 1024,
     metrics: createMetrics(),

@@ -4,6 +4,7 @@ import { INDEXING_API_HINTS } from "./indexing/api-hints.js";
 import { createIndexingModule } from "./indexing/indexing-module.js";
 import type { AppDeps, ModuleDeps } from "./module.js";
 import { createAppHandler } from "./server/app.js";
+import { createTokenSource } from "./server/auth/token-source.js";
 import type { NodeHandler } from "./server/node-http.js";
 import { createMetrics } from "./server/metrics.js";
 import { mergeApiHints } from "./server/openapi/api-hints.js";
@@ -16,6 +17,8 @@ export interface App {
   start(): Promise<void>;
   /** Stops background work; running jobs finish or abort cleanly. */
   stop(): Promise<void>;
+  /** Re-reads AUTH_TOKENS_FILE (SIGHUP); a bad file keeps the previous tokens. */
+  reloadTokens(): Promise<void>;
 }
 
 /** Wires both services over the given dependencies. Used by src/main.ts and by the tests. */
@@ -23,16 +26,19 @@ export function createApp(deps: AppDeps): App {
   const { config, logger, knex, elasticsearch } = deps;
   const metrics = createMetrics();
   const moduleDeps: ModuleDeps = { ...deps, metrics };
-  const modules = [createGpuModule(moduleDeps), createIndexingModule(moduleDeps)];
+  // First, so that a bad AUTH_TOKENS_FILE stops the start before any module is built.
+  const tokens = createTokenSource({ envTokens: config.authTokens, file: config.authTokensFile, logger });
+  const gpu = createGpuModule(moduleDeps);
+  const modules = [gpu, createIndexingModule(moduleDeps)];
   const handler = createAppHandler({
     services: modules.map((m) => m.service),
     logger,
-    authTokens: config.authTokens,
+    tokens,
     maxBodyBytes: config.maxBodyBytes,
     metrics,
     apiHints: mergeApiHints(GPU_API_HINTS, INDEXING_API_HINTS),
-    endpoints: deps.endpoints,
-    endpointFirstByteMs: config.gpu.endpointFirstByteMs,
+    endpoints: gpu.endpoints,
+    endpointFirstByteMs: config.gpu.endpoints.firstByteMs,
     readiness: {
       database: async () => {
         await knex.raw("select 1");
@@ -45,10 +51,13 @@ export function createApp(deps: AppDeps): App {
   return {
     handler,
     async start() {
+      tokens.watch();
       for (const module of modules) await module.start();
     },
     async stop() {
+      tokens.close();
       for (const module of modules) await module.stop();
     },
+    reloadTokens: () => tokens.reload(),
   };
 }

@@ -30,8 +30,10 @@ export interface Config {
   readonly elasticsearchUrl: string;
   readonly indexing: IndexingConfig;
   readonly batch: BatchConfig;
-  /** Bearer tokens accepted on every route but the health checks; empty disables auth. */
+  /** Bearer tokens accepted on every route but the health checks, each with every scope. */
   readonly authTokens: readonly string[];
+  /** JSON file of named tokens with scopes (src/server/auth/token-file.ts); with no AUTH_TOKENS either, auth is off. */
+  readonly authTokensFile: string | undefined;
   readonly logLevel: string;
   readonly tlsCertFile: string | undefined;
   readonly tlsKeyFile: string | undefined;
@@ -57,8 +59,23 @@ export interface GpuConfig {
   readonly creationGraceMs: number;
   /** Cap on the summed cost_per_hour of active instances, $/h; undefined: no cap. */
   readonly maxFleetDph: number | undefined;
-  /** How long the endpoint proxy waits for a replica's first answer byte before a 504, ms (a slow first token is normal). */
-  readonly endpointFirstByteMs: number;
+  readonly endpoints: EndpointConfig;
+}
+
+/** The endpoint controller's clocks (SPEC.md section 2, "Endpoints"). */
+export interface EndpointConfig {
+  /** GPU_ENDPOINT_PROBE_MS: interval of readiness probes and controller rounds, ms. */
+  readonly probeMs: number;
+  /** GPU_ENDPOINT_READY_AFTER: consecutive successful probes that make a replica ready. */
+  readonly readyAfter: number;
+  /** GPU_ENDPOINT_UNHEALTHY_MS: failing this long makes a ready replica unhealthy (replaced), ms. */
+  readonly unhealthyMs: number;
+  /** GPU_ENDPOINT_START_TIMEOUT_MS: a replica not ready this long after its launch is replaced, ms. */
+  readonly startTimeoutMs: number;
+  /** GPU_ENDPOINT_DRAIN_MS: how long a replica scaled away keeps its in-flight requests, ms. */
+  readonly drainMs: number;
+  /** GPU_ENDPOINT_FIRST_BYTE_MS: how long the proxy waits for a replica's answer headers before a 504, ms (a slow first token is normal). */
+  readonly firstByteMs: number;
 }
 
 /** Which marketplace GpuService rents from, and how it is reached or simulated. */
@@ -145,16 +162,19 @@ export function loadConfig(env: Env = process.env): Config {
   if (env.AUTH_TOKENS !== undefined && authTokens.length === 0) {
     throw new ConfigError("AUTH_TOKENS is set but holds no token (unset it to run without auth on loopback)");
   }
-  const requestedHost = text(env, "HOST") ?? (authTokens.length > 0 ? "0.0.0.0" : "127.0.0.1");
+  const authTokensFile = text(env, "AUTH_TOKENS_FILE");
+  const authOn = authTokens.length > 0 || authTokensFile !== undefined;
+  const requestedHost = text(env, "HOST") ?? (authOn ? "0.0.0.0" : "127.0.0.1");
   const config: Config = {
     port: integer(env, "PORT", 8080, 0, 65535),
-    host: authTokens.length > 0 ? requestedHost : "127.0.0.1",
+    host: authOn ? requestedHost : "127.0.0.1",
     databaseUrl: url(env, "DATABASE_URL", ["postgres:", "postgresql:"]),
     dataDir: text(env, "DATA_DIR") ?? "./data",
     elasticsearchUrl: urlList(env, "ELASTICSEARCH_URL", ["http:", "https:"]) ?? "http://127.0.0.1:9200",
     indexing: indexingConfig(env),
     batch: batchConfig(env),
     authTokens,
+    authTokensFile,
     logLevel: oneOf(env, "LOG_LEVEL", LOG_LEVELS, "info"),
     tlsCertFile: text(env, "TLS_CERT_FILE"),
     tlsKeyFile: text(env, "TLS_KEY_FILE"),
@@ -173,7 +193,14 @@ export function loadConfig(env: Env = process.env): Config {
       deploymentId: deploymentId(env, "GPU_DEPLOYMENT_ID"),
       statusCacheMs: integer(env, "GPU_STATUS_CACHE_MS", 2_000, 0, 60_000),
       maxFleetDph: positiveNumber(env, "GPU_MAX_FLEET_DPH"),
-      endpointFirstByteMs: integer(env, "GPU_ENDPOINT_FIRST_BYTE_MS", 300_000, 1, 3_600_000),
+      endpoints: Object.freeze({
+        probeMs: integer(env, "GPU_ENDPOINT_PROBE_MS", 10_000, 10, 3_600_000),
+        readyAfter: integer(env, "GPU_ENDPOINT_READY_AFTER", 2, 1, 100),
+        unhealthyMs: integer(env, "GPU_ENDPOINT_UNHEALTHY_MS", 180_000, 0, 86_400_000),
+        startTimeoutMs: integer(env, "GPU_ENDPOINT_START_TIMEOUT_MS", 1_200_000, 1_000, 86_400_000),
+        drainMs: integer(env, "GPU_ENDPOINT_DRAIN_MS", 30_000, 0, 3_600_000),
+        firstByteMs: integer(env, "GPU_ENDPOINT_FIRST_BYTE_MS", 300_000, 1, 3_600_000),
+      }),
     }),
   };
   if ((config.tlsCertFile === undefined) !== (config.tlsKeyFile === undefined)) {
@@ -219,7 +246,7 @@ function marketplaceConfig(env: Env): MarketplaceConfig {
 /** True when the configured host had to be narrowed to loopback because auth is off. */
 export function hostNarrowedToLoopback(env: Env = process.env): boolean {
   const host = text(env, "HOST");
-  return list(env, "AUTH_TOKENS").length === 0 && host !== undefined && !isLoopback(host);
+  return list(env, "AUTH_TOKENS").length === 0 && text(env, "AUTH_TOKENS_FILE") === undefined && host !== undefined && !isLoopback(host);
 }
 
 export function isLoopback(host: string): boolean {

@@ -7,7 +7,22 @@ import pino, { type DestinationStream, type Logger } from "pino";
 export function createLogger(level: string, destination?: DestinationStream): Logger {
   const options = {
     level,
-    redact: { paths: ["*.authorization", "*.password", "*.apiKey", "*.api_key", "*.token"], censor: "[redacted]" },
+    // Bearer tokens, marketplace keys and model-server keys (server/auth/, gpu/): never in a log line.
+    redact: {
+      paths: [
+        "authorization",
+        "*.authorization",
+        "*.headers.authorization",
+        "*.password",
+        "*.apiKey",
+        "*.api_key",
+        "*.token",
+        "*.modelApiKey",
+        "*.model_api_key",
+        "*.env.VLLM_API_KEY",
+      ],
+      censor: "[redacted]",
+    },
   };
   return destination ? pino(options, destination) : pino(options);
 }

@@ -4,6 +4,7 @@ import { openDatabase } from "./db/database.js";
 import { createElasticsearchClient, splitNodeUrls } from "./elasticsearch-client.js";
 import { createMarketplace } from "./gpu/marketplace/index.js";
 import { createLogger, redactUrl } from "./logger.js";
+import { readTokenFile } from "./server/auth/token-file.js";
 import { listen } from "./server/listen.js";
 
 // The composition root: the only place that reads configuration and builds the database pool,
@@ -13,6 +14,8 @@ async function main(): Promise<void> {
   let config;
   try {
     config = loadConfig();
+    // A bad token file is a configuration error like any other: named, before anything starts.
+    if (config.authTokensFile !== undefined) readTokenFile(config.authTokensFile);
   } catch (err) {
     if (err instanceof ConfigError) {
       process.stderr.write(`configuration error: ${err.message}\n`);
@@ -21,9 +24,11 @@ async function main(): Promise<void> {
     throw err;
   }
   const logger = createLogger(config.logLevel);
-  if (config.authTokens.length === 0) {
+  if (config.authTokens.length === 0 && config.authTokensFile === undefined) {
     logger.warn(
-      hostNarrowedToLoopback() ? "AUTH_TOKENS is empty: ignoring HOST and binding to loopback only" : "AUTH_TOKENS is empty: binding to loopback only",
+      hostNarrowedToLoopback()
+        ? "AUTH_TOKENS and AUTH_TOKENS_FILE are unset: ignoring HOST and binding to loopback only"
+        : "AUTH_TOKENS and AUTH_TOKENS_FILE are unset: binding to loopback only",
     );
   }
 
@@ -83,6 +88,7 @@ async function main(): Promise<void> {
   };
   process.once("SIGTERM", () => void stop?.("SIGTERM"));
   process.once("SIGINT", () => void stop?.("SIGINT"));
+  process.on("SIGHUP", () => void app.reloadTokens());
 }
 
 main().catch((err: unknown) => {

@@ -18,8 +18,6 @@ export interface AppDeps {
   marketplace: Marketplace;
   /** Test seam for fault injection in GPU instance creation. */
   gpuCreationHooks?: CreationHooks;
-  /** Where the endpoint proxy finds ready replicas; the GPU module's own once it keeps endpoints. */
-  endpoints?: EndpointDirectory;
 }
 
 /** What each service module is built from: the app's dependencies and the metrics registry. */

@@ -16,6 +16,11 @@ describe("loadConfig", () => {
     expect(loadConfig({ ...env, AUTH_TOKENS: "a, b" })).toMatchObject({ host: "0.0.0.0", authTokens: ["a", "b"] });
   });
 
+  it("counts AUTH_TOKENS_FILE as auth: the server may bind beyond loopback", () => {
+    expect(loadConfig({ AUTH_TOKENS_FILE: "/etc/service/tokens.json" })).toMatchObject({ host: "0.0.0.0", authTokensFile: "/etc/service/tokens.json" });
+    expect(hostNarrowedToLoopback({ HOST: "0.0.0.0", AUTH_TOKENS_FILE: "/etc/service/tokens.json" })).toBe(false);
+  });
+
   it.each([
     [{ PORT: "http" }, /PORT/],
     [{ PORT: "70000" }, /PORT must be an integer from 0 to 65535/],
@@ -41,8 +46,8 @@ describe("loadConfig", () => {
   });
 
   it("gives a replica 300 s for its first answer byte unless GPU_ENDPOINT_FIRST_BYTE_MS says otherwise", () => {
-    expect(loadConfig({}).gpu.endpointFirstByteMs).toBe(300_000);
-    expect(loadConfig({ GPU_ENDPOINT_FIRST_BYTE_MS: "1500" }).gpu.endpointFirstByteMs).toBe(1500);
+    expect(loadConfig({}).gpu.endpoints.firstByteMs).toBe(300_000);
+    expect(loadConfig({ GPU_ENDPOINT_FIRST_BYTE_MS: "1500" }).gpu.endpoints.firstByteMs).toBe(1500);
     expect(() => loadConfig({ GPU_ENDPOINT_FIRST_BYTE_MS: "0" })).toThrow(/GPU_ENDPOINT_FIRST_BYTE_MS must be an integer/);
   });
 

@@ -21,8 +21,9 @@ describe("the structured log", () => {
     });
     const logger = createLogger("info", sink);
     logger.info({ req: { authorization: "Bearer tok-123" }, db: { password: "pw-456" }, market: { apiKey: "key-789" } }, "x");
+    logger.info({ record: { modelApiKey: "mk-1", model_api_key: "mk-2" }, request: { env: { VLLM_API_KEY: "mk-3" } }, authorization: "Bearer tok-4" }, "y");
     const text = lines.join("");
-    for (const secret of ["tok-123", "pw-456", "key-789"]) expect(text).not.toContain(secret);
+    for (const secret of ["tok-123", "pw-456", "key-789", "mk-1", "mk-2", "mk-3", "tok-4"]) expect(text).not.toContain(secret);
     expect(text).toContain("[redacted]");
   });
 });

@@ -1,10 +1,12 @@
 import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createTestDatabase, type TestDatabase } from "./support/postgres.js";
 
 // Start-up refuses a configuration it cannot serve, naming what is wrong: an AUTH_TOKENS with no
-// token, an unreachable DATABASE_URL (its password redacted), TLS files that cannot be read
+// token or a bad AUTH_TOKENS_FILE, an unreachable DATABASE_URL (its password redacted), TLS files that cannot be read
 // (checked before any migration touches the database).
 
 const root = join(import.meta.dirname, "..");
@@ -50,4 +52,22 @@ describe("start-up", () => {
     const { rows } = await db.knex.raw<{ rows: unknown[] }>("select 1 from information_schema.tables where table_name = 'knex_migrations'");
     expect(rows).toEqual([]);
   }, 40_000);
+
+  it("exits 2 naming AUTH_TOKENS_FILE when the token file is bad, and runs no migration", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "tokens-"));
+    try {
+      const file = join(dir, "tokens.json");
+      writeFileSync(file, JSON.stringify({ tokens: [{ name: "ci", sha256: "abc", scopes: ["gpu:read"] }] }));
+      const bad = await start({ DATABASE_URL: db.url, AUTH_TOKENS_FILE: file });
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toMatch(/^configuration error: AUTH_TOKENS_FILE tokens\[0\]: sha256 must be/);
+      const missing = await start({ DATABASE_URL: db.url, AUTH_TOKENS_FILE: join(dir, "absent.json") });
+      expect(missing.code).toBe(2);
+      expect(missing.stderr).toMatch(/^configuration error: AUTH_TOKENS_FILE cannot be read: ENOENT/);
+      const { rows } = await db.knex.raw<{ rows: unknown[] }>("select 1 from information_schema.tables where table_name = 'knex_migrations'");
+      expect(rows).toEqual([]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

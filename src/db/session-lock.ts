@@ -6,6 +6,14 @@ import type { Logger } from "pino";
 // follower). The lock lasts exactly as long as that session, so a holder that dies or loses its
 // connection frees it at once, and another process takes it at its next try. Advisory locks are
 // scoped to the database, so one constant key serves every deployment.
+//
+// A holder whose host dies or whose network is cut sends nothing more, and PostgreSQL would keep
+// its session, and the lock, until the server's TCP keep-alive gives up (about 2 h on OS
+// defaults). So the session asks the server to drop it after `idleTimeoutMs` without a query
+// (idle_session_timeout) and to probe the connection itself (tcp_keepalives_*), and the holder
+// renews it with a round trip every `renewEveryMs`, each bounded by `queryTimeoutMs`: a holder
+// cut off takes its lock for lost within renewEveryMs + queryTimeoutMs, before the server frees
+// it for another process.
 
 export interface SessionLock {
   /** Whether this process holds the lock now: keeps the one it holds, or tries to take a free one. */
@@ -23,19 +31,26 @@ export interface SessionLockOptions {
   logger: Logger;
   /** Log lines: the lock taken, released, lost with its session, and a failed check. */
   messages: { taken: string; released: string; lost: string; failed: string };
-  /** How often a held lock's session is checked with a round trip (0: on every hold()). */
-  checkEveryMs?: number;
+  /** How often the held lock's session is renewed with a round trip, whatever the holder does (default 5 s). */
+  renewEveryMs?: number;
+  /** A query of the session unanswered after this long: the session, and the lock, are taken for lost (default 5 s). */
+  queryTimeoutMs?: number;
+  /** The server ends the holder's session after this long without a query, freeing the lock (default 30 s). */
+  idleTimeoutMs?: number;
   /** Called once the lock is taken, on its session (a LISTEN). */
   onTaken?: (session: pg.Client) => Promise<void>;
   /** Called on every notification the session receives. */
   onNotification?: (message: pg.Notification) => void;
 }
 
+/** Server-side keep-alive of the session: a dead peer is found within 10 + 3 x 5 s of silence. */
+const SERVER_KEEPALIVE = `set tcp_keepalives_idle = 10; set tcp_keepalives_interval = 5; set tcp_keepalives_count = 3`;
+
 export function createSessionLock(options: SessionLockOptions): SessionLock {
-  const { logger, messages, checkEveryMs = 0 } = options;
+  const { logger, messages, renewEveryMs = 5_000, queryTimeoutMs = 5_000, idleTimeoutMs = 30_000 } = options;
   let session: pg.Client | undefined;
   let holding = false;
-  let checkedAt = 0;
+  let renewal: NodeJS.Timeout | undefined;
 
   async function drop(released = false): Promise<void> {
     const old = session;
@@ -43,7 +58,30 @@ export function createSessionLock(options: SessionLockOptions): SessionLock {
     if (holding && released) logger.info(messages.released);
     else if (holding) logger.warn(messages.lost);
     holding = false;
-    await old?.end().catch(() => undefined);
+    clearInterval(renewal);
+    renewal = undefined;
+    // A session cut off never answers the goodbye: do not wait for it longer than a query.
+    const ended = old?.end().catch(() => undefined);
+    await Promise.race([ended, new Promise((resolve) => setTimeout(resolve, queryTimeoutMs).unref())]);
+  }
+
+  /** A round trip on the held session: keeps the server's idle clock from running out, and finds a session cut off. */
+  function renewEvery(client: pg.Client): NodeJS.Timeout {
+    let renewing = false;
+    const timer = setInterval(() => {
+      if (renewing || session !== client) return;
+      renewing = true;
+      client
+        .query("select 1")
+        .catch(async (err: unknown) => {
+          logger.warn({ err: err instanceof Error ? err.message : String(err) }, messages.failed);
+          if (session === client) await drop();
+        })
+        .finally(() => {
+          renewing = false;
+        });
+    }, renewEveryMs);
+    return timer.unref();
   }
 
   async function open(): Promise<pg.Client> {
@@ -54,6 +92,7 @@ export function createSessionLock(options: SessionLockOptions): SessionLock {
       // Without keep-alive a silently dropped session would look alive, and locked, for hours.
       keepAlive: true,
       keepAliveInitialDelayMillis: 10_000,
+      query_timeout: queryTimeoutMs,
     });
     // A broken session has lost its lock: the next hold() notices and starts over.
     client.on("error", (err) => {
@@ -64,26 +103,41 @@ export function createSessionLock(options: SessionLockOptions): SessionLock {
       if (session === client) void drop();
     });
     if (options.onNotification) client.on("notification", options.onNotification);
-    await client.connect();
+    try {
+      await client.connect();
+      await client.query(SERVER_KEEPALIVE);
+    } catch (err) {
+      void client.end().catch(() => undefined);
+      throw err;
+    }
     return client;
+  }
+
+  /**
+   * Only the holder's session may time out: a standby's idles between its tries. PostgreSQL
+   * before 14 has no idle_session_timeout; its sessions rely on the keep-alive alone.
+   */
+  async function limitIdle(client: pg.Client): Promise<void> {
+    try {
+      await client.query(`set idle_session_timeout = ${Math.round(idleTimeoutMs)}`);
+    } catch (err) {
+      if ((err as { code?: string }).code !== "42704") throw err;
+      logger.warn("this PostgreSQL has no idle_session_timeout: a lock holder cut off is found by TCP keep-alive only");
+    }
   }
 
   return {
     async hold() {
       try {
+        // Held: the renewals and the session's events keep `holding` true to the facts.
+        if (holding) return true;
         session ??= await open();
-        if (holding) {
-          if (Date.now() - checkedAt >= checkEveryMs) {
-            await session.query("select 1"); // the session, and so the lock, is still there
-            checkedAt = Date.now();
-          }
-          return true;
-        }
         const { rows } = await session.query<{ locked: boolean }>("select pg_try_advisory_lock($1::bigint) as locked", [options.key]);
         if (!rows[0]?.locked) return false;
+        await limitIdle(session);
         await options.onTaken?.(session);
         holding = true;
-        checkedAt = Date.now();
+        renewal = renewEvery(session);
         logger.info(messages.taken);
         return true;
       } catch (err) {

@@ -5,6 +5,9 @@ import { DEFAULT_LIMIT, MAX_LIMIT, OFFER_SORT_KEYS } from "./marketplace/offers.
 import { INSTANCE_SORT_KEYS } from "./store/page-token.js";
 import { STORED_STATUSES } from "./store/status.js";
 import { listTemplates } from "./creation/templates.js";
+import { EVENT_KINDS } from "./endpoints/endpoint-events.js";
+import { MAX_REPLICAS, NAME_PATTERN } from "./endpoints/endpoint-request.js";
+import { ENDPOINT_STATES, REPLICA_STATES } from "./endpoints/replica-state.js";
 
 // What GpuService's validation enforces beyond the protos, from the constants it enforces it with
 // (src/server/openapi/api-hints.ts).
@@ -12,6 +15,9 @@ import { listTemplates } from "./creation/templates.js";
 const limit: JsonObject = { minimum: 1, maximum: MAX_LIMIT, default: DEFAULT_LIMIT };
 const nonNegative: JsonObject = { minimum: 0 };
 const templateNames: JsonObject = { examples: listTemplates().map((t) => t.name) };
+const endpointName: JsonObject = { pattern: NAME_PATTERN.source };
+const replicas: JsonObject = { minimum: 0, maximum: MAX_REPLICAS };
+const budget: JsonObject = { exclusiveMinimum: 0 };
 
 /** The keys custom_config accepts (custom-config.ts), with the bounds it checks. */
 export const CUSTOM_CONFIG_SCHEMA: JsonObject = {
@@ -49,10 +55,22 @@ export const GPU_API_HINTS: ApiHints = {
     "gpu.v1.EnhancedBasicStatus.status": { enum: [...MARKET_STATUSES] },
     "gpu.v1.DbInfo.status": { enum: [...STORED_STATUSES] },
     "gpu.v1.ListInstanceLogsRequest.limit": limit,
+    "gpu.v1.CreateEndpointRequest.name": endpointName,
+    "gpu.v1.CreateEndpointRequest.template_name": templateNames,
+    "gpu.v1.CreateEndpointRequest.replicas": replicas,
+    "gpu.v1.CreateEndpointRequest.max_cost_per_hour": budget,
+    "gpu.v1.CreateEndpointRequest.custom_config": CUSTOM_CONFIG_SCHEMA,
+    "gpu.v1.UpdateEndpointRequest.replicas": replicas,
+    "gpu.v1.UpdateEndpointRequest.max_cost_per_hour": budget,
+    "gpu.v1.ListEndpointEventsRequest.limit": limit,
+    "gpu.v1.Endpoint.state": { enum: [...ENDPOINT_STATES] },
+    "gpu.v1.EndpointInstance.state": { enum: [...REPLICA_STATES] },
+    "gpu.v1.EndpointEvent.kind": { enum: [...EVENT_KINDS] },
   },
   requiredParams: ["gpu.v1.CreateInstanceFromTemplateRequest.template_name"],
   errors: {
     "gpu.v1.GpuService.CreateInstanceFromTemplate": [404, 409, 429],
     "gpu.v1.GpuService.CreateInstance": [404, 409, 429],
+    "gpu.v1.GpuService.CreateEndpoint": [409],
   },
 };

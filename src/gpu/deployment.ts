@@ -3,7 +3,8 @@ import type { Knex } from "knex";
 import { OperationFailedError } from "../errors.js";
 
 // Which marketplace machines are this deployment's. Every machine GpuService rents carries the
-// label `<deployment id>/<instance_id>`. The deployment id is unique to the service's database:
+// label `<deployment id>/<instance_id>`, and an endpoint's replica `<deployment id>/<instance_id>/<endpoint>`
+// (so that the marketplace's console shows what a machine serves). The deployment id is unique to the service's database:
 // derived from PostgreSQL's system identifier (unique per cluster, new in a restored copy) and
 // the database name, so two deployments sharing one marketplace account never touch each other's
 // machines, and a staging copy of production's database does not adopt production's machines.
@@ -11,8 +12,8 @@ import { OperationFailedError } from "../errors.js";
 
 export interface Deployment {
   readonly id: string;
-  /** The label of the machine of this instance. */
-  labelOf(instanceId: string): string;
+  /** The label of the machine of this instance (of an endpoint's replica when `endpoint` is given). */
+  labelOf(instanceId: string, endpoint?: string | null): string;
   /** The instance_id a label of this deployment names; undefined for anybody else's label. */
   instanceIdOf(label: string): string | undefined;
 }
@@ -21,8 +22,12 @@ export function deploymentOf(id: string): Deployment {
   const prefix = `${id}/`;
   return {
     id,
-    labelOf: (instanceId) => `${prefix}${instanceId}`,
-    instanceIdOf: (label) => (label.startsWith(prefix) && label.length > prefix.length ? label.slice(prefix.length) : undefined),
+    labelOf: (instanceId, endpoint) => `${prefix}${instanceId}${endpoint ? `/${endpoint}` : ""}`,
+    instanceIdOf: (label) => {
+      if (!label.startsWith(prefix)) return undefined;
+      const instanceId = label.slice(prefix.length).split("/")[0];
+      return instanceId ? instanceId : undefined;
+    },
   };
 }
 

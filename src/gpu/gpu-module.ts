@@ -1,7 +1,14 @@
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
-import type { ModuleDeps, ServiceModule } from "../module.js";
+import type { EndpointDirectory, ModuleDeps, ServiceModule } from "../module.js";
 import { registration } from "../server/service-registration.js";
 import { resolveDeployment, type Deployment } from "./deployment.js";
+import { createEndpointController } from "./endpoints/endpoint-controller.js";
+import { createEndpointDirectory } from "./endpoints/endpoint-directory.js";
+import { EndpointEventStore } from "./endpoints/endpoint-events.js";
+import { createEndpointLoop, type EndpointLoop } from "./endpoints/endpoint-loop.js";
+import { registerEndpointMetrics } from "./endpoints/endpoint-metrics.js";
+import { EndpointStore } from "./endpoints/endpoint-store.js";
+import { createReadinessProbe } from "./endpoints/readiness-probe.js";
 import { ExecutionLogStore } from "./store/execution-log-store.js";
 import type { GpuContext } from "./gpu-context.js";
 import { registerGpuMetrics } from "./gpu-metrics.js";
@@ -16,9 +23,16 @@ import { createSyncLoop, type SyncLoop } from "./lifecycle/sync-loop.js";
 export interface GpuModule extends ServiceModule {
   /** The status sync and reconciliation loop; tests run rounds on demand. */
   syncLoop: SyncLoop;
+  /** The endpoint controller's loop (probes and replica decisions); tests run rounds on demand. */
+  endpointLoop: EndpointLoop;
+  /** Where the proxy finds an endpoint's ready replicas, from the database. */
+  endpoints: EndpointDirectory;
 }
 
-/** GpuService with its background work: the status sync loop, which also reconciles. */
+/** How long a replica row waits for its instance record before its launch counts as lost, ms. */
+const REPLICA_RECORD_GRACE_MS = 60_000;
+
+/** GpuService with its background work: the status sync loop (which also reconciles) and the endpoint controller. */
 export function createGpuModule(deps: ModuleDeps): GpuModule {
   const { config, knex, logger } = deps;
   const { statusCacheMs } = config.gpu;
@@ -43,18 +57,42 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     maxFleetDph: config.gpu.maxFleetDph,
     creationGraceMs: config.gpu.creationGraceMs,
   };
+  const leader = createSyncLeader(knex, ctx.logger);
   const syncLoop = createSyncLoop(ctx, {
     intervalMs: config.gpu.statusSyncMs,
     creationGraceMs: config.gpu.creationGraceMs,
-    leader: createSyncLeader(knex, ctx.logger),
+    leader,
+  });
+  const endpoints = EndpointStore.create({ knex });
+  const events = EndpointEventStore.create({ knex });
+  const endpointLoop = createEndpointLoop({
+    controller: createEndpointController({
+      ctx,
+      endpoints,
+      events,
+      probe: createReadinessProbe(config.gpu.probeTimeoutMs),
+      settings: { ...config.gpu.endpoints, missingGraceMs: REPLICA_RECORD_GRACE_MS },
+    }),
+    intervalMs: config.gpu.endpoints.probeMs,
+    leader,
+    logger: ctx.logger,
   });
   const statistics = StatisticsStore.create({ knex });
   registerGpuMetrics(deps.metrics.registry, statistics);
-  const service = createGpuService({ ctx, statistics, creationHooks: deps.gpuCreationHooks });
+  registerEndpointMetrics(deps.metrics.registry, { ctx, endpoints });
+  const service = createGpuService({ ctx, statistics, endpoints, events, creationHooks: deps.gpuCreationHooks });
   return {
     service: registration(GpuService, service),
     syncLoop,
-    start: () => syncLoop.start(),
-    stop: () => syncLoop.stop(),
+    endpointLoop,
+    endpoints: createEndpointDirectory({ ctx, endpoints }),
+    async start() {
+      await syncLoop.start();
+      endpointLoop.start();
+    },
+    async stop() {
+      await endpointLoop.stop();
+      await syncLoop.stop();
+    },
   };
 }

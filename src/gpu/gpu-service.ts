@@ -1,7 +1,8 @@
 import type { ServiceImpl } from "@connectrpc/connect";
+import { actorOf } from "../actor.js";
 import type { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
 import { excerpt, InvalidInputError, NotFoundError, UnavailableError } from "../errors.js";
-import { createInstance, type CreationHooks } from "./creation/creation.js";
+import { createInstance, type CreationHooks, type CreationResult } from "./creation/creation.js";
 import { destroyRecord } from "./lifecycle/destroy.js";
 import type { GpuContext } from "./gpu-context.js";
 import { basicStatus, costAnalysis, enhancedStatus, listInstances, requireRecord } from "./instance-reads.js";
@@ -11,10 +12,15 @@ import { DEFAULT_LIMIT, searchOffers, validateLimit } from "./marketplace/offers
 import type { StatisticsStore } from "./store/statistics-store.js";
 import { findTemplate, listTemplates } from "./creation/templates.js";
 import { roundMoney } from "./money/cost.js";
+import type { EndpointEventStore } from "./endpoints/endpoint-events.js";
+import { createEndpointRpcs } from "./endpoints/endpoint-service.js";
+import type { EndpointStore } from "./endpoints/endpoint-store.js";
 
 export interface GpuServiceOptions {
   ctx: GpuContext;
   statistics: StatisticsStore;
+  endpoints: EndpointStore;
+  events: EndpointEventStore;
   /** Test seam: see CreationHooks. */
   creationHooks?: CreationHooks;
 }
@@ -22,6 +28,7 @@ export interface GpuServiceOptions {
 /** Every GpuService RPC; each one is a thin call into the module that does its job. */
 export function createGpuService(options: GpuServiceOptions): ServiceImpl<typeof GpuService> {
   const { ctx, statistics, creationHooks } = options;
+  const endpointRpcs = createEndpointRpcs({ ctx, endpoints: options.endpoints, events: options.events, actorOf });
   const catalogue = async (): Promise<MarketOffer[]> => {
     try {
       return await ctx.marketplace.listOffers();
@@ -51,17 +58,16 @@ export function createGpuService(options: GpuServiceOptions): ServiceImpl<typeof
       if (!template) throw new NotFoundError(`Template '${excerpt(templateName)}' not found`);
       return template;
     },
-    async createInstanceFromTemplate(req) {
+    async createInstanceFromTemplate(req, context) {
       const created = await createInstance(
         ctx,
-        { templateName: req.templateName || missingTemplate(), offerId: req.offerId, customConfig: req.body?.customConfig },
+        { templateName: req.templateName || missingTemplate(), offerId: req.offerId, customConfig: req.body?.customConfig, actor: actorOf(context) },
         creationHooks,
       );
-      return { success: true, ...created, status: "creating" };
+      return creationResponse(created);
     },
-    async createInstance(req) {
-      const created = await createInstance(ctx, req, creationHooks);
-      return { success: true, ...created, status: "creating" };
+    async createInstance(req, context) {
+      return creationResponse(await createInstance(ctx, { ...req, actor: actorOf(context) }, creationHooks));
     },
     listInstances: (req) => listInstances(ctx, req),
     getInstance: ({ instanceId }) => basicStatus(ctx, instanceId),
@@ -73,22 +79,36 @@ export function createGpuService(options: GpuServiceOptions): ServiceImpl<typeof
       const logs = await ctx.logs.listForInstance(instanceId, limit ?? DEFAULT_LIMIT);
       return { logs: logs.map(logMessage) };
     },
-    async destroyInstance({ instanceId }) {
+    async destroyInstance({ instanceId }, context) {
       const record = await requireRecord(ctx, instanceId);
       const wasDestroyed = record.status === "destroyed";
-      await destroyRecord(ctx, record, "destroy_instance");
+      await destroyRecord(ctx, actorOf(context), record, "destroy_instance");
       const message = wasDestroyed ? `Instance ${instanceId} was already destroyed` : `Instance ${instanceId} destroyed`;
       return { success: true, instanceId, status: "destroyed", message };
+    },
+    async getModelKey({ instanceId }) {
+      const record = await requireRecord(ctx, instanceId);
+      if (record.modelApiKey === null) {
+        const why = record.templateName === null ? "it runs no model server" : "it was created before model-server keys, and its model server takes none";
+        throw new NotFoundError(`Instance '${instanceId}' has no model-server key: ${why}`, { extra: { code: "NO_MODEL_KEY" } });
+      }
+      return { instanceId, modelApiKey: record.modelApiKey };
     },
     async getStatistics() {
       const stats = await statistics.statistics();
       return { ...stats, totalCost: roundMoney(stats.totalCost), averageCostPerHour: roundMoney(stats.averageCostPerHour) };
     },
+    ...endpointRpcs,
   };
 }
 
 /** The catalogue is a few hundred offers: the simple search returns every match. */
 const MAX_OFFERS = 1000;
+
+function creationResponse(created: CreationResult) {
+  const { modelApiKey, ...rest } = created;
+  return { success: true, ...rest, status: "creating", ...(modelApiKey !== null ? { modelApiKey } : {}) };
+}
 
 function missingTemplate(): never {
   throw new InvalidInputError("template_name is required", { extra: { field: "template_name" } });

@@ -47,6 +47,7 @@ export function instanceMessage(record: InstanceRecord, now: Date): MessageInitS
     autoDestroy: record.autoDestroy,
     uptime: formatUptime(uptime),
     totalCost: totalCost(record.costPerHour, uptime),
+    endpoint: record.endpoint ?? undefined,
   };
 }
 
@@ -61,5 +62,6 @@ export function logMessage(entry: LogEntry): MessageInitShape<typeof ExecutionLo
     success: entry.success,
     metadata: entry.metadata as JsonObject,
     createdAt: timestampFromDate(entry.createdAt),
+    actor: entry.actor,
   };
 }

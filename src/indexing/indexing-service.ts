@@ -1,4 +1,5 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
+import { actorOf } from "../actor.js";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Client } from "@elastic/elasticsearch";
@@ -38,9 +39,9 @@ export const MAX_LOG_LIMIT = 1000;
 /** Every IndexingService RPC; each one is a thin call into the module that does its job. */
 export function createIndexingService(deps: IndexingServiceDeps): ServiceImpl<typeof IndexingService> {
   return {
-    async indexGoods(request) {
+    async indexGoods(request, context) {
       const { mode, intervalMinutes } = parseInterval(request.interval);
-      const result = await deps.runs.run({ mode, intervalMinutes }).catch((err: unknown) => {
+      const result = await deps.runs.run({ mode, intervalMinutes, actor: actorOf(context) }).catch((err: unknown) => {
         throw toDomainError(err);
       });
       return indexGoodsResponse(result, deps.indexing.goodsIndex);
@@ -60,7 +61,7 @@ export function createIndexingService(deps: IndexingServiceDeps): ServiceImpl<ty
         live: liveMessage(live),
       };
     },
-    runProductBatch: (req) => deps.batch.run({ intervalMinutes: req.intervalMinutes, chunkSize: req.chunkSize }),
+    runProductBatch: (req, context) => deps.batch.run({ intervalMinutes: req.intervalMinutes, chunkSize: req.chunkSize, actor: actorOf(context) }),
     async listBatchLogs(req) {
       const limit = req.limit ?? DEFAULT_LOG_LIMIT;
       if (limit < 1 || limit > MAX_LOG_LIMIT) {
@@ -76,6 +77,7 @@ function liveMessage(live: LiveStatus) {
     enabled: live.enabled,
     state: live.state,
     pendingProducts: live.pendingProducts,
+    retryingProducts: live.retryingProducts,
     oldestPendingAgeMs: BigInt(live.oldestPendingAgeMs),
     appliedTotal: BigInt(live.appliedTotal),
     lastAppliedAt: live.lastAppliedAt && timestampFromDate(live.lastAppliedAt),

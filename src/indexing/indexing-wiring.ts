@@ -1,4 +1,5 @@
 import type { Client } from "@elastic/elasticsearch";
+import { ACTOR_CRON } from "../actor.js";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { BatchConfig, IndexingConfig } from "../config.js";
@@ -40,7 +41,7 @@ export function createIndexingWiring(deps: IndexingWiringDeps): IndexingWiring {
     knex,
     lock: jobLock,
     // Step 2, under the batch's lock. A full load truncated the table: it rebuilds, so vanished products leave search.
-    indexCursor: ({ bulkSize, signal, rebuild }) => runs.runHeld({ mode: "cursor", job: PRODUCT_BATCH_JOB, rebuild, bulkSize }, signal),
+    indexCursor: ({ bulkSize, signal, rebuild, actor }) => runs.runHeld({ mode: "cursor", job: PRODUCT_BATCH_JOB, rebuild, bulkSize, actor }, signal),
     logs,
     goodsIndex: indexing.goodsIndex,
     logger,
@@ -49,7 +50,7 @@ export function createIndexingWiring(deps: IndexingWiringDeps): IndexingWiring {
 
   const { cronIncrementalMinutes, cronIncrementalOverlapMinutes } = deps.batch;
   const jobs: CronJob[] = [
-    { name: PRODUCT_BATCH_JOB, expression: deps.batch.cronBatch, run: () => batch.run({}) },
+    { name: PRODUCT_BATCH_JOB, expression: deps.batch.cronBatch, run: () => batch.run({ actor: ACTOR_CRON }) },
     {
       name: "index_goods_incremental",
       expression: deps.batch.cronIncremental,
@@ -57,6 +58,7 @@ export function createIndexingWiring(deps: IndexingWiringDeps): IndexingWiring {
       run: () =>
         runs.run({
           mode: "incremental",
+          actor: ACTOR_CRON,
           intervalMinutes: () => incrementalWindowMinutes(knex, cronIncrementalMinutes, cronIncrementalOverlapMinutes),
         }),
     },

@@ -1,4 +1,5 @@
 import type { Client } from "@elastic/elasticsearch";
+import { ACTOR_UNKNOWN } from "../actor.js";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
 import type { GoodsAnalyzer } from "../config.js";
@@ -14,13 +15,15 @@ import {
   swapAlias,
 } from "./goods/goods-index.js";
 import { goodsQuery, removalQuery, type IndexingMode } from "./goods/goods-rows.js";
+import { removedSinceRead } from "./goods/removed-since-read.js";
 import { databaseNow, recordRun } from "./goods/index-runs.js";
 import { endLeftoverPause, pauseRefreshWhenLarge } from "./goods/refresh-pause.js";
 import { measureDrift } from "./goods/index-status.js";
 import { messageOf, UnavailableError } from "../errors.js";
 import { errorCodeOf, IndexingError } from "./indexing-error.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
-import type { BulkAction, BulkStats } from "./pipeline/bulk-sender.js";
+import { toBulkLines } from "./pipeline/bulk-lines.js";
+import { sendBulks, type BulkAction, type BulkStats } from "./pipeline/bulk-sender.js";
 import { runPipeline, type PipelineResult } from "./pipeline/pipeline.js";
 import { readLines, type RowQuery } from "./pipeline/row-reader.js";
 
@@ -39,6 +42,8 @@ export interface GoodsIndexingOptions {
   rebuild?: boolean;
   /** The job name in logs; default index_goods_<mode>. */
   job?: string;
+  /** Who started the run, recorded with it (src/actor.ts); default unknown. */
+  actor?: string;
   /** The alias searches use (GOODS_INDEX). */
   index: string;
   analyzer?: GoodsAnalyzer;
@@ -89,6 +94,11 @@ interface Run {
   flip: boolean;
   /** GOODS_NO of documents Elasticsearch rejected (few: each is logged). */
   rejected: Set<string>;
+  /**
+   * Through the alias: products the index pass wrote that are gone since its snapshot, deleted
+   * again as each bulk settles (removed-since-read.ts); undefined for a rebuild.
+   */
+  removedAgain?: { count: number };
 }
 
 export async function runGoodsIndexing(options: GoodsIndexingOptions): Promise<IndexingResult> {
@@ -150,12 +160,13 @@ async function indexOnce(options: GoodsIndexingOptions, logger: Logger, startedA
   if (leftovers.length > 0) logger.warn({ deleted: leftovers }, "deleted partial indices left by an earlier run");
   if (await endLeftoverPause(client, index)) logger.warn("an earlier run died with refreshes paused: live refresh restored");
   let removal: PipelineResult | undefined;
+  const removedAgain = { count: 0 };
   let pipeline: PipelineResult;
   if (rebuilds(options)) {
     pipeline = await rebuild(options, logger, { reader, finalized }, startedAt);
   } else {
     await ensureGoodsAlias(client, index, options.analyzer ?? "cjk", logger);
-    const run: Run = { options, logger, target: index, reader, finalized, flip: options.mode === "cursor", rejected: new Set() };
+    const run: Run = { options, logger, target: index, reader, finalized, flip: options.mode === "cursor", rejected: new Set(), removedAgain };
     removal = await removalPass(run);
     const pause = pauseRefreshWhenLarge(client, index, logger, options.pauseRefreshAfterDocs);
     try {
@@ -171,7 +182,7 @@ async function indexOnce(options: GoodsIndexingOptions, logger: Logger, startedA
     fetchedCount: pipeline.fetched,
     indexedCount: pipeline.stats.successful,
     failedCount: pipeline.stats.failed,
-    removedCount: removal ? removal.stats.successful - removal.stats.missing : 0,
+    removedCount: removal ? removal.stats.successful - removal.stats.missing + removedAgain.count : 0,
     elapsedMs: 0,
     finalizedCount: options.mode === "cursor" ? finalized.count : undefined,
     maxReaderBuffered: reader.maxBuffered,
@@ -221,7 +232,7 @@ async function rebuild(
 /** The mode's eligible rows into the target; cursor mode flips them as bulks settle. */
 function indexPass(run: Run, onBulkSettled?: BulkSettled): Promise<PipelineResult> {
   const { mode, intervalMinutes } = run.options;
-  return pass(run, goodsQuery(mode, intervalMinutes), { settles: run.flip, onBulkSettled });
+  return pass(run, goodsQuery(mode, intervalMinutes), { settles: run.flip, removesAgain: run.removedAgain !== undefined, onBulkSettled });
 }
 
 /** Deletes the documents of products that left the index (none in a full run). */
@@ -232,8 +243,15 @@ function removalPass(run: Run): Promise<PipelineResult> {
 
 type BulkSettled = (stats: Readonly<BulkStats>) => Promise<void> | void;
 
-/** `settles`: the accepted items are finalized (flipped, tombstones cleared) as each bulk settles. */
-async function pass(run: Run, query: RowQuery, { settles, onBulkSettled }: { settles: boolean; onBulkSettled?: BulkSettled }): Promise<PipelineResult> {
+interface PassOptions {
+  /** The accepted items are finalized (flipped, tombstones cleared) as each bulk settles. */
+  settles: boolean;
+  /** Products accepted and gone since the snapshot are deleted again as each bulk settles. */
+  removesAgain?: boolean;
+  onBulkSettled?: BulkSettled;
+}
+
+async function pass(run: Run, query: RowQuery, { settles, removesAgain, onBulkSettled }: PassOptions): Promise<PipelineResult> {
   const { options, logger, target } = run;
   const { knex, elasticsearch, bulkSize } = options;
   const { flip } = run;
@@ -255,7 +273,13 @@ async function pass(run: Run, query: RowQuery, { settles, onBulkSettled }: { set
       bulkSize,
       maxBytes: options.bulkMaxBytes,
       concurrency: options.bulksInFlight,
-      onAccepted: settles ? settle : undefined,
+      onAccepted:
+        settles || removesAgain
+          ? async (actions) => {
+              if (settles) await settle(actions);
+              if (removesAgain) await removeAgain(run, actions);
+            }
+          : undefined,
       onBulkSettled: async (stats) => {
         await onBulkSettled?.(stats);
         await options.onBulkSettled?.(stats);
@@ -268,6 +292,34 @@ async function pass(run: Run, query: RowQuery, { settles, onBulkSettled }: { set
     },
   });
   return result;
+}
+
+/**
+ * Deletes again the accepted products that are no longer for sale by a change newer than the
+ * state written: the live follower deleted them already, and Elasticsearch may have forgotten it.
+ */
+async function removeAgain(run: Run, actions: readonly BulkAction[]): Promise<void> {
+  const { options, logger, target } = run;
+  const lines = await removedSinceRead(options.knex, actions).catch((err: unknown) => {
+    throw new IndexingError("FINALIZE_FAILED", "looking up products removed since the run's snapshot failed", { cause: err, unavailable: isDatabaseUnavailable(err) });
+  });
+  if (lines.length === 0) return;
+  const stats = await sendBulks(once(toBulkLines(lines)), {
+    client: options.elasticsearch,
+    index: target,
+    bulkSize: options.bulkSize,
+    maxBytes: options.bulkMaxBytes,
+    concurrency: 1,
+    signal: options.signal,
+    onDrop: (action, failure) => logger.warn({ goods_no: action.id, physical_index: target, ...failure }, "deleting a product removed since the run's snapshot failed"),
+  });
+  const removed = stats.successful - stats.missing;
+  if (run.removedAgain) run.removedAgain.count += removed;
+  if (removed > 0) logger.info({ removed }, "deleted again products removed since the run's snapshot");
+}
+
+async function* once<T>(item: T): AsyncGenerator<T> {
+  yield item;
 }
 
 /** Cursor and incremental documents are searchable when the run answers. */
@@ -307,6 +359,7 @@ async function record(
       indexedCount: result?.indexedCount ?? 0,
       failedCount: result?.failedCount ?? 0,
       removedCount: result?.removedCount ?? 0,
+      actor: options.actor ?? ACTOR_UNKNOWN,
     });
   } catch (err) {
     logger.warn({ err: messageOf(err) }, "recording the run failed");

@@ -23,6 +23,8 @@ export interface RunRequest {
   rebuild?: boolean;
   /** Documents per bulk request; default INDEX_BULK_SIZE. */
   bulkSize?: number;
+  /** Who asked (src/actor.ts): a token's name, cron for the schedule; recorded with the run. */
+  actor: string;
 }
 
 export interface IndexingRuns {
@@ -65,6 +67,7 @@ export function createIndexingRuns(deps: IndexingRunsDeps): IndexingRuns {
       ...pipeline,
       mode: request.mode,
       job: request.job,
+      actor: request.actor,
       rebuild: request.rebuild,
       intervalMinutes: typeof intervalMinutes === "function" ? await intervalMinutes() : intervalMinutes,
       bulkSize: request.bulkSize ?? indexing.bulkSize,

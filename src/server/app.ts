@@ -1,7 +1,11 @@
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
+import { excerpt } from "../errors.js";
 import type { Logger } from "pino";
 import type { EndpointDirectory } from "../module.js";
-import { createAuthInterceptor, createTokenCheck, UNAUTHENTICATED_MESSAGE } from "./auth.js";
+import { createAccessCheck, sendRefusal } from "./auth/access-check.js";
+import { checkRpc, createAuthInterceptor } from "./auth/auth-interceptor.js";
+import { scopeOfHttpPath } from "./auth/scope-table.js";
+import type { TokenSource } from "./auth/token-source.js";
 import { createErrorInterceptor } from "./error-interceptor.js";
 import { createHealthHandler, type ReadinessChecks } from "./health.js";
 import type { Metrics } from "./metrics.js";
@@ -19,7 +23,8 @@ import type { ServiceRegistration } from "./service-registration.js";
 export interface AppOptions {
   services: readonly ServiceRegistration[];
   logger: Logger;
-  authTokens: readonly string[];
+  /** The accepted tokens and their scopes (server/auth/); a source with none turns auth off. */
+  tokens: TokenSource;
   readiness: ReadinessChecks;
   maxBodyBytes: number;
   metrics: Metrics;
@@ -40,8 +45,8 @@ export interface AppOptions {
  */
 export function createAppHandler(options: AppOptions): NodeHandler {
   const { services, logger, metrics } = options;
-  const isAuthorized = createTokenCheck(options.authTokens);
-  const interceptors: Interceptor[] = [createErrorInterceptor(logger), createAuthInterceptor(isAuthorized)];
+  const checkAccess = createAccessCheck(options.tokens);
+  const interceptors: Interceptor[] = [createErrorInterceptor(logger), createAuthInterceptor(checkAccess)];
   const routes = (router: ConnectRouter) => {
     for (const service of services) service.route(router);
   };
@@ -49,22 +54,31 @@ export function createAppHandler(options: AppOptions): NodeHandler {
   const apiDocs = createApiDocs({
     services: services.map((s) => s.desc),
     hints: options.apiHints ?? {},
-    authEnabled: options.authTokens.length > 0,
+    authEnabled: options.tokens.enabled,
   });
   const handleRest = createRestHandler({
     services: services.map((s) => s.desc),
     call: createInProcessCaller(services, interceptors),
     logger,
     maxBodyBytes: options.maxBodyBytes,
+    // A token without the route's scope hears 403 before its body is read or judged.
+    beforeBody: (method, authorization) => {
+      const verdict = checkRpc(checkAccess, method, authorization);
+      return verdict.ok ? undefined : verdict;
+    },
   });
 
   // Everything that is not an RPC: health, metrics, REST. Returns the route label for metrics.
   const serveHttp = async (req: NodeRequest, res: NodeResponse): Promise<string> => {
     const path = (req.url ?? "/").split("?")[0] ?? "/";
     if (await handleHealth(req, res)) return path;
-    if (!isAuthorized(req.headers.authorization)) {
-      sendJson(res, 401, { detail: UNAUTHENTICATED_MESSAGE }, { "www-authenticate": "Bearer" });
-      return "unauthenticated";
+    // Routes of the scope table need their scope; any other path (REST, 404) a known token first,
+    // so that strangers learn nothing from its answer; REST routes then check their RPC's scope.
+    const scope = scopeOfHttpPath(path);
+    const verdict = checkAccess(req.headers.authorization, scope, `${req.method} ${excerpt(path)}`);
+    if (!verdict.ok && (scope !== undefined || verdict.status === 401)) {
+      sendRefusal(res, verdict);
+      return verdict.status === 401 ? "unauthenticated" : "forbidden";
     }
     if (path === "/metrics" && req.method === "GET") {
       const body = await metrics.registry.metrics();
@@ -117,13 +131,16 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     res.once("close", () => {
       metrics.observeHttp(ENDPOINT_ROUTE, req.method ?? "GET", res.statusCode, Number(process.hrtime.bigint() - started) / 1e9);
     });
-    if (!isAuthorized(req.headers.authorization)) {
-      sendJson(res, 401, { detail: UNAUTHENTICATED_MESSAGE }, { "www-authenticate": "Bearer" });
+    // The scope table's entry for /endpoints/ (endpoints:invoke), as every plain HTTP route.
+    const pathOnly = url.split("?", 1)[0]!;
+    const verdict = checkAccess(req.headers.authorization, scopeOfHttpPath(pathOnly), `${req.method} ${excerpt(pathOnly)}`);
+    if (!verdict.ok) {
+      sendRefusal(res, verdict);
       return;
     }
     const path = parseEndpointPath(url);
     if (path.kind === "ok") proxy.handle(req, res, path.name, path.upstreamPath);
     else if (path.kind === "invalid") sendJson(res, 400, { detail: path.detail });
-    else sendJson(res, 404, { detail: `no route for ${req.method} ${url.split("?", 1)[0]}` });
+    else sendJson(res, 404, { detail: `no route for ${req.method} ${excerpt(pathOnly)}` });
   };
 }

@@ -12,7 +12,7 @@ const root = join(import.meta.dirname, "../..");
  * one or few files each folder keeps for its subfolders (its context, its port, its error type).
  */
 const BOTTOM = [
-  /^src\/(errors|logger|config|module)\.ts$/,
+  /^src\/(errors|logger|config|module|actor)\.ts$/,
   /^src\/db\//,
   /^src\/gpu\/gpu-context\.ts$/, // what the GPU service's parts share
   /^src\/gpu\/marketplace\/(port|offer-filter)\.ts$/, // the adapters' interface and their shared offer filter

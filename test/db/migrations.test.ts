@@ -85,6 +85,36 @@ describe("migrations", () => {
     await db.knex("gpu_instances").delete();
   });
 
+  it("gives execution log rows and index runs written before actors the actor unknown", async () => {
+    await undoThrough("20261126000000_operation_actor");
+    await db.knex("GpuExecutionLog").insert({ instance_id: "gpu-30", operation: "create_instance", success: true });
+    const counts = { fetched_count: 1, indexed_count: 1, failed_count: 0, removed_count: 0 };
+    await db.knex("goods_index_runs").insert({ mode: "full", success: true, started_at: new Date(), finished_at: new Date(), ...counts });
+    await migrateToLatest(db.knex);
+    expect(await db.knex("GpuExecutionLog").where({ instance_id: "gpu-30" }).select("actor")).toEqual([{ actor: "unknown" }]);
+    expect(await db.knex("goods_index_runs").where({ mode: "full" }).select("actor")).toEqual([{ actor: "unknown" }]);
+    await db.knex("GpuExecutionLog").delete();
+    await db.knex("goods_index_runs").delete();
+  });
+
+  it("adds endpoints over existing instances, a name unique among live endpoints only, and rolls back keeping the instances", async () => {
+    await undoThrough("20261126010000_gpu_endpoints");
+    await db.knex("gpu_instances").insert({ instance_id: "gpu-30", offer_id: "o", status: "running" });
+    await migrateToLatest(db.knex);
+    expect((await InstanceStore.create({ knex: db.knex }).get("gpu-30"))?.endpoint).toBeNull();
+    const endpoint = { name: "coder", template_name: "budget", replicas: 1, max_cost_per_hour: 1 };
+    const [first] = await db.knex("gpu_endpoints").insert(endpoint).returning("id");
+    await expect(db.knex("gpu_endpoints").insert(endpoint)).rejects.toThrow(/gpu_endpoints_live_name_idx/);
+    await db.knex("gpu_endpoints").where({ id: first.id }).update({ phase: "deleted" });
+    await db.knex("gpu_endpoints").insert(endpoint);
+    await expect(db.knex("gpu_endpoints").insert({ ...endpoint, name: "x", replicas: 17 })).rejects.toThrow(/gpu_endpoints_replicas_check/);
+    await undoThrough("20261126010000_gpu_endpoints");
+    expect(await tables()).not.toContain("gpu_endpoints");
+    expect(await db.knex("gpu_instances").where({ instance_id: "gpu-30" }).first()).toBeDefined();
+    await migrateToLatest(db.knex);
+    await db.knex("gpu_instances").delete();
+  });
+
   it("refuses a status value outside the contract", async () => {
     await expect(
       db.knex("gpu_instances").insert({ instance_id: "gpu-2", offer_id: "o", status: "sleeping" }),

@@ -32,7 +32,10 @@ describe("the deployment id", () => {
     const mine = deploymentOf("d0123456789ab");
     expect(mine.labelOf("gpu-1042")).toBe("d0123456789ab/gpu-1042");
     expect(mine.instanceIdOf("d0123456789ab/gpu-1042")).toBe("gpu-1042");
-    for (const other of ["dffffffffffff/gpu-1042", "gpu-1042", "d0123456789ab/", "d0123456789ab", "d0123456789abc/gpu-1"]) {
+    // An endpoint's replica names its endpoint too.
+    expect(mine.labelOf("gpu-1043", "coder")).toBe("d0123456789ab/gpu-1043/coder");
+    expect(mine.instanceIdOf("d0123456789ab/gpu-1043/coder")).toBe("gpu-1043");
+    for (const other of ["dffffffffffff/gpu-1042", "gpu-1042", "d0123456789ab/", "d0123456789ab//coder", "d0123456789ab", "d0123456789abc/gpu-1"]) {
       expect(mine.instanceIdOf(other)).toBeUndefined();
     }
   });

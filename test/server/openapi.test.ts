@@ -188,6 +188,19 @@ describe("auth of the API docs", () => {
     });
     expect(securedDoc.paths["/api/gpu/templates"]!.get!.responses["401"]).toEqual({ $ref: "#/components/responses/Error401" });
   });
+
+  it("documents 403 on every route, and the scope each operation needs", async () => {
+    const res = await fetch(`${secured.url}/openapi.json`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    const securedDoc = (await res.json()) as Document;
+    const operations = Object.values(securedDoc.paths).flatMap((item) => Object.values(item!) as Array<{ responses: Record<string, unknown>; security?: unknown }>);
+    expect(operations.length).toBeGreaterThan(10);
+    for (const op of operations) expect(op.responses["403"]).toEqual({ $ref: "#/components/responses/Error403" });
+    const op = (path: string, verb: string) => (securedDoc.paths[path] as unknown as Record<string, { security: unknown }>)[verb]!;
+    expect(op("/api/gpu/templates", "get").security).toEqual([{ bearer: ["gpu:read"] }]);
+    expect(op("/api/gpu/instances", "post").security).toEqual([{ bearer: ["gpu:write"] }]);
+    expect(op("/api/gpu/instances/{instance_id}/model-key", "get").security).toEqual([{ bearer: ["gpu:write"] }]);
+    expect(op("/api/search/v1/batch/product", "post").security).toEqual([{ bearer: ["indexing:run"] }]);
+  });
 });
 
 describe("GET /docs", () => {

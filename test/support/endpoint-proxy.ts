@@ -4,6 +4,7 @@ import { listTemplates } from "../../src/gpu/creation/templates.js";
 import { startModelServer, type ModelServer, type ModelServerOptions } from "../../src/gpu/marketplace/simulated/model-server.js";
 import type { EndpointDirectory, RouteTarget } from "../../src/module.js";
 import { createAppHandler } from "../../src/server/app.js";
+import { createTokenSource } from "../../src/server/auth/token-source.js";
 import { listen, type RunningServer } from "../../src/server/listen.js";
 import { createMetrics } from "../../src/server/metrics.js";
 import { registration } from "../../src/server/service-registration.js";
@@ -21,13 +22,15 @@ export interface ProxyUnderTest {
   close(): Promise<void>;
 }
 
-export async function startProxy(options: { maxBodyBytes?: number; firstByteMs?: number; logger?: Logger } = {}): Promise<ProxyUnderTest> {
+/** `tokensFile`: an AUTH_TOKENS_FILE whose tokens are accepted besides CALLER_TOKEN (every scope). */
+export async function startProxy(options: { maxBodyBytes?: number; firstByteMs?: number; logger?: Logger; tokensFile?: string } = {}): Promise<ProxyUnderTest> {
   const endpoints = new Map<string, RouteTarget[]>();
   const directory: EndpointDirectory = { readyReplicas: async (name) => endpoints.get(name) };
+  const logger = options.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
   const handler = createAppHandler({
     services: [registration(GpuService, { listTemplates: () => ({ templates: [...listTemplates()] }) })],
-    logger: options.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" }),
-    authTokens: [CALLER_TOKEN],
+    logger,
+    tokens: createTokenSource({ envTokens: [CALLER_TOKEN], file: options.tokensFile, logger }),
     readiness: {},
     maxBodyBytes: options.maxBodyBytes ?? 1024 * 1024,
     metrics: createMetrics(),

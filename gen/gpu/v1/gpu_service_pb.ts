@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file gpu/v1/gpu_service.proto.
  */
 export const file_gpu_v1_gpu_service: GenFile = /*@__PURE__*/
-  fileDesc("ChhncHUvdjEvZ3B1X3NlcnZpY2UucHJvdG8SBmdwdS52MSKkAgoFT2ZmZXISCgoCaWQYASABKAkSEAoIZ3B1X25hbWUYAiABKAkSEAoIbnVtX2dwdXMYAyABKAUSDwoHZ3B1X3JhbRgEIAEoARIRCglkcGhfdG90YWwYBSABKAESEAoIcmVudGFibGUYBiABKAgSFQoNcHJpY2VfcGVyX2dwdRgHIAEoARIQCghsb2NhdGlvbhgIIAEoCRIeChFkaXJlY3RfcG9ydF9jb3VudBgJIAEoBUgAiAEBEhoKDWN1ZGFfbWF4X2dvb2QYCiABKAFIAYgBARIYCgtyZWxpYWJpbGl0eRgLIAEoAUgCiAEBQhQKEl9kaXJlY3RfcG9ydF9jb3VudEIQCg5fY3VkYV9tYXhfZ29vZEIOCgxfcmVsaWFiaWxpdHkigQEKEUxpc3RPZmZlcnNSZXF1ZXN0EhUKCGdwdV9uYW1lGAEgASgJSACIAQESFgoJbWF4X3ByaWNlGAIgASgBSAGIAQESFQoIcmVudGFibGUYAyABKAhIAogBAUILCglfZ3B1X25hbWVCDAoKX21heF9wcmljZUILCglfcmVudGFibGUiWgoSTGlzdE9mZmVyc1Jlc3BvbnNlEh0KBm9mZmVycxgBIAMoCzINLmdwdS52MS5PZmZlchINCgV0b3RhbBgCIAEoBRIWCg5maWx0ZXJlZF9jb3VudBgDIAEoBSKRAgoTU2VhcmNoT2ZmZXJzUmVxdWVzdBIVCghncHVfbmFtZRgBIAEoCUgAiAEBEhYKCW1heF9wcmljZRgCIAEoAUgBiAEBEhgKC21pbl9ncHVfcmFtGAMgASgBSAKIAQESFQoIbnVtX2dwdXMYBCABKAVIA4gBARIVCghyZW50YWJsZRgFIAEoCEgEiAEBEhQKB3NvcnRfYnkYBiABKAlIBYgBARISCgVsaW1pdBgHIAEoBUgGiAEBQgsKCV9ncHVfbmFtZUIMCgpfbWF4X3ByaWNlQg4KDF9taW5fZ3B1X3JhbUILCglfbnVtX2dwdXNCCwoJX3JlbnRhYmxlQgoKCF9zb3J0X2J5QggKBl9saW1pdCIqCghTb3J0SW5mbxIPCgdzb3J0X2J5GAEgASgJEg0KBW9yZGVyGAIgASgJIoEBChRTZWFyY2hPZmZlcnNSZXNwb25zZRIdCgZvZmZlcnMYASADKAsyDS5ncHUudjEuT2ZmZXISDQoFdG90YWwYAiABKAUSFgoOZmlsdGVyZWRfY291bnQYAyABKAUSIwoJc29ydF9pbmZvGAQgASgLMhAuZ3B1LnYxLlNvcnRJbmZvIssCCg5UZW1wbGF0ZUNvbmZpZxIWCg5sbG1fbW9kZWxfbmFtZRgBIAEoCRIZChFsbG1fbWF4X21vZGVsX2xlbhgCIAEoBRITCgttaW5fZ3B1X3JhbRgDIAEoARIRCgltYXhfcHJpY2UYBCABKAESEgoKaW1hZ2VfbmFtZRgFIAEoCRIiChpsbG1fZ3B1X21lbW9yeV91dGlsaXphdGlvbhgGIAEoARIQCghsbG1fcG9ydBgHIAEoBRIWCgltYXhfaG91cnMYCCABKAFIAIgBARIVCghtYXhfY29zdBgJIAEoAUgBiAEBEhkKEW1pbl90b3RhbF9ncHVfcmFtGAogASgBEh0KFXRlbnNvcl9wYXJhbGxlbF9zaXplcxgLIAMoBRIQCghtaW5fY3VkYRgMIAEoAUIMCgpfbWF4X2hvdXJzQgsKCV9tYXhfY29zdCJACghUZW1wbGF0ZRIMCgRuYW1lGAEgASgJEiYKBmNvbmZpZxgCIAEoCzIWLmdwdS52MS5UZW1wbGF0ZUNvbmZpZyIWChRMaXN0VGVtcGxhdGVzUmVxdWVzdCI8ChVMaXN0VGVtcGxhdGVzUmVzcG9uc2USIwoJdGVtcGxhdGVzGAEgAygLMhAuZ3B1LnYxLlRlbXBsYXRlIisKEkdldFRlbXBsYXRlUmVxdWVzdBIVCg10ZW1wbGF0ZV9uYW1lGAEgASgJIkIKEEZyb21UZW1wbGF0ZUJvZHkSLgoNY3VzdG9tX2NvbmZpZxgBIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QihgEKIUNyZWF0ZUluc3RhbmNlRnJvbVRlbXBsYXRlUmVxdWVzdBIVCg10ZW1wbGF0ZV9uYW1lGAEgASgJEhUKCG9mZmVyX2lkGAIgASgJSACIAQESJgoEYm9keRgDIAEoCzIYLmdwdS52MS5Gcm9tVGVtcGxhdGVCb2R5QgsKCV9vZmZlcl9pZCKZAQoVQ3JlYXRlSW5zdGFuY2VSZXF1ZXN0EhUKCG9mZmVyX2lkGAEgASgJSACIAQESGgoNdGVtcGxhdGVfbmFtZRgCIAEoCUgBiAEBEi4KDWN1c3RvbV9jb25maWcYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgsKCV9vZmZlcl9pZEIQCg5fdGVtcGxhdGVfbmFtZSJ2ChZDcmVhdGVJbnN0YW5jZVJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSEwoLaW5zdGFuY2VfaWQYAiABKAkSFQoNdGVtcGxhdGVfbmFtZRgDIAEoCRIPCgdtZXNzYWdlGAQgASgJEg4KBnN0YXR1cxgFIAEoCSI+CgdHcHVJbmZvEhAKCGdwdV9uYW1lGAEgASgJEhAKCG51bV9ncHVzGAIgASgFEg8KB2dwdV9yYW0YAyABKAEingQKCEluc3RhbmNlEhMKC2luc3RhbmNlX2lkGAEgASgJEhAKCG9mZmVyX2lkGAIgASgJEhIKCmltYWdlX25hbWUYAyABKAkSDgoGc3RhdHVzGAQgASgJEiEKCGdwdV9pbmZvGAUgASgLMg8uZ3B1LnYxLkdwdUluZm8SFQoNY29zdF9wZXJfaG91chgGIAEoARIRCglwdWJsaWNfaXAYByABKAkSEAoIc3NoX3BvcnQYCCABKAUSOQoNcG9ydF9tYXBwaW5ncxgJIAMoCzIiLmdwdS52MS5JbnN0YW5jZS5Qb3J0TWFwcGluZ3NFbnRyeRIVCg10ZW1wbGF0ZV9uYW1lGAogASgJEi4KCmNyZWF0ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjAKDGRlc3Ryb3llZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNc3RhcnRfY29tbWFuZBgOIAEoCRIUCgxhdXRvX2Rlc3Ryb3kYDyABKAgSDgoGdXB0aW1lGBAgASgJEhIKCnRvdGFsX2Nvc3QYESABKAEaMwoRUG9ydE1hcHBpbmdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgFOgI4ASKsAQoUTGlzdEluc3RhbmNlc1JlcXVlc3QSGgoNc3RhdHVzX2ZpbHRlchgBIAEoCUgAiAEBEhQKB3NvcnRfYnkYAiABKAlIAYgBARISCgVsaW1pdBgDIAEoBUgCiAEBEhcKCnBhZ2VfdG9rZW4YBCABKAlIA4gBAUIQCg5fc3RhdHVzX2ZpbHRlckIKCghfc29ydF9ieUIICgZfbGltaXRCDQoLX3BhZ2VfdG9rZW4iZAoVTGlzdEluc3RhbmNlc1Jlc3BvbnNlEiMKCWluc3RhbmNlcxgBIAMoCzIQLmdwdS52MS5JbnN0YW5jZRINCgVjb3VudBgCIAEoBRIXCg9uZXh0X3BhZ2VfdG9rZW4YAyABKAkiKQoSR2V0SW5zdGFuY2VSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgJIpYCCgtCYXNpY1N0YXR1cxITCgtpbnN0YW5jZV9pZBgBIAEoCRIOCgZzdGF0dXMYAiABKAkSEQoJcHVibGljX2lwGAMgASgJEhAKCHNzaF9wb3J0GAQgASgFEjwKDXBvcnRfbWFwcGluZ3MYBSADKAsyJS5ncHUudjEuQmFzaWNTdGF0dXMuUG9ydE1hcHBpbmdzRW50cnkSEAoIZ3B1X25hbWUYBiABKAkSEAoIbnVtX2dwdXMYByABKAUSDwoHZ3B1X3JhbRgIIAEoARIVCg1jb3N0X3Blcl9ob3VyGAkgASgBGjMKEVBvcnRNYXBwaW5nc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAEiSQoTR2V0SW5zdGFuY2VSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEiEKBGRhdGEYAiABKAsyEy5ncHUudjEuQmFzaWNTdGF0dXMiMQoaR2V0SW5zdGFuY2VFbmhhbmNlZFJlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAkiOAoTRW5oYW5jZWRCYXNpY1N0YXR1cxIOCgZzdGF0dXMYASABKAkSEQoJcHVibGljX2lwGAIgASgJIioKCUxsbVN0YXR1cxIPCgdydW5uaW5nGAEgASgIEgwKBHBvcnQYAiABKAUiYgoGRGJJbmZvEg4KBnN0YXR1cxgBIAEoCRIVCg1jb3N0X3Blcl9ob3VyGAIgASgBEiEKCGdwdV9pbmZvGAMgASgLMg8uZ3B1LnYxLkdwdUluZm8SDgoGdXB0aW1lGAQgASgJIqgBCg5JbnN0YW5jZUxpbWl0cxIWCgltYXhfaG91cnMYASABKAFIAIgBARIVCghtYXhfY29zdBgCIAEoAUgBiAEBEhcKCmhvdXJzX2xlZnQYAyABKAFIAogBARIWCgljb3N0X2xlZnQYBCABKAFIA4gBAUIMCgpfbWF4X2hvdXJzQgsKCV9tYXhfY29zdEINCgtfaG91cnNfbGVmdEIMCgpfY29zdF9sZWZ0IsgBCg5FbmhhbmNlZFN0YXR1cxITCgtpbnN0YW5jZV9pZBgBIAEoCRIxCgxiYXNpY19zdGF0dXMYAiABKAsyGy5ncHUudjEuRW5oYW5jZWRCYXNpY1N0YXR1cxIlCgpsbG1fc3RhdHVzGAMgASgLMhEuZ3B1LnYxLkxsbVN0YXR1cxIfCgdkYl9pbmZvGAQgASgLMg4uZ3B1LnYxLkRiSW5mbxImCgZsaW1pdHMYBSABKAsyFi5ncHUudjEuSW5zdGFuY2VMaW1pdHMiVAobR2V0SW5zdGFuY2VFbmhhbmNlZFJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSJAoEZGF0YRgCIAEoCzIWLmdwdS52MS5FbmhhbmNlZFN0YXR1cyItChZHZXRDb3N0QW5hbHlzaXNSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgJIncKDUNvc3RCcmVha2Rvd24SEwoLaG91cmx5X3JhdGUYASABKAESEwoLdXB0aW1lX2RheXMYAiABKAESHAoUZXN0aW1hdGVkX2RhaWx5X2Nvc3QYAyABKAESHgoWZXN0aW1hdGVkX21vbnRobHlfY29zdBgEIAEoASLSAQoMQ29zdEFuYWx5c2lzEhMKC2luc3RhbmNlX2lkGAEgASgJEhUKDWNvc3RfcGVyX2hvdXIYAiABKAESEgoKdG90YWxfY29zdBgDIAEoARIUCgx1cHRpbWVfaG91cnMYBCABKAESLQoOY29zdF9icmVha2Rvd24YBSABKAsyFS5ncHUudjEuQ29zdEJyZWFrZG93bhImCgZsaW1pdHMYBiABKAsyFi5ncHUudjEuSW5zdGFuY2VMaW1pdHMSFQoNY29zdF9pbmNsdWRlcxgHIAEoCSJMChdMaXN0SW5zdGFuY2VMb2dzUmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoCRISCgVsaW1pdBgCIAEoBUgAiAEBQggKBl9saW1pdCLnAQoMRXhlY3V0aW9uTG9nEgoKAmlkGAEgASgDEhMKC2luc3RhbmNlX2lkGAIgASgJEhEKCW9wZXJhdGlvbhgDIAEoCRIPCgdjb21tYW5kGAQgASgJEg4KBnJlc3VsdBgFIAEoCRIWCg5leGVjdXRpb25fdGltZRgGIAEoBRIPCgdzdWNjZXNzGAcgASgIEikKCG1ldGFkYXRhGAggASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCgpjcmVhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI+ChhMaXN0SW5zdGFuY2VMb2dzUmVzcG9uc2USIgoEbG9ncxgBIAMoCzIULmdwdS52MS5FeGVjdXRpb25Mb2ciLQoWRGVzdHJveUluc3RhbmNlUmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoCSJgChdEZXN0cm95SW5zdGFuY2VSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEhMKC2luc3RhbmNlX2lkGAIgASgJEg4KBnN0YXR1cxgDIAEoCRIPCgdtZXNzYWdlGAQgASgJIhYKFEdldFN0YXRpc3RpY3NSZXF1ZXN0Io4DCgpTdGF0aXN0aWNzEhcKD3RvdGFsX2luc3RhbmNlcxgBIAEoBRIYChBhY3RpdmVfaW5zdGFuY2VzGAIgASgFEhsKE2Rlc3Ryb3llZF9pbnN0YW5jZXMYAyABKAUSEgoKdG90YWxfY29zdBgEIAEoARIdChVhdmVyYWdlX2Nvc3RfcGVyX2hvdXIYBSABKAESQQoQZ3B1X2Rpc3RyaWJ1dGlvbhgGIAMoCzInLmdwdS52MS5TdGF0aXN0aWNzLkdwdURpc3RyaWJ1dGlvbkVudHJ5EkcKE3N0YXR1c19kaXN0cmlidXRpb24YByADKAsyKi5ncHUudjEuU3RhdGlzdGljcy5TdGF0dXNEaXN0cmlidXRpb25FbnRyeRo2ChRHcHVEaXN0cmlidXRpb25FbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAU6AjgBGjkKF1N0YXR1c0Rpc3RyaWJ1dGlvbkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAEyiwwKCkdwdVNlcnZpY2USXAoKTGlzdE9mZmVycxIZLmdwdS52MS5MaXN0T2ZmZXJzUmVxdWVzdBoaLmdwdS52MS5MaXN0T2ZmZXJzUmVzcG9uc2UiF4LT5JMCERIPL2FwaS9ncHUvb2ZmZXJzEmwKDFNlYXJjaE9mZmVycxIbLmdwdS52MS5TZWFyY2hPZmZlcnNSZXF1ZXN0GhwuZ3B1LnYxLlNlYXJjaE9mZmVyc1Jlc3BvbnNlIiGC0+STAhs6ASoiFi9hcGkvZ3B1L3NlYXJjaC1vZmZlcnMSaAoNTGlzdFRlbXBsYXRlcxIcLmdwdS52MS5MaXN0VGVtcGxhdGVzUmVxdWVzdBodLmdwdS52MS5MaXN0VGVtcGxhdGVzUmVzcG9uc2UiGoLT5JMCFBISL2FwaS9ncHUvdGVtcGxhdGVzEmcKC0dldFRlbXBsYXRlEhouZ3B1LnYxLkdldFRlbXBsYXRlUmVxdWVzdBoQLmdwdS52MS5UZW1wbGF0ZSIqgtPkkwIkEiIvYXBpL2dwdS90ZW1wbGF0ZXMve3RlbXBsYXRlX25hbWV9EpcBChpDcmVhdGVJbnN0YW5jZUZyb21UZW1wbGF0ZRIpLmdwdS52MS5DcmVhdGVJbnN0YW5jZUZyb21UZW1wbGF0ZVJlcXVlc3QaHi5ncHUudjEuQ3JlYXRlSW5zdGFuY2VSZXNwb25zZSIugtPkkwIoOgRib2R5IiAvYXBpL2dwdS9pbnN0YW5jZXMvZnJvbS10ZW1wbGF0ZRJuCg5DcmVhdGVJbnN0YW5jZRIdLmdwdS52MS5DcmVhdGVJbnN0YW5jZVJlcXVlc3QaHi5ncHUudjEuQ3JlYXRlSW5zdGFuY2VSZXNwb25zZSIdgtPkkwIXOgEqIhIvYXBpL2dwdS9pbnN0YW5jZXMSaAoNTGlzdEluc3RhbmNlcxIcLmdwdS52MS5MaXN0SW5zdGFuY2VzUmVxdWVzdBodLmdwdS52MS5MaXN0SW5zdGFuY2VzUmVzcG9uc2UiGoLT5JMCFBISL2FwaS9ncHUvaW5zdGFuY2VzEnAKC0dldEluc3RhbmNlEhouZ3B1LnYxLkdldEluc3RhbmNlUmVxdWVzdBobLmdwdS52MS5HZXRJbnN0YW5jZVJlc3BvbnNlIiiC0+STAiISIC9hcGkvZ3B1L2luc3RhbmNlcy97aW5zdGFuY2VfaWR9EpEBChNHZXRJbnN0YW5jZUVuaGFuY2VkEiIuZ3B1LnYxLkdldEluc3RhbmNlRW5oYW5jZWRSZXF1ZXN0GiMuZ3B1LnYxLkdldEluc3RhbmNlRW5oYW5jZWRSZXNwb25zZSIxgtPkkwIrEikvYXBpL2dwdS9pbnN0YW5jZXMve2luc3RhbmNlX2lkfS9lbmhhbmNlZBJ/Cg9HZXRDb3N0QW5hbHlzaXMSHi5ncHUudjEuR2V0Q29zdEFuYWx5c2lzUmVxdWVzdBoULmdwdS52MS5Db3N0QW5hbHlzaXMiNoLT5JMCMBIuL2FwaS9ncHUvaW5zdGFuY2VzL3tpbnN0YW5jZV9pZH0vY29zdC1hbmFseXNpcxKEAQoQTGlzdEluc3RhbmNlTG9ncxIfLmdwdS52MS5MaXN0SW5zdGFuY2VMb2dzUmVxdWVzdBogLmdwdS52MS5MaXN0SW5zdGFuY2VMb2dzUmVzcG9uc2UiLYLT5JMCJxIlL2FwaS9ncHUvaW5zdGFuY2VzL3tpbnN0YW5jZV9pZH0vbG9ncxJ8Cg9EZXN0cm95SW5zdGFuY2USHi5ncHUudjEuRGVzdHJveUluc3RhbmNlUmVxdWVzdBofLmdwdS52MS5EZXN0cm95SW5zdGFuY2VSZXNwb25zZSIogtPkkwIiKiAvYXBpL2dwdS9pbnN0YW5jZXMve2luc3RhbmNlX2lkfRJeCg1HZXRTdGF0aXN0aWNzEhwuZ3B1LnYxLkdldFN0YXRpc3RpY3NSZXF1ZXN0GhIuZ3B1LnYxLlN0YXRpc3RpY3MiG4LT5JMCFRITL2FwaS9ncHUvc3RhdGlzdGljc2IGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("ChhncHUvdjEvZ3B1X3NlcnZpY2UucHJvdG8SBmdwdS52MSKkAgoFT2ZmZXISCgoCaWQYASABKAkSEAoIZ3B1X25hbWUYAiABKAkSEAoIbnVtX2dwdXMYAyABKAUSDwoHZ3B1X3JhbRgEIAEoARIRCglkcGhfdG90YWwYBSABKAESEAoIcmVudGFibGUYBiABKAgSFQoNcHJpY2VfcGVyX2dwdRgHIAEoARIQCghsb2NhdGlvbhgIIAEoCRIeChFkaXJlY3RfcG9ydF9jb3VudBgJIAEoBUgAiAEBEhoKDWN1ZGFfbWF4X2dvb2QYCiABKAFIAYgBARIYCgtyZWxpYWJpbGl0eRgLIAEoAUgCiAEBQhQKEl9kaXJlY3RfcG9ydF9jb3VudEIQCg5fY3VkYV9tYXhfZ29vZEIOCgxfcmVsaWFiaWxpdHkigQEKEUxpc3RPZmZlcnNSZXF1ZXN0EhUKCGdwdV9uYW1lGAEgASgJSACIAQESFgoJbWF4X3ByaWNlGAIgASgBSAGIAQESFQoIcmVudGFibGUYAyABKAhIAogBAUILCglfZ3B1X25hbWVCDAoKX21heF9wcmljZUILCglfcmVudGFibGUiWgoSTGlzdE9mZmVyc1Jlc3BvbnNlEh0KBm9mZmVycxgBIAMoCzINLmdwdS52MS5PZmZlchINCgV0b3RhbBgCIAEoBRIWCg5maWx0ZXJlZF9jb3VudBgDIAEoBSKRAgoTU2VhcmNoT2ZmZXJzUmVxdWVzdBIVCghncHVfbmFtZRgBIAEoCUgAiAEBEhYKCW1heF9wcmljZRgCIAEoAUgBiAEBEhgKC21pbl9ncHVfcmFtGAMgASgBSAKIAQESFQoIbnVtX2dwdXMYBCABKAVIA4gBARIVCghyZW50YWJsZRgFIAEoCEgEiAEBEhQKB3NvcnRfYnkYBiABKAlIBYgBARISCgVsaW1pdBgHIAEoBUgGiAEBQgsKCV9ncHVfbmFtZUIMCgpfbWF4X3ByaWNlQg4KDF9taW5fZ3B1X3JhbUILCglfbnVtX2dwdXNCCwoJX3JlbnRhYmxlQgoKCF9zb3J0X2J5QggKBl9saW1pdCIqCghTb3J0SW5mbxIPCgdzb3J0X2J5GAEgASgJEg0KBW9yZGVyGAIgASgJIoEBChRTZWFyY2hPZmZlcnNSZXNwb25zZRIdCgZvZmZlcnMYASADKAsyDS5ncHUudjEuT2ZmZXISDQoFdG90YWwYAiABKAUSFgoOZmlsdGVyZWRfY291bnQYAyABKAUSIwoJc29ydF9pbmZvGAQgASgLMhAuZ3B1LnYxLlNvcnRJbmZvIssCCg5UZW1wbGF0ZUNvbmZpZxIWCg5sbG1fbW9kZWxfbmFtZRgBIAEoCRIZChFsbG1fbWF4X21vZGVsX2xlbhgCIAEoBRITCgttaW5fZ3B1X3JhbRgDIAEoARIRCgltYXhfcHJpY2UYBCABKAESEgoKaW1hZ2VfbmFtZRgFIAEoCRIiChpsbG1fZ3B1X21lbW9yeV91dGlsaXphdGlvbhgGIAEoARIQCghsbG1fcG9ydBgHIAEoBRIWCgltYXhfaG91cnMYCCABKAFIAIgBARIVCghtYXhfY29zdBgJIAEoAUgBiAEBEhkKEW1pbl90b3RhbF9ncHVfcmFtGAogASgBEh0KFXRlbnNvcl9wYXJhbGxlbF9zaXplcxgLIAMoBRIQCghtaW5fY3VkYRgMIAEoAUIMCgpfbWF4X2hvdXJzQgsKCV9tYXhfY29zdCJACghUZW1wbGF0ZRIMCgRuYW1lGAEgASgJEiYKBmNvbmZpZxgCIAEoCzIWLmdwdS52MS5UZW1wbGF0ZUNvbmZpZyIWChRMaXN0VGVtcGxhdGVzUmVxdWVzdCI8ChVMaXN0VGVtcGxhdGVzUmVzcG9uc2USIwoJdGVtcGxhdGVzGAEgAygLMhAuZ3B1LnYxLlRlbXBsYXRlIisKEkdldFRlbXBsYXRlUmVxdWVzdBIVCg10ZW1wbGF0ZV9uYW1lGAEgASgJIkIKEEZyb21UZW1wbGF0ZUJvZHkSLgoNY3VzdG9tX2NvbmZpZxgBIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QihgEKIUNyZWF0ZUluc3RhbmNlRnJvbVRlbXBsYXRlUmVxdWVzdBIVCg10ZW1wbGF0ZV9uYW1lGAEgASgJEhUKCG9mZmVyX2lkGAIgASgJSACIAQESJgoEYm9keRgDIAEoCzIYLmdwdS52MS5Gcm9tVGVtcGxhdGVCb2R5QgsKCV9vZmZlcl9pZCKZAQoVQ3JlYXRlSW5zdGFuY2VSZXF1ZXN0EhUKCG9mZmVyX2lkGAEgASgJSACIAQESGgoNdGVtcGxhdGVfbmFtZRgCIAEoCUgBiAEBEi4KDWN1c3RvbV9jb25maWcYAyABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgsKCV9vZmZlcl9pZEIQCg5fdGVtcGxhdGVfbmFtZSKkAQoWQ3JlYXRlSW5zdGFuY2VSZXNwb25zZRIPCgdzdWNjZXNzGAEgASgIEhMKC2luc3RhbmNlX2lkGAIgASgJEhUKDXRlbXBsYXRlX25hbWUYAyABKAkSDwoHbWVzc2FnZRgEIAEoCRIOCgZzdGF0dXMYBSABKAkSGgoNbW9kZWxfYXBpX2tleRgGIAEoCUgAiAEBQhAKDl9tb2RlbF9hcGlfa2V5Ij4KB0dwdUluZm8SEAoIZ3B1X25hbWUYASABKAkSEAoIbnVtX2dwdXMYAiABKAUSDwoHZ3B1X3JhbRgDIAEoASLCBAoISW5zdGFuY2USEwoLaW5zdGFuY2VfaWQYASABKAkSEAoIb2ZmZXJfaWQYAiABKAkSEgoKaW1hZ2VfbmFtZRgDIAEoCRIOCgZzdGF0dXMYBCABKAkSIQoIZ3B1X2luZm8YBSABKAsyDy5ncHUudjEuR3B1SW5mbxIVCg1jb3N0X3Blcl9ob3VyGAYgASgBEhEKCXB1YmxpY19pcBgHIAEoCRIQCghzc2hfcG9ydBgIIAEoBRI5Cg1wb3J0X21hcHBpbmdzGAkgAygLMiIuZ3B1LnYxLkluc3RhbmNlLlBvcnRNYXBwaW5nc0VudHJ5EhUKDXRlbXBsYXRlX25hbWUYCiABKAkSLgoKY3JlYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMZGVzdHJveWVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCg1zdGFydF9jb21tYW5kGA4gASgJEhQKDGF1dG9fZGVzdHJveRgPIAEoCBIOCgZ1cHRpbWUYECABKAkSEgoKdG90YWxfY29zdBgRIAEoARIVCghlbmRwb2ludBgSIAEoCUgAiAEBGjMKEVBvcnRNYXBwaW5nc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAFCCwoJX2VuZHBvaW50IqwBChRMaXN0SW5zdGFuY2VzUmVxdWVzdBIaCg1zdGF0dXNfZmlsdGVyGAEgASgJSACIAQESFAoHc29ydF9ieRgCIAEoCUgBiAEBEhIKBWxpbWl0GAMgASgFSAKIAQESFwoKcGFnZV90b2tlbhgEIAEoCUgDiAEBQhAKDl9zdGF0dXNfZmlsdGVyQgoKCF9zb3J0X2J5QggKBl9saW1pdEINCgtfcGFnZV90b2tlbiJkChVMaXN0SW5zdGFuY2VzUmVzcG9uc2USIwoJaW5zdGFuY2VzGAEgAygLMhAuZ3B1LnYxLkluc3RhbmNlEg0KBWNvdW50GAIgASgFEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCSIpChJHZXRJbnN0YW5jZVJlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAkilgIKC0Jhc2ljU3RhdHVzEhMKC2luc3RhbmNlX2lkGAEgASgJEg4KBnN0YXR1cxgCIAEoCRIRCglwdWJsaWNfaXAYAyABKAkSEAoIc3NoX3BvcnQYBCABKAUSPAoNcG9ydF9tYXBwaW5ncxgFIAMoCzIlLmdwdS52MS5CYXNpY1N0YXR1cy5Qb3J0TWFwcGluZ3NFbnRyeRIQCghncHVfbmFtZRgGIAEoCRIQCghudW1fZ3B1cxgHIAEoBRIPCgdncHVfcmFtGAggASgBEhUKDWNvc3RfcGVyX2hvdXIYCSABKAEaMwoRUG9ydE1hcHBpbmdzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgFOgI4ASJJChNHZXRJbnN0YW5jZVJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSIQoEZGF0YRgCIAEoCzITLmdwdS52MS5CYXNpY1N0YXR1cyIxChpHZXRJbnN0YW5jZUVuaGFuY2VkUmVxdWVzdBITCgtpbnN0YW5jZV9pZBgBIAEoCSI4ChNFbmhhbmNlZEJhc2ljU3RhdHVzEg4KBnN0YXR1cxgBIAEoCRIRCglwdWJsaWNfaXAYAiABKAkiKgoJTGxtU3RhdHVzEg8KB3J1bm5pbmcYASABKAgSDAoEcG9ydBgCIAEoBSJiCgZEYkluZm8SDgoGc3RhdHVzGAEgASgJEhUKDWNvc3RfcGVyX2hvdXIYAiABKAESIQoIZ3B1X2luZm8YAyABKAsyDy5ncHUudjEuR3B1SW5mbxIOCgZ1cHRpbWUYBCABKAkiqAEKDkluc3RhbmNlTGltaXRzEhYKCW1heF9ob3VycxgBIAEoAUgAiAEBEhUKCG1heF9jb3N0GAIgASgBSAGIAQESFwoKaG91cnNfbGVmdBgDIAEoAUgCiAEBEhYKCWNvc3RfbGVmdBgEIAEoAUgDiAEBQgwKCl9tYXhfaG91cnNCCwoJX21heF9jb3N0Qg0KC19ob3Vyc19sZWZ0QgwKCl9jb3N0X2xlZnQiyAEKDkVuaGFuY2VkU3RhdHVzEhMKC2luc3RhbmNlX2lkGAEgASgJEjEKDGJhc2ljX3N0YXR1cxgCIAEoCzIbLmdwdS52MS5FbmhhbmNlZEJhc2ljU3RhdHVzEiUKCmxsbV9zdGF0dXMYAyABKAsyES5ncHUudjEuTGxtU3RhdHVzEh8KB2RiX2luZm8YBCABKAsyDi5ncHUudjEuRGJJbmZvEiYKBmxpbWl0cxgFIAEoCzIWLmdwdS52MS5JbnN0YW5jZUxpbWl0cyJUChtHZXRJbnN0YW5jZUVuaGFuY2VkUmVzcG9uc2USDwoHc3VjY2VzcxgBIAEoCBIkCgRkYXRhGAIgASgLMhYuZ3B1LnYxLkVuaGFuY2VkU3RhdHVzIi0KFkdldENvc3RBbmFseXNpc1JlcXVlc3QSEwoLaW5zdGFuY2VfaWQYASABKAkidwoNQ29zdEJyZWFrZG93bhITCgtob3VybHlfcmF0ZRgBIAEoARITCgt1cHRpbWVfZGF5cxgCIAEoARIcChRlc3RpbWF0ZWRfZGFpbHlfY29zdBgDIAEoARIeChZlc3RpbWF0ZWRfbW9udGhseV9jb3N0GAQgASgBItIBCgxDb3N0QW5hbHlzaXMSEwoLaW5zdGFuY2VfaWQYASABKAkSFQoNY29zdF9wZXJfaG91chgCIAEoARISCgp0b3RhbF9jb3N0GAMgASgBEhQKDHVwdGltZV9ob3VycxgEIAEoARItCg5jb3N0X2JyZWFrZG93bhgFIAEoCzIVLmdwdS52MS5Db3N0QnJlYWtkb3duEiYKBmxpbWl0cxgGIAEoCzIWLmdwdS52MS5JbnN0YW5jZUxpbWl0cxIVCg1jb3N0X2luY2x1ZGVzGAcgASgJIkwKF0xpc3RJbnN0YW5jZUxvZ3NSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgJEhIKBWxpbWl0GAIgASgFSACIAQFCCAoGX2xpbWl0IvYBCgxFeGVjdXRpb25Mb2cSCgoCaWQYASABKAMSEwoLaW5zdGFuY2VfaWQYAiABKAkSEQoJb3BlcmF0aW9uGAMgASgJEg8KB2NvbW1hbmQYBCABKAkSDgoGcmVzdWx0GAUgASgJEhYKDmV4ZWN1dGlvbl90aW1lGAYgASgFEg8KB3N1Y2Nlc3MYByABKAgSKQoIbWV0YWRhdGEYCCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei4KCmNyZWF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWFjdG9yGAogASgJIj4KGExpc3RJbnN0YW5jZUxvZ3NSZXNwb25zZRIiCgRsb2dzGAEgAygLMhQuZ3B1LnYxLkV4ZWN1dGlvbkxvZyItChZEZXN0cm95SW5zdGFuY2VSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgJImAKF0Rlc3Ryb3lJbnN0YW5jZVJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgSEwoLaW5zdGFuY2VfaWQYAiABKAkSDgoGc3RhdHVzGAMgASgJEg8KB21lc3NhZ2UYBCABKAkiKQoSR2V0TW9kZWxLZXlSZXF1ZXN0EhMKC2luc3RhbmNlX2lkGAEgASgJIjYKCE1vZGVsS2V5EhMKC2luc3RhbmNlX2lkGAEgASgJEhUKDW1vZGVsX2FwaV9rZXkYAiABKAkiFgoUR2V0U3RhdGlzdGljc1JlcXVlc3QijgMKClN0YXRpc3RpY3MSFwoPdG90YWxfaW5zdGFuY2VzGAEgASgFEhgKEGFjdGl2ZV9pbnN0YW5jZXMYAiABKAUSGwoTZGVzdHJveWVkX2luc3RhbmNlcxgDIAEoBRISCgp0b3RhbF9jb3N0GAQgASgBEh0KFWF2ZXJhZ2VfY29zdF9wZXJfaG91chgFIAEoARJBChBncHVfZGlzdHJpYnV0aW9uGAYgAygLMicuZ3B1LnYxLlN0YXRpc3RpY3MuR3B1RGlzdHJpYnV0aW9uRW50cnkSRwoTc3RhdHVzX2Rpc3RyaWJ1dGlvbhgHIAMoCzIqLmdwdS52MS5TdGF0aXN0aWNzLlN0YXR1c0Rpc3RyaWJ1dGlvbkVudHJ5GjYKFEdwdURpc3RyaWJ1dGlvbkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoBToCOAEaOQoXU3RhdHVzRGlzdHJpYnV0aW9uRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgFOgI4ASLGAQoVQ3JlYXRlRW5kcG9pbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSFQoNdGVtcGxhdGVfbmFtZRgCIAEoCRIVCghyZXBsaWNhcxgDIAEoBUgAiAEBEh4KEW1heF9jb3N0X3Blcl9ob3VyGAQgASgBSAGIAQESLgoNY3VzdG9tX2NvbmZpZxgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCCwoJX3JlcGxpY2FzQhQKEl9tYXhfY29zdF9wZXJfaG91ciKiAQoQRW5kcG9pbnRJbnN0YW5jZRITCgtpbnN0YW5jZV9pZBgBIAEoCRINCgVzdGF0ZRgCIAEoCRILCgN1cmwYAyABKAkSFQoNY29zdF9wZXJfaG91chgEIAEoARIvCgtyZWFkeV9zaW5jZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoNZmFpbGVkX3Byb2JlcxgGIAEoBSKYAgoIRW5kcG9pbnQSDAoEbmFtZRgBIAEoCRIVCg10ZW1wbGF0ZV9uYW1lGAIgASgJEhAKCHJlcGxpY2FzGAMgASgFEhkKEW1heF9jb3N0X3Blcl9ob3VyGAQgASgBEg0KBXN0YXRlGAUgASgJEhYKDnJlYWR5X3JlcGxpY2FzGAYgASgFEhUKDWNvc3RfcGVyX2hvdXIYByABKAESEgoKdG90YWxfY29zdBgIIAEoARILCgN1cmwYCSABKAkSLgoKY3JlYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoJaW5zdGFuY2VzGAsgAygLMhguZ3B1LnYxLkVuZHBvaW50SW5zdGFuY2UiFgoUTGlzdEVuZHBvaW50c1JlcXVlc3QiPAoVTGlzdEVuZHBvaW50c1Jlc3BvbnNlEiMKCWVuZHBvaW50cxgBIAMoCzIQLmdwdS52MS5FbmRwb2ludCIiChJHZXRFbmRwb2ludFJlcXVlc3QSDAoEbmFtZRgBIAEoCSJ/ChVVcGRhdGVFbmRwb2ludFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIVCghyZXBsaWNhcxgCIAEoBUgAiAEBEh4KEW1heF9jb3N0X3Blcl9ob3VyGAMgASgBSAGIAQFCCwoJX3JlcGxpY2FzQhQKEl9tYXhfY29zdF9wZXJfaG91ciIlChVEZWxldGVFbmRwb2ludFJlcXVlc3QSDAoEbmFtZRgBIAEoCSJHChlMaXN0RW5kcG9pbnRFdmVudHNSZXF1ZXN0EgwKBG5hbWUYASABKAkSEgoFbGltaXQYAiABKAVIAIgBAUIICgZfbGltaXQijgEKDUVuZHBvaW50RXZlbnQSJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGtpbmQYAiABKAkSGAoLaW5zdGFuY2VfaWQYAyABKAlIAIgBARIOCgZkZXRhaWwYBCABKAkSDQoFYWN0b3IYBSABKAlCDgoMX2luc3RhbmNlX2lkIkMKGkxpc3RFbmRwb2ludEV2ZW50c1Jlc3BvbnNlEiUKBmV2ZW50cxgBIAMoCzIVLmdwdS52MS5FbmRwb2ludEV2ZW50Mv8RCgpHcHVTZXJ2aWNlElwKCkxpc3RPZmZlcnMSGS5ncHUudjEuTGlzdE9mZmVyc1JlcXVlc3QaGi5ncHUudjEuTGlzdE9mZmVyc1Jlc3BvbnNlIheC0+STAhESDy9hcGkvZ3B1L29mZmVycxJsCgxTZWFyY2hPZmZlcnMSGy5ncHUudjEuU2VhcmNoT2ZmZXJzUmVxdWVzdBocLmdwdS52MS5TZWFyY2hPZmZlcnNSZXNwb25zZSIhgtPkkwIbOgEqIhYvYXBpL2dwdS9zZWFyY2gtb2ZmZXJzEmgKDUxpc3RUZW1wbGF0ZXMSHC5ncHUudjEuTGlzdFRlbXBsYXRlc1JlcXVlc3QaHS5ncHUudjEuTGlzdFRlbXBsYXRlc1Jlc3BvbnNlIhqC0+STAhQSEi9hcGkvZ3B1L3RlbXBsYXRlcxJnCgtHZXRUZW1wbGF0ZRIaLmdwdS52MS5HZXRUZW1wbGF0ZVJlcXVlc3QaEC5ncHUudjEuVGVtcGxhdGUiKoLT5JMCJBIiL2FwaS9ncHUvdGVtcGxhdGVzL3t0ZW1wbGF0ZV9uYW1lfRKXAQoaQ3JlYXRlSW5zdGFuY2VGcm9tVGVtcGxhdGUSKS5ncHUudjEuQ3JlYXRlSW5zdGFuY2VGcm9tVGVtcGxhdGVSZXF1ZXN0Gh4uZ3B1LnYxLkNyZWF0ZUluc3RhbmNlUmVzcG9uc2UiLoLT5JMCKDoEYm9keSIgL2FwaS9ncHUvaW5zdGFuY2VzL2Zyb20tdGVtcGxhdGUSbgoOQ3JlYXRlSW5zdGFuY2USHS5ncHUudjEuQ3JlYXRlSW5zdGFuY2VSZXF1ZXN0Gh4uZ3B1LnYxLkNyZWF0ZUluc3RhbmNlUmVzcG9uc2UiHYLT5JMCFzoBKiISL2FwaS9ncHUvaW5zdGFuY2VzEmgKDUxpc3RJbnN0YW5jZXMSHC5ncHUudjEuTGlzdEluc3RhbmNlc1JlcXVlc3QaHS5ncHUudjEuTGlzdEluc3RhbmNlc1Jlc3BvbnNlIhqC0+STAhQSEi9hcGkvZ3B1L2luc3RhbmNlcxJwCgtHZXRJbnN0YW5jZRIaLmdwdS52MS5HZXRJbnN0YW5jZVJlcXVlc3QaGy5ncHUudjEuR2V0SW5zdGFuY2VSZXNwb25zZSIogtPkkwIiEiAvYXBpL2dwdS9pbnN0YW5jZXMve2luc3RhbmNlX2lkfRKRAQoTR2V0SW5zdGFuY2VFbmhhbmNlZBIiLmdwdS52MS5HZXRJbnN0YW5jZUVuaGFuY2VkUmVxdWVzdBojLmdwdS52MS5HZXRJbnN0YW5jZUVuaGFuY2VkUmVzcG9uc2UiMYLT5JMCKxIpL2FwaS9ncHUvaW5zdGFuY2VzL3tpbnN0YW5jZV9pZH0vZW5oYW5jZWQSfwoPR2V0Q29zdEFuYWx5c2lzEh4uZ3B1LnYxLkdldENvc3RBbmFseXNpc1JlcXVlc3QaFC5ncHUudjEuQ29zdEFuYWx5c2lzIjaC0+STAjASLi9hcGkvZ3B1L2luc3RhbmNlcy97aW5zdGFuY2VfaWR9L2Nvc3QtYW5hbHlzaXMShAEKEExpc3RJbnN0YW5jZUxvZ3MSHy5ncHUudjEuTGlzdEluc3RhbmNlTG9nc1JlcXVlc3QaIC5ncHUudjEuTGlzdEluc3RhbmNlTG9nc1Jlc3BvbnNlIi2C0+STAicSJS9hcGkvZ3B1L2luc3RhbmNlcy97aW5zdGFuY2VfaWR9L2xvZ3MSfAoPRGVzdHJveUluc3RhbmNlEh4uZ3B1LnYxLkRlc3Ryb3lJbnN0YW5jZVJlcXVlc3QaHy5ncHUudjEuRGVzdHJveUluc3RhbmNlUmVzcG9uc2UiKILT5JMCIiogL2FwaS9ncHUvaW5zdGFuY2VzL3tpbnN0YW5jZV9pZH0SXgoNR2V0U3RhdGlzdGljcxIcLmdwdS52MS5HZXRTdGF0aXN0aWNzUmVxdWVzdBoSLmdwdS52MS5TdGF0aXN0aWNzIhuC0+STAhUSEy9hcGkvZ3B1L3N0YXRpc3RpY3MSbwoLR2V0TW9kZWxLZXkSGi5ncHUudjEuR2V0TW9kZWxLZXlSZXF1ZXN0GhAuZ3B1LnYxLk1vZGVsS2V5IjKC0+STAiwSKi9hcGkvZ3B1L2luc3RhbmNlcy97aW5zdGFuY2VfaWR9L21vZGVsLWtleRJgCg5DcmVhdGVFbmRwb2ludBIdLmdwdS52MS5DcmVhdGVFbmRwb2ludFJlcXVlc3QaEC5ncHUudjEuRW5kcG9pbnQiHYLT5JMCFzoBKiISL2FwaS9ncHUvZW5kcG9pbnRzEmgKDUxpc3RFbmRwb2ludHMSHC5ncHUudjEuTGlzdEVuZHBvaW50c1JlcXVlc3QaHS5ncHUudjEuTGlzdEVuZHBvaW50c1Jlc3BvbnNlIhqC0+STAhQSEi9hcGkvZ3B1L2VuZHBvaW50cxJeCgtHZXRFbmRwb2ludBIaLmdwdS52MS5HZXRFbmRwb2ludFJlcXVlc3QaEC5ncHUudjEuRW5kcG9pbnQiIYLT5JMCGxIZL2FwaS9ncHUvZW5kcG9pbnRzL3tuYW1lfRJnCg5VcGRhdGVFbmRwb2ludBIdLmdwdS52MS5VcGRhdGVFbmRwb2ludFJlcXVlc3QaEC5ncHUudjEuRW5kcG9pbnQiJILT5JMCHjoBKjIZL2FwaS9ncHUvZW5kcG9pbnRzL3tuYW1lfRJkCg5EZWxldGVFbmRwb2ludBIdLmdwdS52MS5EZWxldGVFbmRwb2ludFJlcXVlc3QaEC5ncHUudjEuRW5kcG9pbnQiIYLT5JMCGyoZL2FwaS9ncHUvZW5kcG9pbnRzL3tuYW1lfRKFAQoSTGlzdEVuZHBvaW50RXZlbnRzEiEuZ3B1LnYxLkxpc3RFbmRwb2ludEV2ZW50c1JlcXVlc3QaIi5ncHUudjEuTGlzdEVuZHBvaW50RXZlbnRzUmVzcG9uc2UiKILT5JMCIhIgL2FwaS9ncHUvZW5kcG9pbnRzL3tuYW1lfS9ldmVudHNiBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * A rentable machine offered by the marketplace.
@@ -524,6 +524,14 @@ export type CreateInstanceResponse = Message<"gpu.v1.CreateInstanceResponse"> & 
    * @generated from field: string status = 5;
    */
   status: string;
+
+  /**
+   * The key the new model server demands (Authorization: Bearer <key> on /v1/...); answered here
+   * once, and again only by GetModelKey. Absent for an instance without a model server.
+   *
+   * @generated from field: optional string model_api_key = 6;
+   */
+  modelApiKey?: string | undefined;
 };
 
 /**
@@ -656,6 +664,13 @@ export type Instance = Message<"gpu.v1.Instance"> & {
    * @generated from field: double total_cost = 17;
    */
   totalCost: number;
+
+  /**
+   * The endpoint this instance is a replica of; absent for an instance created on its own.
+   *
+   * @generated from field: optional string endpoint = 18;
+   */
+  endpoint?: string | undefined;
 };
 
 /**
@@ -1205,6 +1220,14 @@ export type ExecutionLog = Message<"gpu.v1.ExecutionLog"> & {
    * @generated from field: google.protobuf.Timestamp created_at = 9;
    */
   createdAt?: Timestamp | undefined;
+
+  /**
+   * Who acted: a token's name, anonymous (auth off), system (the sync loop: status changes,
+   * auto-destroy, reconciliation), or unknown for a record written before actors were.
+   *
+   * @generated from field: string actor = 10;
+   */
+  actor: string;
 };
 
 /**
@@ -1283,6 +1306,45 @@ export const DestroyInstanceResponseSchema: GenMessage<DestroyInstanceResponse> 
   messageDesc(file_gpu_v1_gpu_service, 36);
 
 /**
+ * @generated from message gpu.v1.GetModelKeyRequest
+ */
+export type GetModelKeyRequest = Message<"gpu.v1.GetModelKeyRequest"> & {
+  /**
+   * @generated from field: string instance_id = 1;
+   */
+  instanceId: string;
+};
+
+/**
+ * Describes the message gpu.v1.GetModelKeyRequest.
+ * Use `create(GetModelKeyRequestSchema)` to create a new message.
+ */
+export const GetModelKeyRequestSchema: GenMessage<GetModelKeyRequest> = /*@__PURE__*/
+  messageDesc(file_gpu_v1_gpu_service, 37);
+
+/**
+ * @generated from message gpu.v1.ModelKey
+ */
+export type ModelKey = Message<"gpu.v1.ModelKey"> & {
+  /**
+   * @generated from field: string instance_id = 1;
+   */
+  instanceId: string;
+
+  /**
+   * @generated from field: string model_api_key = 2;
+   */
+  modelApiKey: string;
+};
+
+/**
+ * Describes the message gpu.v1.ModelKey.
+ * Use `create(ModelKeySchema)` to create a new message.
+ */
+export const ModelKeySchema: GenMessage<ModelKey> = /*@__PURE__*/
+  messageDesc(file_gpu_v1_gpu_service, 38);
+
+/**
  * @generated from message gpu.v1.GetStatisticsRequest
  */
 export type GetStatisticsRequest = Message<"gpu.v1.GetStatisticsRequest"> & {
@@ -1293,7 +1355,7 @@ export type GetStatisticsRequest = Message<"gpu.v1.GetStatisticsRequest"> & {
  * Use `create(GetStatisticsRequestSchema)` to create a new message.
  */
 export const GetStatisticsRequestSchema: GenMessage<GetStatisticsRequest> = /*@__PURE__*/
-  messageDesc(file_gpu_v1_gpu_service, 37);
+  messageDesc(file_gpu_v1_gpu_service, 39);
 
 /**
  * @generated from message gpu.v1.Statistics
@@ -1340,7 +1402,355 @@ export type Statistics = Message<"gpu.v1.Statistics"> & {
  * Use `create(StatisticsSchema)` to create a new message.
  */
 export const StatisticsSchema: GenMessage<Statistics> = /*@__PURE__*/
-  messageDesc(file_gpu_v1_gpu_service, 38);
+  messageDesc(file_gpu_v1_gpu_service, 40);
+
+/**
+ * @generated from message gpu.v1.CreateEndpointRequest
+ */
+export type CreateEndpointRequest = Message<"gpu.v1.CreateEndpointRequest"> & {
+  /**
+   * ^[a-z][a-z0-9-]{0,39}$, unique among endpoints not deleted.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string template_name = 2;
+   */
+  templateName: string;
+
+  /**
+   * 0..16.
+   *
+   * @generated from field: optional int32 replicas = 3;
+   */
+  replicas?: number | undefined;
+
+  /**
+   * Dollars per hour for all of the endpoint's machines, surges included; > 0.
+   *
+   * @generated from field: optional double max_cost_per_hour = 4;
+   */
+  maxCostPerHour?: number | undefined;
+
+  /**
+   * As for instances: llm_max_model_len, llm_gpu_memory_utilization, auto_destroy, max_hours, max_cost.
+   *
+   * @generated from field: google.protobuf.Struct custom_config = 5;
+   */
+  customConfig?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message gpu.v1.CreateEndpointRequest.
+ * Use `create(CreateEndpointRequestSchema)` to create a new message.
+ */
+export const CreateEndpointRequestSchema: GenMessage<CreateEndpointRequest> = /*@__PURE__*/
+  messageDesc(file_gpu_v1_gpu_service, 41);
+
+/**
+ * One replica of an endpoint: an ordinary instance.
+ *
+ * @generated from message gpu.v1.EndpointInstance
+ */
+export type EndpointInstance = Message<"gpu.v1.EndpointInstance"> & {
+  /**
+   * @generated from field: string instance_id = 1;
+   */
+  instanceId: string;
+
+  /**
+   * provisioning, starting, ready, unhealthy or draining.
+   *
+   * @generated from field: string state = 2;
+   */
+  state: string;
+
+  /**
+   * Base URL of its model server; empty until it has one.
+   *
+   * @generated from field: string url = 3;
+   */
+  url: string;
+
+  /**
+   * @generated from field: double cost_per_hour = 4;
+   */
+  costPerHour: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp ready_since = 5;
+   */
+  readySince?: Timestamp | undefined;
+
+  /**
+   * Consecutive failed readiness probes.
+   *
+   * @generated from field: int32 failed_probes = 6;
+   */
+  failedProbes: number;
+};
+
+/**
+ * Describes the message gpu.v1.EndpointInstance.
+ * Use `create(EndpointInstanceSchema)` to create a new message.
+ */
+export const EndpointInstanceSchema: GenMessage<EndpointInstance> = /*@__PURE__*/
+  messageDesc(file_gpu_v1_gpu_service, 42);
+
+/**
+ * @generated from message gpu.v1.Endpoint
+ */
+export type Endpoint = Message<"gpu.v1.Endpoint"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string template_name = 2;
+   */
+  templateName: string;
+
+  /**
+   * @generated from field: int32 replicas = 3;
+   */
+  replicas: number;
+
+  /**
+   * @generated from field: double max_cost_per_hour = 4;
+   */
+  maxCostPerHour: number;
+
+  /**
+   * starting, ready, degraded, parked, deleting or deleted.
+   *
+   * @generated from field: string state = 5;
+   */
+  state: string;
+
+  /**
+   * @generated from field: int32 ready_replicas = 6;
+   */
+  readyReplicas: number;
+
+  /**
+   * Summed cost_per_hour of its machines now.
+   *
+   * @generated from field: double cost_per_hour = 7;
+   */
+  costPerHour: number;
+
+  /**
+   * What all of its machines, past ones included, have cost so far.
+   *
+   * @generated from field: double total_cost = 8;
+   */
+  totalCost: number;
+
+  /**
+   * /endpoints/{name}/v1
+   *
+   * @generated from field: string url = 9;
+   */
+  url: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 10;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: repeated gpu.v1.EndpointInstance instances = 11;
+   */
+  instances: EndpointInstance[];
+};
+
+/**
+ * Describes the message gpu.v1.Endpoint.
+ * Use `create(EndpointSchema)` to create a new message.
+ */
+export const EndpointSchema: GenMessage<Endpoint> = /*@__PURE__*/
+  messageDesc(file_gpu_v1_gpu_service, 43);
+
+/**
+ * @generated from message gpu.v1.ListEndpointsRequest
+ */
+export type ListEndpointsRequest = Message<"gpu.v1.ListEndpointsRequest"> & {
+};
+
+/**
+ * Describes the message gpu.v1.ListEndpointsRequest.
+ * Use `create(ListEndpointsRequestSchema)` to create a new message.
+ */
+export const ListEndpointsRequestSchema: GenMessage<ListEndpointsRequest> = /*@__PURE__*/
+  messageDesc(file_gpu_v1_gpu_service, 44);
+
+/**
+ * @generated from message gpu.v1.ListEndpointsResponse
+ */
+export type ListEndpointsResponse = Message<"gpu.v1.ListEndpointsResponse"> & {
+  /**
+   * @generated from field: repeated gpu.v1.Endpoint endpoints = 1;
+   */
+  endpoints: Endpoint[];
+};
+
+/**
+ * Describes the message gpu.v1.ListEndpointsResponse.
+ * Use `create(ListEndpointsResponseSchema)` to create a new message.
+ */
+export const ListEndpointsResponseSchema: GenMessage<ListEndpointsResponse> = /*@__PURE__*/
+  messageDesc(file_gpu_v1_gpu_service, 45);
+
+/**
+ * @generated from message gpu.v1.GetEndpointRequest
+ */
+export type GetEndpointRequest = Message<"gpu.v1.GetEndpointRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message gpu.v1.GetEndpointRequest.
+ * Use `create(GetEndpointRequestSchema)` to create a new message.
+ */
+export const GetEndpointRequestSchema: GenMessage<GetEndpointRequest> = /*@__PURE__*/
+  messageDesc(file_gpu_v1_gpu_service, 46);
+
+/**
+ * @generated from message gpu.v1.UpdateEndpointRequest
+ */
+export type UpdateEndpointRequest = Message<"gpu.v1.UpdateEndpointRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * 0..16.
+   *
+   * @generated from field: optional int32 replicas = 2;
+   */
+  replicas?: number | undefined;
+
+  /**
+   * > 0.
+   *
+   * @generated from field: optional double max_cost_per_hour = 3;
+   */
+  maxCostPerHour?: number | undefined;
+};
+
+/**
+ * Describes the message gpu.v1.UpdateEndpointRequest.
+ * Use `create(UpdateEndpointRequestSchema)` to create a new message.
+ */
+export const UpdateEndpointRequestSchema: GenMessage<UpdateEndpointRequest> = /*@__PURE__*/
+  messageDesc(file_gpu_v1_gpu_service, 47);
+
+/**
+ * @generated from message gpu.v1.DeleteEndpointRequest
+ */
+export type DeleteEndpointRequest = Message<"gpu.v1.DeleteEndpointRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message gpu.v1.DeleteEndpointRequest.
+ * Use `create(DeleteEndpointRequestSchema)` to create a new message.
+ */
+export const DeleteEndpointRequestSchema: GenMessage<DeleteEndpointRequest> = /*@__PURE__*/
+  messageDesc(file_gpu_v1_gpu_service, 48);
+
+/**
+ * @generated from message gpu.v1.ListEndpointEventsRequest
+ */
+export type ListEndpointEventsRequest = Message<"gpu.v1.ListEndpointEventsRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * 1..1000, default 100.
+   *
+   * @generated from field: optional int32 limit = 2;
+   */
+  limit?: number | undefined;
+};
+
+/**
+ * Describes the message gpu.v1.ListEndpointEventsRequest.
+ * Use `create(ListEndpointEventsRequestSchema)` to create a new message.
+ */
+export const ListEndpointEventsRequestSchema: GenMessage<ListEndpointEventsRequest> = /*@__PURE__*/
+  messageDesc(file_gpu_v1_gpu_service, 49);
+
+/**
+ * @generated from message gpu.v1.EndpointEvent
+ */
+export type EndpointEvent = Message<"gpu.v1.EndpointEvent"> & {
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 1;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * launched, ready, not_ready, unhealthy, replaced, ended, launch_failed, budget_held, scaled,
+   * drained or deleted.
+   *
+   * @generated from field: string kind = 2;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: optional string instance_id = 3;
+   */
+  instanceId?: string | undefined;
+
+  /**
+   * @generated from field: string detail = 4;
+   */
+  detail: string;
+
+  /**
+   * Who caused it: the caller of the RPC, or system for the controller.
+   *
+   * @generated from field: string actor = 5;
+   */
+  actor: string;
+};
+
+/**
+ * Describes the message gpu.v1.EndpointEvent.
+ * Use `create(EndpointEventSchema)` to create a new message.
+ */
+export const EndpointEventSchema: GenMessage<EndpointEvent> = /*@__PURE__*/
+  messageDesc(file_gpu_v1_gpu_service, 50);
+
+/**
+ * @generated from message gpu.v1.ListEndpointEventsResponse
+ */
+export type ListEndpointEventsResponse = Message<"gpu.v1.ListEndpointEventsResponse"> & {
+  /**
+   * @generated from field: repeated gpu.v1.EndpointEvent events = 1;
+   */
+  events: EndpointEvent[];
+};
+
+/**
+ * Describes the message gpu.v1.ListEndpointEventsResponse.
+ * Use `create(ListEndpointEventsResponseSchema)` to create a new message.
+ */
+export const ListEndpointEventsResponseSchema: GenMessage<ListEndpointEventsResponse> = /*@__PURE__*/
+  messageDesc(file_gpu_v1_gpu_service, 51);
 
 /**
  * GpuService rents GPU cloud instances that run LLM model servers: it searches marketplace
@@ -1480,6 +1890,79 @@ export const GpuService: GenService<{
     methodKind: "unary";
     input: typeof GetStatisticsRequestSchema;
     output: typeof StatisticsSchema;
+  },
+  /**
+   * The key the instance's model server demands of every /v1/... call (Authorization: Bearer
+   * <key>), for a client that calls the model server directly. Needs scope gpu:write. An
+   * instance without a model server, or created before model-server keys, has none: 404 saying so.
+   *
+   * @generated from rpc gpu.v1.GpuService.GetModelKey
+   */
+  getModelKey: {
+    methodKind: "unary";
+    input: typeof GetModelKeyRequestSchema;
+    output: typeof ModelKeySchema;
+  },
+  /**
+   * Creates an endpoint: `replicas` model-serving instances of one template, kept ready within
+   * max_cost_per_hour and served at /endpoints/{name}/v1.
+   *
+   * @generated from rpc gpu.v1.GpuService.CreateEndpoint
+   */
+  createEndpoint: {
+    methodKind: "unary";
+    input: typeof CreateEndpointRequestSchema;
+    output: typeof EndpointSchema;
+  },
+  /**
+   * Every endpoint not deleted, oldest first.
+   *
+   * @generated from rpc gpu.v1.GpuService.ListEndpoints
+   */
+  listEndpoints: {
+    methodKind: "unary";
+    input: typeof ListEndpointsRequestSchema;
+    output: typeof ListEndpointsResponseSchema;
+  },
+  /**
+   * One endpoint with the state of each of its replicas.
+   *
+   * @generated from rpc gpu.v1.GpuService.GetEndpoint
+   */
+  getEndpoint: {
+    methodKind: "unary";
+    input: typeof GetEndpointRequestSchema;
+    output: typeof EndpointSchema;
+  },
+  /**
+   * Changes the replica count or the budget of an endpoint.
+   *
+   * @generated from rpc gpu.v1.GpuService.UpdateEndpoint
+   */
+  updateEndpoint: {
+    methodKind: "unary";
+    input: typeof UpdateEndpointRequestSchema;
+    output: typeof EndpointSchema;
+  },
+  /**
+   * Deletes an endpoint and destroys its machines; idempotent.
+   *
+   * @generated from rpc gpu.v1.GpuService.DeleteEndpoint
+   */
+  deleteEndpoint: {
+    methodKind: "unary";
+    input: typeof DeleteEndpointRequestSchema;
+    output: typeof EndpointSchema;
+  },
+  /**
+   * What the controller did and saw for an endpoint, newest first.
+   *
+   * @generated from rpc gpu.v1.GpuService.ListEndpointEvents
+   */
+  listEndpointEvents: {
+    methodKind: "unary";
+    input: typeof ListEndpointEventsRequestSchema;
+    output: typeof ListEndpointEventsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_gpu_v1_gpu_service, 0);

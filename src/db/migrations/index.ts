@@ -9,6 +9,10 @@ import * as indexTruth from "./20261122000300_index_truth.js";
 import * as goodsDropFullIndex from "./20261123000000_goods_drop_full_index.js";
 import * as goodsLiveFeed from "./20261125000000_goods_live_feed.js";
 import * as goodsLiveWakeIdle from "./20261125010000_goods_live_wake_idle.js";
+import * as goodsLiveFeedDue from "./20261126000000_goods_live_feed_due.js";
+import * as operationActor from "./20261126000000_operation_actor.js";
+import * as gpuModelApiKey from "./20261126000100_gpu_model_api_key.js";
+import * as gpuEndpoints from "./20261126010000_gpu_endpoints.js";
 
 // Migrations are listed here, in order, rather than found on disk, so that they run the same
 // under tsx, vitest and compiled output. A shipped migration is never edited: add a new one.
@@ -23,6 +27,10 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261123000000_goods_drop_full_index", goodsDropFullIndex],
   ["20261125000000_goods_live_feed", goodsLiveFeed],
   ["20261125010000_goods_live_wake_idle", goodsLiveWakeIdle],
+  ["20261126000000_goods_live_feed_due", goodsLiveFeedDue],
+  ["20261126000000_operation_actor", operationActor],
+  ["20261126000100_gpu_model_api_key", gpuModelApiKey],
+  ["20261126010000_gpu_endpoints", gpuEndpoints],
 ];
 
 export const migrationSource: Knex.MigrationSource<string> = {

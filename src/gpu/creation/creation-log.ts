@@ -11,8 +11,9 @@ function creationCommand(record: InstanceRecord): string {
   return `create ${record.offerId} label=${record.instanceId} image=${record.imageName}`;
 }
 
-export function creationLog(record: InstanceRecord, market: MarketInstance, result: string, executionTime: number): NewLogEntry {
+export function creationLog(actor: string, record: InstanceRecord, market: MarketInstance, result: string, executionTime: number): NewLogEntry {
   return {
+    actor,
     instanceId: record.instanceId,
     operation: "create_instance",
     command: creationCommand(record),
@@ -26,16 +27,17 @@ export function creationLog(record: InstanceRecord, market: MarketInstance, resu
       offer_id: record.offerId,
       market_instance_id: market.id,
       auto_destroy: record.autoDestroy,
+      ...(record.endpoint ? { endpoint: record.endpoint } : {}),
     },
   };
 }
 
 /** Completes a creating record with what the marketplace rented; null when it was settled meanwhile. */
-export function completeCreation(ctx: GpuContext, record: InstanceRecord, market: MarketInstance, result: string, started: number) {
+export function completeCreation(ctx: GpuContext, actor: string, record: InstanceRecord, market: MarketInstance, result: string, started: number) {
   return transition(
     ctx,
     (trx) => ctx.instances.completeCreation(record.instanceId, marketFactsOf(market), trx),
-    (updated) => creationLog(updated, market, result, elapsedSince(started)),
+    (updated) => creationLog(actor, updated, market, result, elapsedSince(started)),
   );
 }
 
@@ -46,6 +48,7 @@ export function completeCreation(ctx: GpuContext, record: InstanceRecord, market
  */
 export async function failCreation(
   ctx: GpuContext,
+  actor: string,
   record: InstanceRecord,
   reason: string,
   started: number,
@@ -55,6 +58,7 @@ export async function failCreation(
     ctx,
     (trx) => ctx.instances.markFailed(record.instanceId, machine !== undefined, trx),
     (failed) => ({
+      actor,
       instanceId: failed.instanceId,
       operation: "create_instance",
       command: creationCommand(failed),
@@ -67,6 +71,7 @@ export async function failCreation(
         cost_per_hour: failed.costPerHour,
         offer_id: failed.offerId,
         market_instance_id: machine?.id ?? null,
+        ...(failed.endpoint ? { endpoint: failed.endpoint } : {}),
       },
     }),
   );

@@ -5,7 +5,7 @@ import { completeCreation } from "./creation-log.js";
 import { parseCustomConfig } from "./custom-config.js";
 import type { GpuContext } from "../gpu-context.js";
 import type { InstanceRecord } from "../store/instance-store.js";
-import { launchPlanOf, onMachine } from "./launch-plan.js";
+import { launchPlanOf, newModelApiKey, onMachine } from "./launch-plan.js";
 import { limitsFor } from "../money/limits.js";
 import { releaseMachine } from "../lifecycle/machine-release.js";
 import type { MarketInstance, MarketOffer } from "../marketplace/port.js";
@@ -27,22 +27,35 @@ export interface CreationRequest {
   templateName?: string;
   offerId?: string;
   customConfig?: JsonObject;
+  /** Who asked (src/actor.ts): written on every log record of the creation. */
+  actor: string;
+  /**
+   * For an endpoint's replicas: the instance_id reserved beforehand (the endpoint writes it down
+   * before the creation starts), the endpoint the record names, and a price cap tighter than the
+   * template's (what is left of the endpoint's budget).
+   */
+  replicaOf?: { instanceId: string; endpoint: string; priceCap: number };
 }
 
 export interface CreationResult {
   instanceId: string;
   templateName: string;
   message: string;
+  /** The model server's key, answered once to the creator; null without a model server. */
+  modelApiKey: string | null;
 }
 
 export async function createInstance(ctx: GpuContext, request: CreationRequest, hooks: CreationHooks = {}): Promise<CreationResult> {
-  const template = templateOf(request.templateName);
+  const replicaOf = request.replicaOf;
+  const template = capped(templateOf(request.templateName), replicaOf?.priceCap);
   const custom = parseCustomConfig(request.customConfig, template !== undefined);
-  const plan = launchPlanOf(template, custom);
+  // Every model server gets a key of its own, so that its public port serves nobody else.
+  const modelApiKey = template ? newModelApiKey() : null;
+  const plan = launchPlanOf(template, custom, modelApiKey ?? undefined);
   const offerId = request.offerId || undefined;
   const candidates = offerCandidates(await offersFor(ctx, template, offerId, plan.diskGb), template, offerId);
-  const instanceId = await ctx.instances.nextInstanceId();
-  const marketLabel = (await ctx.deployment()).labelOf(instanceId);
+  const instanceId = replicaOf?.instanceId ?? (await ctx.instances.nextInstanceId());
+  const marketLabel = (await ctx.deployment()).labelOf(instanceId, replicaOf?.endpoint);
   ctx.inFlight.add(instanceId);
   try {
     const started = Date.now();
@@ -55,6 +68,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
       autoPick: offerId === undefined,
       started,
       templateName,
+      actor: request.actor,
       newRecord: (offer) => ({
         instanceId,
         marketLabel,
@@ -63,12 +77,14 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
         templateName,
         startCommand: onMachine(plan, offer.gpuInfo.numGpus).startCommand,
         autoDestroy: plan.autoDestroy,
+        modelApiKey,
+        endpoint: replicaOf?.endpoint ?? null,
         ...limits,
       }),
     });
     await hooks.afterMarketplaceCreate?.(instanceId);
-    await completeOrRelease(ctx, record, market, template, started);
-    return { instanceId, templateName: template?.name ?? "", message: messageOf(instanceId, template, market) };
+    await completeOrRelease(ctx, request.actor, record, market, template, started);
+    return { instanceId, templateName: template?.name ?? "", message: messageOf(instanceId, template, market), modelApiKey };
   } finally {
     ctx.inFlight.delete(instanceId);
   }
@@ -83,6 +99,12 @@ function templateOf(name: string | undefined): Template | undefined {
     });
   }
   return template;
+}
+
+/** The template with its max_price lowered to `cap`: offer choice and the rented-price check both honour it. */
+function capped(template: Template | undefined, cap: number | undefined): Template | undefined {
+  if (!template?.config || cap === undefined || cap >= template.config.maxPrice) return template;
+  return { ...template, config: { ...template.config, maxPrice: cap } };
 }
 
 /** The marketplace's answer to the creation's offer search (empty when there is nothing to ask). */
@@ -103,6 +125,7 @@ async function offersFor(ctx: GpuContext, template: Template | undefined, offerI
  */
 async function completeOrRelease(
   ctx: GpuContext,
+  actor: string,
   record: InstanceRecord,
   market: MarketInstance,
   template: Template | undefined,
@@ -111,7 +134,7 @@ async function completeOrRelease(
   try {
     // The cap holds for the price actually rented, not only the price the offer showed.
     if (template) checkTemplateLimits({ id: market.offerId, gpuRam: market.gpuRam }, template, market.dphTotal);
-    if (await completeCreation(ctx, record, market, "creating", started)) return;
+    if (await completeCreation(ctx, actor, record, market, "creating", started)) return;
     // Someone else settled the record meanwhile (another replica's reconciler). Adopted with this
     // very machine is a success; anything else means the machine is not ours to report.
     const current = await ctx.instances.get(record.instanceId);
@@ -120,7 +143,7 @@ async function completeOrRelease(
   } catch (err) {
     const reason = err instanceof DomainError ? err.message : "the record could not be completed";
     ctx.logger.error({ err, instance_id: record.instanceId }, "creation not completed; destroying the rented machine");
-    await releaseMachine(ctx, record, market, reason, started);
+    await releaseMachine(ctx, actor, record, market, reason, started);
     throw err;
   }
 }

@@ -1,4 +1,6 @@
 import type { Template } from "../../../gen/gpu/v1/gpu_service_pb.js";
+import { MODEL_API_KEY_ENV } from "../marketplace/port.js";
+import { randomBytes } from "node:crypto";
 import type { CustomConfig } from "./custom-config.js";
 import { LLM_PORT } from "./templates.js";
 
@@ -35,7 +37,17 @@ export function onMachine(plan: LaunchPlan, numGpus: number): Pick<LaunchPlan, "
   };
 }
 
-export function launchPlanOf(template: Template | undefined, custom: CustomConfig): LaunchPlan {
+/** A model server's key: 32 random bytes, as URL-safe base64 (43 characters, fine in a header). */
+export function newModelApiKey(): string {
+  return randomBytes(32).toString("base64url");
+}
+
+/**
+ * `modelApiKey`: the key the model server demands of every `/v1/...` call. vLLM reads it from
+ * VLLM_API_KEY, the same as `--api-key`; the environment keeps it out of the start command,
+ * which is stored and shown in instance answers.
+ */
+export function launchPlanOf(template: Template | undefined, custom: CustomConfig, modelApiKey?: string): LaunchPlan {
   const autoDestroy = custom.autoDestroy ?? false;
   if (!template?.config) return { image: BARE_IMAGE, diskGb: BARE_DISK_GB, startCommand: "", env: {}, autoDestroy };
   const config = template.config;
@@ -56,6 +68,7 @@ export function launchPlanOf(template: Template | undefined, custom: CustomConfi
       LLM_MODEL_NAME: config.llmModelName,
       LLM_MAX_MODEL_LEN: String(maxModelLen),
       LLM_GPU_MEMORY_UTILIZATION: String(memory),
+      ...(modelApiKey !== undefined ? { [MODEL_API_KEY_ENV]: modelApiKey } : {}),
     },
     llmPort: port,
     llmModelName: config.llmModelName,

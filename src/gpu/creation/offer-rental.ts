@@ -23,6 +23,8 @@ export interface RentalRequest {
   autoPick: boolean;
   started: number;
   templateName: string | null;
+  /** Who asked for the instance (src/actor.ts). */
+  actor: string;
   /** The creating record for an offer. */
   newRecord(offer: OfferFacts): NewInstance;
 }
@@ -45,7 +47,7 @@ export async function rentOffer(ctx: GpuContext, request: RentalRequest): Promis
       const taken = record.offerId;
       candidates = candidates.filter((o) => o.id !== taken);
       if (!request.autoPick || !isOfferTaken(error) || tried >= MAX_OFFERS_TRIED || candidates.length === 0) {
-        await failCreation(ctx, record, error.message, request.started);
+        await failCreation(ctx, request.actor, record, error.message, request.started);
         throw error;
       }
       ctx.logger.info({ instance_id: record.instanceId, offer_id: taken }, "offer rented by someone else meanwhile; trying the next one");
@@ -79,7 +81,7 @@ async function reserve(
           : ctx.instances.insertCreating(request.newRecord(offer), trx),
     });
   } catch (err) {
-    if (current) await failCreation(ctx, current, (err as Error).message, request.started);
+    if (current) await failCreation(ctx, request.actor, current, (err as Error).message, request.started);
     else if (err instanceof ResourceExhaustedError) await logRefusal(ctx, request, err);
     throw err;
   }
@@ -89,6 +91,7 @@ async function reserve(
 async function logRefusal(ctx: GpuContext, request: RentalRequest, error: ResourceExhaustedError): Promise<void> {
   const offer = request.candidates[0]!;
   await ctx.logs.append({
+    actor: request.actor,
     instanceId: null,
     operation: "create_instance",
     command: `create ${offer.id} image=${request.plan.image}`,

@@ -21,6 +21,7 @@ export interface DestroyCause {
  */
 export async function destroyRecord(
   ctx: GpuContext,
+  actor: string,
   record: InstanceRecord,
   operation: DestroyOperation,
   cause?: DestroyCause,
@@ -36,6 +37,7 @@ export async function destroyRecord(
     gpu_info: gpuInfoJson(record.gpuInfo),
     cost_per_hour: record.costPerHour,
     previous_status: record.status,
+    ...(record.endpoint ? { endpoint: record.endpoint } : {}),
     ...(cause ? { limit: cause.limit } : {}),
   };
   const why = cause ? `${cause.reason}; ` : "";
@@ -46,6 +48,7 @@ export async function destroyRecord(
     } catch (err) {
       ctx.logger.warn({ err, instance_id: record.instanceId }, "marketplace did not confirm a destroy");
       await ctx.logs.append({
+        actor,
         instanceId: record.instanceId,
         operation,
         command,
@@ -64,6 +67,7 @@ export async function destroyRecord(
     ctx,
     (trx) => ctx.instances.markDestroyed(record.instanceId, trx),
     () => ({
+      actor,
       instanceId: record.instanceId,
       operation,
       command,

@@ -14,13 +14,14 @@ const DESTROY_RETRY_DELAYS_MS = [200, 800];
 
 export async function releaseMachine(
   ctx: GpuContext,
+  actor: string,
   record: InstanceRecord,
   machine: MarketInstance,
   reason: string,
   started: number,
 ): Promise<void> {
   try {
-    await failCreation(ctx, record, `${reason}; the rented marketplace instance ${machine.id} is destroyed`, started, machine);
+    await failCreation(ctx, actor, record, `${reason}; the rented marketplace instance ${machine.id} is destroyed`, started, machine);
   } catch (err) {
     ctx.logger.error({ err, instance_id: record.instanceId }, "could not mark a failed creation failed");
   }
@@ -28,6 +29,7 @@ export async function releaseMachine(
   const error = await destroyWithRetries(ctx, machine.id);
   await ctx.logs
     .append({
+      actor,
       instanceId: record.instanceId,
       operation: "destroy_instance",
       command: `destroy ${machine.id}`,

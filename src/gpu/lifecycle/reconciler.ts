@@ -1,4 +1,5 @@
 import { completeCreation, failCreation } from "../creation/creation-log.js";
+import { ACTOR_SYSTEM } from "../../actor.js";
 import { elapsedSince, type GpuContext } from "../gpu-context.js";
 import type { InstanceRecord } from "../store/instance-store.js";
 import type { MarketInstance } from "../marketplace/port.js";
@@ -50,7 +51,7 @@ export async function reconcile(ctx: GpuContext, options: ReconcilerOptions, mac
     const stale = now - record.updatedAt.getTime() >= options.creationGraceMs;
     if (record.status !== "creating" || record.marketInstanceId !== null || labels.has(record.marketLabel)) continue;
     if (ctx.inFlight.has(record.instanceId) || !stale) continue;
-    await failCreation(ctx, record, `interrupted creation: the marketplace has no instance labelled ${record.marketLabel}`, record.createdAt.getTime());
+    await failCreation(ctx, ACTOR_SYSTEM, record, `interrupted creation: the marketplace has no instance labelled ${record.marketLabel}`, record.createdAt.getTime());
     report.failed.push(record.instanceId);
   }
   return report;
@@ -58,7 +59,7 @@ export async function reconcile(ctx: GpuContext, options: ReconcilerOptions, mac
 
 async function adopt(ctx: GpuContext, record: InstanceRecord, market: MarketInstance): Promise<boolean> {
   const result = "creating; completed by the reconciler after an interrupted creation";
-  return (await completeCreation(ctx, record, market, result, Date.now())) !== null;
+  return (await completeCreation(ctx, ACTOR_SYSTEM, record, market, result, Date.now())) !== null;
 }
 
 async function destroyOrphan(ctx: GpuContext, instanceId: string, market: MarketInstance, record: InstanceRecord | undefined): Promise<void> {
@@ -71,6 +72,7 @@ async function destroyOrphan(ctx: GpuContext, instanceId: string, market: Market
     ctx.logger.warn({ err, label: market.label }, "could not destroy an orphaned marketplace instance; retrying next round");
   }
   await ctx.logs.append({
+    actor: ACTOR_SYSTEM,
     instanceId,
     operation: "reconcile_destroy",
     command: `destroy ${market.id}`,

@@ -1,4 +1,5 @@
 import { UnavailableError } from "../../errors.js";
+import { ACTOR_SYSTEM } from "../../actor.js";
 import { destroyRecord } from "./destroy.js";
 import { releaseMachine } from "./machine-release.js";
 import { DEFAULT_CREATION_GRACE_MS, marketFactsOf, type GpuContext } from "../gpu-context.js";
@@ -28,7 +29,7 @@ export interface SyncOutcome {
 export async function syncRecord(ctx: GpuContext, record: InstanceRecord, observed?: MarketInstance): Promise<SyncOutcome> {
   const idle = { record, market: undefined, llmAnswered: false };
   if (record.destroyRequestedAt !== null && record.status !== "destroyed") {
-    return { ...idle, record: await destroyRecord(ctx, record, "destroy_instance") };
+    return { ...idle, record: await destroyRecord(ctx, ACTOR_SYSTEM, record, "destroy_instance") };
   }
   if (isTerminal(record.status) || record.marketInstanceId === null) return idle;
   let market: MarketInstance | undefined = observed;
@@ -45,10 +46,10 @@ export async function syncRecord(ctx: GpuContext, record: InstanceRecord, observ
   }
   if (market.failure !== undefined) return { ...idle, market, record: await failStart(ctx, record, market) };
   const url = modelServerUrl(market);
-  const llmAnswered = market.status === "running" && record.templateName !== null && url !== undefined && (await ctx.probe(url));
+  const llmAnswered = market.status === "running" && record.templateName !== null && url !== undefined && (await ctx.probe(url, record.modelApiKey));
   let current = await applyStatus(ctx, record, storedStatusOf(market.status, llmAnswered, record.status), market);
   if (current.status === "exited" && current.autoDestroy) {
-    current = await destroyRecord(ctx, current, "auto_destroy");
+    current = await destroyRecord(ctx, ACTOR_SYSTEM, current, "auto_destroy");
   }
   return { record: current, market, llmAnswered };
 }
@@ -60,6 +61,7 @@ async function applyStatus(ctx: GpuContext, record: InstanceRecord, next: Stored
     ctx,
     (trx) => ctx.instances.changeStatus(record.instanceId, record.status, next, { publicIp, sshPort, portMappings }, trx),
     () => ({
+      actor: ACTOR_SYSTEM,
       instanceId: record.instanceId,
       operation: "status_change",
       command: `sync ${market.id}`,
@@ -74,7 +76,7 @@ async function applyStatus(ctx: GpuContext, record: InstanceRecord, next: Stored
 
 /** The machine exists but its container could not start: the record fails and the machine is given back. */
 async function failStart(ctx: GpuContext, record: InstanceRecord, market: MarketInstance): Promise<InstanceRecord> {
-  await releaseMachine(ctx, record, market, `the marketplace instance could not start: ${market.failure}`, Date.now());
+  await releaseMachine(ctx, ACTOR_SYSTEM, record, market, `the marketplace instance could not start: ${market.failure}`, Date.now());
   return (await ctx.instances.get(record.instanceId)) ?? record;
 }
 
@@ -84,6 +86,7 @@ async function markVanished(ctx: GpuContext, record: InstanceRecord): Promise<In
     ctx,
     (trx) => ctx.instances.markDestroyed(record.instanceId, trx),
     () => ({
+      actor: ACTOR_SYSTEM,
       instanceId: record.instanceId,
       operation: "status_change",
       command: `sync ${record.marketInstanceId}`,

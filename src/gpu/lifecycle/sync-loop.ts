@@ -1,4 +1,5 @@
 import type { GpuContext } from "../gpu-context.js";
+import { ACTOR_SYSTEM } from "../../actor.js";
 import { destroyRecord } from "./destroy.js";
 import type { InstanceRecord } from "../store/instance-store.js";
 import { reachedLimit } from "../money/limits.js";
@@ -111,5 +112,5 @@ async function enforceLimits(ctx: GpuContext, record: InstanceRecord): Promise<I
   if (isTerminal(record.status) || record.marketInstanceId === null) return record;
   const reached = reachedLimit(record, new Date());
   if (!reached) return record;
-  return destroyRecord(ctx, record, "auto_destroy", reached);
+  return destroyRecord(ctx, ACTOR_SYSTEM, record, "auto_destroy", reached);
 }

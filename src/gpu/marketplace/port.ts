@@ -80,6 +80,12 @@ export interface MarketInstance {
   failure?: string;
 }
 
+/**
+ * The variable of CreateMarketInstanceRequest.env holding the model server's key: vLLM takes it
+ * as `--api-key`, and every marketplace's model servers demand it on /v1/... (SPEC.md section 4).
+ */
+export const MODEL_API_KEY_ENV = "VLLM_API_KEY";
+
 export interface CreateMarketInstanceRequest {
   offerId: string;
   label: string;

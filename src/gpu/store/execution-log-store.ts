@@ -24,6 +24,8 @@ export interface NewLogEntry {
   executionTime: number;
   success: boolean;
   metadata: LogMetadata;
+  /** Who acted: a token's name, or anonymous, cron, system (src/actor.ts); unknown on rows older than actors. */
+  actor: string;
 }
 
 export interface LogEntry extends NewLogEntry {
@@ -41,6 +43,7 @@ interface Row {
   execution_time: number;
   success: boolean;
   metadata: LogMetadata;
+  actor: string;
   created_at: Date;
 }
 
@@ -60,6 +63,7 @@ export class ExecutionLogStore {
       execution_time: Math.max(0, Math.round(entry.executionTime)),
       success: entry.success,
       metadata: JSON.stringify(entry.metadata),
+      actor: entry.actor,
     });
   }
 
@@ -78,6 +82,7 @@ export class ExecutionLogStore {
       executionTime: row.execution_time,
       success: row.success,
       metadata: row.metadata,
+      actor: row.actor,
       createdAt: row.created_at,
     }));
   }

@@ -39,12 +39,32 @@ export interface InstanceRecord {
   /** Limits after which the sync loop destroys the instance; null: none. */
   maxHours: number | null;
   maxCost: number | null;
+  /**
+   * The key its model server demands (vLLM --api-key, sent as a bearer token); null for an
+   * instance without a model server or created before keys. A secret: never logged, never in a
+   * list, status or log answer (only GetModelKey and the creation answer carry it).
+   */
+  modelApiKey: string | null;
+  /** The endpoint this instance is a replica of; null for an instance created on its own. */
+  endpoint: string | null;
 }
 
 export type NewInstance = Pick<
   InstanceRecord,
-  "instanceId" | "marketLabel" | "offerId" | "imageName" | "gpuInfo" | "costPerHour" | "templateName" | "startCommand" | "autoDestroy" | "maxHours" | "maxCost"
->;
+  | "instanceId"
+  | "marketLabel"
+  | "offerId"
+  | "imageName"
+  | "gpuInfo"
+  | "costPerHour"
+  | "templateName"
+  | "startCommand"
+  | "autoDestroy"
+  | "maxHours"
+  | "maxCost"
+  | "modelApiKey"
+> &
+  Partial<Pick<InstanceRecord, "endpoint">>;
 
 /** The offer a creating record is about to rent. */
 export type OfferFacts = Pick<InstanceRecord, "offerId" | "gpuInfo" | "costPerHour">;
@@ -83,6 +103,8 @@ interface Row {
   auto_destroy: boolean;
   max_hours: number | null;
   max_cost: number | null;
+  model_api_key: string | null;
+  endpoint: string | null;
 }
 
 export function gpuInfoJson(info: GpuInfo) {
@@ -115,6 +137,8 @@ export function toRecord(row: Row): InstanceRecord {
     autoDestroy: row.auto_destroy,
     maxHours: row.max_hours,
     maxCost: row.max_cost,
+    modelApiKey: row.model_api_key ?? null,
+    endpoint: row.endpoint ?? null,
   };
 }
 
@@ -175,6 +199,8 @@ export class InstanceStore {
         auto_destroy: record.autoDestroy,
         max_hours: record.maxHours,
         max_cost: record.maxCost,
+        model_api_key: record.modelApiKey,
+        endpoint: record.endpoint ?? null,
       })
       .returning("*");
     return toRecord(row as Row);
@@ -199,6 +225,13 @@ export class InstanceStore {
   async get(instanceId: string): Promise<InstanceRecord | null> {
     const row = await this.knex(TABLE).where({ instance_id: instanceId }).first();
     return row ? toRecord(row as Row) : null;
+  }
+
+  /** The records of these ids that exist, in no particular order. */
+  async getMany(instanceIds: readonly string[]): Promise<InstanceRecord[]> {
+    if (instanceIds.length === 0) return [];
+    const rows = await this.knex(TABLE).whereIn("instance_id", instanceIds as string[]);
+    return (rows as Row[]).map(toRecord);
   }
 
   /**

@@ -1,4 +1,5 @@
 import { create } from "@bufbuild/protobuf";
+import { ACTOR_UNKNOWN } from "../../actor.js";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { BatchLogSchema, type BatchLog } from "../../../gen/search/v1/indexing_service_pb.js";
 import type { BatchLogDocument } from "./batch-log.js";
@@ -13,6 +14,7 @@ export function batchLogMessage(doc: BatchLogDocument): BatchLog {
     startedAt: timestampFromDate(new Date(doc.started_at)),
     finishedAt: timestampFromDate(new Date(doc.finished_at)),
     elapsedMs: doc.elapsed_ms,
+    actor: doc.actor ?? ACTOR_UNKNOWN,
     details: {
       fetchedCount: details.fetched_count,
       indexedCount: details.indexed_count,

@@ -40,6 +40,8 @@ export interface BatchLogDocument {
   finished_at: string;
   elapsed_ms: number;
   details: BatchLogDetails;
+  /** Who ran the batch (src/actor.ts); absent on documents saved before actors were. */
+  actor?: string;
 }
 
 const keyword = { type: "keyword" } as const;
@@ -54,6 +56,7 @@ export const BATCH_LOG_MAPPING: estypes.MappingTypeMapping = {
     started_at: { type: "date" },
     finished_at: { type: "date" },
     elapsed_ms: { type: "long" },
+    actor: keyword,
     details: {
       properties: {
         fetched_count: integer,

@@ -23,6 +23,8 @@ export interface BatchRecordContext {
   metrics?: Pick<IndexingMetrics, "batchFinished">;
   /** Where the batch's run is recorded for the status RPC and the schedule's window. */
   knex: Knex;
+  /** Who ran the batch (src/actor.ts). */
+  actor: string;
 }
 
 export interface BatchOutcome {
@@ -46,6 +48,7 @@ export function batchLogDocument(context: BatchRecordContext, outcome: BatchOutc
     started_at: context.startedAt.toISOString(),
     finished_at: finishedAt.toISOString(),
     elapsed_ms: finishedAt.getTime() - context.startedAt.getTime(),
+    actor: context.actor,
     details: {
       fetched_count: fetchedCount,
       indexed_count: indexedCount,
@@ -86,6 +89,7 @@ async function recordBatchRun(context: BatchRecordContext, outcome: BatchOutcome
       finishedAt: context.now(),
       ...countsOf(stats),
       removedCount: stats?.removedCount ?? 0,
+      actor: context.actor,
     });
   } catch (err) {
     context.logger.warn({ err, status: outcome.status }, "recording the batch run failed");

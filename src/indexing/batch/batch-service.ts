@@ -1,4 +1,5 @@
 import type { Knex } from "knex";
+import { ACTOR_UNKNOWN } from "../../actor.js";
 import type { Logger } from "pino";
 import { InvalidInputError, messageOf, OperationFailedError } from "../../errors.js";
 import type { IndexingMetrics } from "../indexing-metrics.js";
@@ -16,7 +17,7 @@ import { loadGoods, LoadStepError, type LoadResult } from "./load-steps.js";
 // anything unexpected is caught, logged as FAILED and answered 500, and the process goes on.
 
 /** Step 2: cursor-mode indexing of the INDEX_YN='N' rows with the given bulk size. */
-export type CursorIndexer = (options: { bulkSize: number; signal: AbortSignal; rebuild: boolean }) => Promise<IndexingStats>;
+export type CursorIndexer = (options: { bulkSize: number; signal: AbortSignal; rebuild: boolean; actor: string }) => Promise<IndexingStats>;
 
 export interface BatchServiceOptions {
   knex: Knex;
@@ -34,6 +35,8 @@ export interface BatchRequest {
   /** Absent: full load; otherwise only source rows changed in the last N minutes (N >= 1). */
   intervalMinutes?: number;
   chunkSize?: number;
+  /** Who runs the batch (src/actor.ts): a token's name, cron for the nightly schedule; default unknown. */
+  actor?: string;
 }
 
 export interface BatchResult {
@@ -58,7 +61,7 @@ export interface BatchService {
 
 export function createBatchService(options: BatchServiceOptions): BatchService {
   return {
-    async run({ intervalMinutes, chunkSize: requested }) {
+    async run({ intervalMinutes, chunkSize: requested, actor }) {
       if (intervalMinutes !== undefined && intervalMinutes < 1) {
         throw new InvalidInputError(`interval_minutes must be an integer >= 1, got ${intervalMinutes}`, {
           extra: { field: "interval_minutes" },
@@ -66,7 +69,7 @@ export function createBatchService(options: BatchServiceOptions): BatchService {
       }
       const { chunkSize, warning } = clampChunkSize(requested);
       return options.lock.run(PRODUCT_BATCH_JOB, (signal) =>
-        execute(options, { intervalMinutes, chunkSize, warnings: warning ? [warning] : [], signal }),
+        execute(options, { intervalMinutes, chunkSize, warnings: warning ? [warning] : [], signal, actor: actor ?? ACTOR_UNKNOWN }),
       );
     },
   };
@@ -77,6 +80,7 @@ interface Execution {
   chunkSize: number;
   warnings: string[];
   signal: AbortSignal;
+  actor: string;
 }
 
 async function execute(options: BatchServiceOptions, run: Execution): Promise<BatchResult> {
@@ -95,8 +99,9 @@ async function execute(options: BatchServiceOptions, run: Execution): Promise<Ba
     now,
     metrics: options.metrics,
     knex: options.knex,
+    actor: run.actor,
   };
-  logger.info({ is_full_load: context.isFullLoad, chunk_size: run.chunkSize }, "product batch started");
+  logger.info({ is_full_load: context.isFullLoad, chunk_size: run.chunkSize, actor: run.actor }, "product batch started");
   try {
     const load = await loadStep(options, run, context);
     const { stats, error } = await indexStep(options, run, logger);
@@ -142,7 +147,7 @@ async function loadStep(options: BatchServiceOptions, run: Execution, context: B
 async function indexStep(options: BatchServiceOptions, run: Execution, logger: Logger) {
   try {
     const rebuild = run.intervalMinutes === undefined;
-    return { stats: await options.indexCursor({ bulkSize: run.chunkSize, signal: run.signal, rebuild }), error: undefined };
+    return { stats: await options.indexCursor({ bulkSize: run.chunkSize, signal: run.signal, rebuild, actor: run.actor }), error: undefined };
   } catch (err) {
     // An abort (shutdown) leaves the loaded rows at N like any indexing failure: not a bug.
     const aborted = run.signal.aborted ? { code: "BULK_FAILED", message: "indexing was aborted: the service is shutting down" } : undefined;

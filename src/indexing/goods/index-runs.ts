@@ -15,19 +15,21 @@ export interface IndexRunRecord {
   indexedCount: number;
   failedCount: number;
   removedCount: number;
+  /** Who started the run (src/actor.ts); unknown for runs recorded before actors were. */
+  actor: string;
 }
 
 
 export async function recordRun(knex: Knex, run: IndexRunRecord): Promise<void> {
   await knex.raw(
-    `insert into goods_index_runs as r (mode, success, started_at, finished_at, fetched_count, indexed_count, failed_count, removed_count, last_success_started_at)
-     values (?, ?, ?, ?, ?, ?, ?, ?, case when ? then ?::timestamptz end)
+    `insert into goods_index_runs as r (mode, success, started_at, finished_at, fetched_count, indexed_count, failed_count, removed_count, actor, last_success_started_at)
+     values (?, ?, ?, ?, ?, ?, ?, ?, ?, case when ? then ?::timestamptz end)
      on conflict (mode) do update set success = excluded.success, started_at = excluded.started_at,
        finished_at = excluded.finished_at, fetched_count = excluded.fetched_count,
        indexed_count = excluded.indexed_count, failed_count = excluded.failed_count,
-       removed_count = excluded.removed_count,
+       removed_count = excluded.removed_count, actor = excluded.actor,
        last_success_started_at = coalesce(excluded.last_success_started_at, r.last_success_started_at)`,
-    [run.mode, run.success, run.startedAt, run.finishedAt, run.fetchedCount, run.indexedCount, run.failedCount, run.removedCount, run.success, run.startedAt],
+    [run.mode, run.success, run.startedAt, run.finishedAt, run.fetchedCount, run.indexedCount, run.failedCount, run.removedCount, run.actor, run.success, run.startedAt],
   );
 }
 
@@ -42,6 +44,7 @@ export async function lastRuns(knex: Knex): Promise<IndexRunRecord[]> {
     indexedCount: row.indexed_count as number,
     failedCount: row.failed_count as number,
     removedCount: row.removed_count as number,
+    actor: row.actor as string,
   }));
 }
 

@@ -14,14 +14,32 @@ export interface FeedEntry {
   readonly attempts: number;
 }
 
-/** The oldest entries that are due (never failed, or their backoff is over). */
+/**
+ * The oldest entries that are due: never refused since their last change, or refused and their
+ * backoff over. Each kind is read from its own partial index (migration
+ * 20261126000000_goods_live_feed_due), so that a claim never walks past the entries still waiting
+ * out a backoff. Entries a writer holds are skipped: its transaction is changing the product
+ * again, and until it ends the entry could not be removed (removeApplied skips it), so a pass
+ * would send the product again and again, ahead of everything behind it. The share locks last
+ * only as long as this statement.
+ */
+export const CLAIM_DUE_SQL = `
+  with fresh as (
+    select goods_no, change_id, attempts, changed_at from goods_live_feed
+     where retry_at is null
+     order by changed_at limit :limit
+       for share skip locked
+  ), retry as (
+    select goods_no, change_id, attempts, changed_at from goods_live_feed
+     where retry_at <= now()
+     order by retry_at limit :limit
+       for share skip locked
+  )
+  select goods_no, change_id, attempts from (select * from fresh union all select * from retry) due
+   order by changed_at limit :limit`;
+
 export async function claimDue(knex: Knex, limit: number): Promise<FeedEntry[]> {
-  const { rows } = await knex.raw<{ rows: Array<{ goods_no: string; change_id: string; attempts: number }> }>(
-    `select goods_no, change_id, attempts from goods_live_feed
-      where retry_at is null or retry_at <= now()
-      order by changed_at limit ?`,
-    [limit],
-  );
+  const { rows } = await knex.raw<{ rows: Array<{ goods_no: string; change_id: string; attempts: number }> }>(CLAIM_DUE_SQL, { limit });
   return rows.map((r) => ({ goodsNo: r.goods_no, changeId: r.change_id, attempts: r.attempts }));
 }
 
@@ -99,23 +117,33 @@ export async function setListening(knex: Knex, listening: boolean): Promise<void
 }
 
 export interface FeedBacklog {
+  /** Products changed and not yet applied, refused ones included. */
   pendingProducts: number;
-  /** Age of the oldest change not yet applied, ms; 0 when none. */
+  /** Of those, products Elasticsearch refused, waiting out their backoff or due again. */
+  retryingProducts: number;
+  /**
+   * Age of the oldest change not yet applied and never refused, ms; 0 when none. A product
+   * refused for good must not hide, or fake, the lag of everything else: it is counted above.
+   */
   oldestPendingAgeMs: number;
   appliedTotal: number;
   lastAppliedAt: Date | undefined;
 }
 
 export async function measureBacklog(knex: Knex): Promise<FeedBacklog> {
-  const { rows } = await knex.raw<{ rows: Array<{ pending: number; age_ms: number | null; applied_total: string; last_applied_at: Date | null }> }>(
+  const { rows } = await knex.raw<{
+    rows: Array<{ pending: number; retrying: number; age_ms: number | null; applied_total: string; last_applied_at: Date | null }>;
+  }>(
     `select (select count(*)::int from goods_live_feed) as pending,
-            (select (extract(epoch from now() - min(changed_at)) * 1000)::float8 from goods_live_feed) as age_ms,
+            (select count(*)::int from goods_live_feed where retry_at is not null) as retrying,
+            (select (extract(epoch from now() - min(changed_at)) * 1000)::float8 from goods_live_feed where retry_at is null) as age_ms,
             p.applied_total, p.last_applied_at
        from goods_live_progress p`,
   );
   const row = rows[0];
   return {
     pendingProducts: row?.pending ?? 0,
+    retryingProducts: row?.retrying ?? 0,
     oldestPendingAgeMs: Math.max(0, Math.round(row?.age_ms ?? 0)),
     appliedTotal: Number(row?.applied_total ?? 0),
     lastAppliedAt: row?.last_applied_at ? new Date(row.last_applied_at) : undefined,

@@ -9,8 +9,10 @@ import { aliasState, buildInProgress, buildingAlias, ensureGoodsAlias } from "..
 import { IndexingError, isUnreachable } from "../indexing-error.js";
 import { toBulkLines, type BulkLines } from "../pipeline/bulk-lines.js";
 import { sendBulks } from "../pipeline/bulk-sender.js";
-import { claimDue, markFailed, measureBacklog, readItems, removeApplied, setListening, type FeedBacklog, type FeedEntry } from "./live-feed.js";
+import { createBacklogWatch } from "./live-backlog.js";
+import { claimDue, markFailed, readItems, removeApplied, setListening, type FeedBacklog, type FeedEntry } from "./live-feed.js";
 import { createLiveSession, type LiveSession } from "./live-session.js";
+import { afterPass, backoffMs, FIRST_STEP, type Step } from "./live-steps.js";
 
 // The live follower (SPEC.md section 3, "Live changes"): applies the feed continuously. Woken by
 // NOTIFY (or its poll), it claims the oldest due products, reads their current bulk items, upserts the
@@ -77,10 +79,6 @@ export interface LiveFollower {
 
 /** A pass that finds this many changes: writers are busy, and the follower stops listening. */
 const BUSY_PASS = 10;
-/** Oldest pending change older than this: the follower has fallen behind (logged once). */
-const BEHIND_MS = 5_000;
-/** ...and has caught up again once the oldest is younger than this. */
-const CAUGHT_UP_MS = 1_000;
 
 export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
   const { knex, elasticsearch: client, alias, enabled } = options;
@@ -88,10 +86,8 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
   const batchSize = options.batchSize ?? 1_000;
   const pollMs = options.pollMs ?? 1_000;
   const standbyRetryMs = options.standbyRetryMs ?? 2_000;
+  const backlog = createBacklogWatch(knex, logger);
   let state: LiveState = enabled ? "standby" : "off";
-  let backlog: FeedBacklog = { pendingProducts: 0, oldestPendingAgeMs: 0, appliedTotal: 0, lastAppliedAt: undefined };
-  let behind = false;
-  let measuredAt = 0;
   let stopped = false;
   // Stops a bulk in flight at shutdown: its entries stay in the feed for the next follower.
   const stopping = new AbortController();
@@ -100,77 +96,96 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
   /** goods_live_wakeup.listening as this follower last set it; unknown while it does not hold the lock. */
   let listening: boolean | undefined;
 
+  /** A wake-up that no sleep has consumed yet. */
   let woken = false;
   let wakeWaiter: (() => void) | undefined;
   const wake = () => {
     woken = true;
     wakeWaiter?.();
   };
-  /** Sleeps until a wake-up, the timeout, or stop; true unless the timeout ended it. */
+  /** Sleeps until a wake-up (consumed), the timeout, or stop; true unless the timeout ended it. */
   const sleep = (ms: number) =>
     new Promise<boolean>((resolve) => {
-      if (woken || stopped) return resolve(true);
-      const timer = setTimeout(() => done(false), ms);
-      function done(awake: boolean) {
+      const done = (awake: boolean) => {
         clearTimeout(timer);
         wakeWaiter = undefined;
+        woken = false;
         resolve(awake);
-      }
+      };
+      const timer = setTimeout(() => done(false), ms);
+      if (woken || stopped) return done(true);
       wakeWaiter = () => done(true);
     });
 
-  let session: LiveSession | undefined;
-
   async function run(): Promise<void> {
     if (!options.databaseUrl) throw new Error("the live follower needs a database URL for its own session");
-    session = createLiveSession({ databaseUrl: options.databaseUrl, logger, onWake: wake });
-    let failures = 0;
-    while (!stopped) {
-      if (!(await session.hold())) {
-        setState("standby");
-        aliasChecked = undefined;
-        listening = undefined;
-        await sleep(standbyRetryMs);
-        continue;
-      }
-      try {
-        woken = false;
-        const claimed = await applyOnce();
-        if (state === "waiting_for_elasticsearch") logger.info("Elasticsearch answers again: live changes flow");
-        failures = 0;
-        await observeBacklog();
-        if (claimed >= batchSize) {
-          setState("catching_up");
-          continue;
-        }
-        setState("following");
-        if (listening !== true) {
-          // More may have committed during the pass, and no trigger wakes a follower not listening.
-          if (claimed > 0) continue;
-          // Listening from now on: look once more for changes committed before the flag was set.
-          await listen(true);
-          continue;
-        }
-        // Listening: a change committed during the pass has woken it already. A poll that ran out
-        // with no wake-up asserts the flag again (whoever cleared it, the next pass sets it).
-        if (!(await sleep(pollMs))) listening = undefined;
-      } catch (err) {
-        failures++;
-        aliasChecked = undefined;
-        await onFailure(err);
-        // 0.5 s, doubling up to 5 s: a dependency back is noticed within seconds.
-        woken = false;
-        await sleep(Math.min(5_000, 250 * 2 ** Math.min(failures, 5)));
-      }
-    }
+    const held = createLiveSession({ databaseUrl: options.databaseUrl, logger, onWake: wake });
+    let step = FIRST_STEP;
+    while (!stopped) step = await perform(step, held);
     // Nobody waits for wake-ups any more: writers stop sending them (unless another replica took
     // over). At most a second: a database that is down must not hold the shutdown up.
     if (listening) {
-      const held = session;
       const unlisten = (async () => (await held.hold()) && (await listen(false)))().catch(() => undefined);
       await Promise.race([unlisten, new Promise((resolve) => setTimeout(resolve, 1_000).unref())]);
     }
-    await session.release();
+    await held.release();
+  }
+
+  /** Performs one step of the loop (live-steps.ts) and returns the next. */
+  async function perform(step: Step, held: LiveSession): Promise<Step> {
+    switch (step.kind) {
+      case "pass":
+        if (!(await held.hold())) return enterStandby();
+        return pass(step.failures);
+      case "listen":
+        // Listening from now on; the next pass looks once more for changes committed before.
+        try {
+          await listen(true);
+          return FIRST_STEP;
+        } catch (err) {
+          return fail(err, 0);
+        }
+      case "idle":
+        // A change committed during the last pass has woken it already. A poll that ran out with
+        // no wake-up asserts the flag again (whoever cleared it, the next pass sets it).
+        if (!(await sleep(pollMs))) listening = undefined;
+        return FIRST_STEP;
+      case "backoff":
+        await sleep(backoffMs(step.failures));
+        return { kind: "pass", failures: step.failures };
+      case "standby":
+        await sleep(standbyRetryMs);
+        return FIRST_STEP;
+    }
+  }
+
+  async function pass(failures: number): Promise<Step> {
+    try {
+      // A wake-up from before the claim is answered by it.
+      woken = false;
+      const claimed = await applyOnce();
+      if (state === "waiting_for_elasticsearch") logger.info("Elasticsearch answers again: live changes flow");
+      await backlog.observe();
+      setState(claimed >= batchSize ? "catching_up" : "following");
+      return afterPass(claimed, batchSize, listening);
+    } catch (err) {
+      return fail(err, failures);
+    }
+  }
+
+  async function fail(err: unknown, failures: number): Promise<Step> {
+    aliasChecked = undefined;
+    await onFailure(err);
+    return { kind: "backoff", failures: failures + 1 };
+  }
+
+  /** Another replica follows: this one forgets what it knew as the follower and keeps measuring the backlog. */
+  async function enterStandby(): Promise<Step> {
+    setState("standby");
+    aliasChecked = undefined;
+    listening = undefined;
+    await backlog.observe().catch((err: unknown) => logger.debug({ err: messageOf(err) }, "measuring the live backlog as a standby failed"));
+    return { kind: "standby" };
   }
 
   async function listen(value: boolean): Promise<void> {
@@ -278,20 +293,6 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
     }
   }
 
-  /** Measures the backlog at most once a second; logs falling behind and catching up, once each. */
-  async function observeBacklog(): Promise<void> {
-    if (Date.now() - measuredAt < 1_000) return;
-    measuredAt = Date.now();
-    backlog = await measureBacklog(knex);
-    if (!behind && backlog.oldestPendingAgeMs > BEHIND_MS) {
-      behind = true;
-      logger.warn({ pending_products: backlog.pendingProducts, oldest_pending_age_ms: backlog.oldestPendingAgeMs }, "live indexing fell behind");
-    } else if (behind && backlog.oldestPendingAgeMs < CAUGHT_UP_MS) {
-      behind = false;
-      logger.info({ pending_products: backlog.pendingProducts }, "live indexing caught up");
-    }
-  }
-
   function setState(next: LiveState): void {
     state = next;
   }
@@ -312,10 +313,9 @@ export function createLiveFollower(options: LiveFollowerOptions): LiveFollower {
       if (enabled) setState("standby");
     },
     async status() {
-      backlog = await measureBacklog(knex);
-      return { enabled, state, ...backlog };
+      return { enabled, state, ...(await backlog.measure()) };
     },
-    lastStatus: () => ({ enabled, state, ...backlog }),
+    lastStatus: () => ({ enabled, state, ...backlog.last() }),
   };
 }
 

@@ -5,8 +5,9 @@ const STATES: readonly LiveState[] = ["following", "catching_up", "waiting_for_e
 
 /**
  * indexing_live_state{state} (1 for this process's state), indexing_live_pending_products,
- * indexing_live_oldest_pending_age_seconds and indexing_live_last_applied_timestamp_seconds (the
- * feed as last measured), and indexing_live_applied_total (changes this process applied).
+ * indexing_live_retrying_products, indexing_live_oldest_pending_age_seconds and
+ * indexing_live_last_applied_timestamp_seconds (the feed as last measured), and
+ * indexing_live_applied_total (changes this process applied).
  * Returns the hook that counts applied changes.
  */
 export function registerLiveMetrics(registry: Registry, follower: () => LiveFollower | undefined): (count: number) => void {
@@ -30,8 +31,16 @@ export function registerLiveMetrics(registry: Registry, follower: () => LiveFoll
     },
   });
   new Gauge({
+    name: "indexing_live_retrying_products",
+    help: "Products Elasticsearch refused, retried with backoff, as last measured (also counted as pending)",
+    registers: [registry],
+    collect() {
+      this.set(status()?.retryingProducts ?? 0);
+    },
+  });
+  new Gauge({
     name: "indexing_live_oldest_pending_age_seconds",
-    help: "Age of the oldest change not yet applied, as last measured; 0 when none",
+    help: "Age of the oldest change not yet applied and never refused, as last measured; 0 when none",
     registers: [registry],
     collect() {
       this.set((status()?.oldestPendingAgeMs ?? 0) / 1000);

@@ -8,7 +8,7 @@ import { createSessionLock, type SessionLock } from "../../db/session-lock.js";
 // follower that dies frees it at once, and a standby takes it at its next try.
 
 /** pg_try_advisory_lock key of the live follower ("live-idx" in ASCII). */
-const LOCK_KEY = "7811995136185940088";
+export const LIVE_LOCK_KEY = "7811995136185940088";
 const FEED_CHANNEL = "goods_live";
 
 export type LiveSession = SessionLock;
@@ -23,7 +23,7 @@ export interface LiveSessionOptions {
 export function createLiveSession({ databaseUrl, logger, onWake }: LiveSessionOptions): LiveSession {
   return createSessionLock({
     connectionString: databaseUrl,
-    key: LOCK_KEY,
+    key: LIVE_LOCK_KEY,
     applicationName: "indexing-live-follower",
     logger,
     messages: {
@@ -32,8 +32,6 @@ export function createLiveSession({ databaseUrl, logger, onWake }: LiveSessionOp
       lost: "live follower lost its lock: its database session ended",
       failed: "live follower session failed; not following this round",
     },
-    // The follower asks on every pass: a round trip every 5 s is enough to notice a lost session.
-    checkEveryMs: 5_000,
     onTaken: async (session) => {
       await session.query(`listen ${FEED_CHANNEL}`);
     },

@@ -1,4 +1,5 @@
 import type { DescField, DescMessage, DescMethod, DescService, JsonObject } from "@bufbuild/protobuf";
+import { scopeOfRpc } from "../auth/scope-table.js";
 import { restRoutesOf, type RestRoute } from "../rest/http-rules.js";
 import type { ApiHints } from "./api-hints.js";
 import { createSchemaRegistry, type SchemaRegistry } from "./json-schema.js";
@@ -18,6 +19,7 @@ export interface OpenApiOptions {
 const ERROR_STATUSES: Record<number, string> = {
   400: "Invalid input: malformed JSON, a wrong type, a value out of range, an unknown parameter.",
   401: "The bearer token is missing or wrong.",
+  403: "The token is valid but lacks the scope this route needs; the detail names the scope.",
   404: "The path or a parameter names something that does not exist.",
   409: "A conflict: the offer was rented meanwhile, or an indexing job or batch is already running.",
   413: "The request body is larger than the configured limit.",
@@ -81,7 +83,7 @@ export function createOpenApiDocument(options: OpenApiOptions): JsonObject {
       ),
       // Only with auth on: Swagger UI shows its "Authorize" button for any declared scheme.
       ...(options.authEnabled
-        ? { securitySchemes: { bearer: { type: "http", scheme: "bearer", description: "One of the tokens configured in AUTH_TOKENS." } } }
+        ? { securitySchemes: { bearer: { type: "http", scheme: "bearer", description: "A token of AUTH_TOKENS (every scope) or of AUTH_TOKENS_FILE (its scopes); each operation lists the scope it needs." } } }
         : {}),
     },
   };
@@ -98,7 +100,11 @@ function operationOf(route: RestRoute, registry: SchemaRegistry, options: OpenAp
   ];
   const body = requestBodyOf(route, registry);
   const statuses = new Set([400, 500, 503, ...(options.hints.errors?.[qualified] ?? [])]);
-  if (options.authEnabled) statuses.add(401);
+  const scope = scopeOfRpc(method.parent.typeName, method.name);
+  if (options.authEnabled) {
+    statuses.add(401);
+    statuses.add(403);
+  }
   if (route.paramNames.length > 0) statuses.add(404);
   if (body) statuses.add(413);
   const responses: JsonObject = {
@@ -109,7 +115,9 @@ function operationOf(route: RestRoute, registry: SchemaRegistry, options: OpenAp
     tags: [method.parent.name],
     operationId: `${method.parent.name}_${method.name}`,
     summary: firstSentence(comment),
-    description: `${comment}\n\nRPC: \`${method.parent.typeName}/${method.name}\``,
+    description: `${comment}\n\nRPC: \`${method.parent.typeName}/${method.name}\`; scope: \`${scope ?? "none (refused)"}\``,
+    // OpenAPI 3.1 lets a bearer requirement list role names: here the scope the token needs.
+    ...(options.authEnabled ? { security: [{ bearer: scope ? [scope] : [] }] } : {}),
     ...(parameters.length > 0 ? { parameters } : {}),
     ...(body ? { requestBody: body } : {}),
     responses,

@@ -1,4 +1,4 @@
-import { fromJson, toJson, type DescService, type JsonValue } from "@bufbuild/protobuf";
+import { fromJson, toJson, type DescMethodUnary, type DescService, type JsonValue } from "@bufbuild/protobuf";
 import { StructSchema } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { Logger } from "pino";
@@ -16,6 +16,8 @@ export interface RestHandlerOptions {
   call: UnaryCaller;
   logger: Logger;
   maxBodyBytes: number;
+  /** Refuses a call before its body is read (auth: a missing scope), or lets it through. */
+  beforeBody?: (method: DescMethodUnary, authorization: string | undefined) => { status: number; detail: string } | undefined;
 }
 
 /** Headers that REST callers may pass on to the RPC layer. */
@@ -62,6 +64,11 @@ export function createRestHandler(options: RestHandlerOptions) {
       return "method_not_allowed";
     }
     const { method } = match.route;
+    const refusal = options.beforeBody?.(method, req.headers.authorization);
+    if (refusal) {
+      sendJson(res, refusal.status, { detail: refusal.detail });
+      return match.route.pattern;
+    }
     try {
       const body = match.route.body === "" ? undefined : await readJsonBody(req, maxBodyBytes);
       const input = parseInput(method.input, requestJsonOf(match, url.searchParams, body));

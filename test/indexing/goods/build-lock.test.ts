@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createKnex } from "../../../src/db/knex.js";
 import { whileBuildStays, whileNoBuildWrite } from "../../../src/indexing/goods/build-lock.js";
 import { generateGoods } from "../../../src/indexing/goods/goods-generator.js";
 import { buildingAlias, buildInProgress, createBuildIndex, ensureGoodsAlias, swapAlias } from "../../../src/indexing/goods/goods-index.js";
@@ -125,6 +126,30 @@ describe("the building alias and live writes", () => {
       });
     await Promise.all([writer(), writer()]);
     expect(most).toBe(2);
+  });
+
+  it("holds a writer's lock through a write longer than idle_in_transaction_session_timeout", async () => {
+    const alias = newAlias();
+    // Where the database kills sessions idle in a transaction: a lock held in a transaction across
+    // Elasticsearch requests was dropped in the middle of the write it protects.
+    await db.knex.raw(`alter database ${db.name} set idle_in_transaction_session_timeout = '300ms'`);
+    const knex = createKnex(db.url, { poolMax: 2 });
+    try {
+      let rebuildGotIn: boolean | undefined;
+      const written = await whileBuildStays(knex, alias, async () => {
+        // As long as a bulk request with its 429 backoff, then a rebuild tries to go live.
+        await settle(1_000);
+        const { rows } = await db.knex.raw(`select pg_try_advisory_lock(hashtext(?)) as locked`, [`goods_index.build:${alias}`]);
+        rebuildGotIn = rows[0].locked as boolean;
+        if (rebuildGotIn) await db.knex.raw(`select pg_advisory_unlock(hashtext(?))`, [`goods_index.build:${alias}`]);
+        return "written";
+      });
+      expect(rebuildGotIn).toBe(false);
+      expect(written).toBe("written");
+    } finally {
+      await knex.destroy();
+      await db.knex.raw(`alter database ${db.name} reset idle_in_transaction_session_timeout`);
+    }
   });
 
   it("deletes an index of the building alias's name left by an earlier version, and the rebuild then goes live", async () => {

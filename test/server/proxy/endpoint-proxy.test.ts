@@ -5,16 +5,22 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ModelServer } from "../../../src/gpu/marketplace/simulated/model-server.js";
 import type { RouteTarget } from "../../../src/module.js";
 import { CALLER_TOKEN, MODEL, callEndpoint, metricValue, startProxy, startReplica, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
+import { createTokenFile } from "../../support/token-file.js";
 
 // The endpoint proxy on its happy paths and refusals: real model servers, real sockets.
 
 let proxy: ProxyUnderTest;
+// A token that may read the GPU API but not call models, and one that may only call models.
+const tokenFile = createTokenFile([
+  { name: "reader", secret: "reader-secret", scopes: ["gpu:read"] },
+  { name: "invoker", secret: "invoker-secret", scopes: ["endpoints:invoke"] },
+]);
 const replicas: Array<{ server: ModelServer; target: RouteTarget }> = [];
 let recorder: Server;
 const recorded: IncomingHttpHeaders[] = [];
 
 beforeAll(async () => {
-  proxy = await startProxy({ maxBodyBytes: 4096 });
+  proxy = await startProxy({ maxBodyBytes: 4096, tokensFile: tokenFile.path });
   replicas.push(await startReplica("gpu-a", { tokenDelayMs: 120 }), await startReplica("gpu-b", { tokenDelayMs: 120 }));
   replicas.push(await startReplica("gpu-keyed", { apiKey: "replica-key" }));
   replicas.push(await startReplica("gpu-fast", { tokenDelayMs: 0 }));
@@ -36,6 +42,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await proxy?.close();
+  tokenFile.remove();
   for (const replica of replicas) await replica.server.close();
   recorder?.closeAllConnections();
   await new Promise((resolve) => recorder?.close(resolve));
@@ -153,6 +160,17 @@ describe("endpoint proxy", () => {
     expect(res.status).toBe(401);
     expect(((await res.json()) as { detail: string }).detail).toMatch(/bearer token/);
     expect(replicas[0]!.server.stats.completions + replicas[1]!.server.stats.completions).toBe(before);
+  });
+
+  it("answers 403 naming the scope to a token without endpoints:invoke, and serves one with it", async () => {
+    const before = replicas[0]!.server.stats.completions + replicas[1]!.server.stats.completions;
+    const refused = await callEndpoint(proxy, "/endpoints/chat/v1/chat/completions", chat, { headers: { authorization: "Bearer reader-secret" } });
+    expect(refused.status).toBe(403);
+    expect(((await refused.json()) as { detail: string }).detail).toBe("token 'reader' may not call POST /endpoints/chat/v1/chat/completions: it needs scope endpoints:invoke");
+    expect(replicas[0]!.server.stats.completions + replicas[1]!.server.stats.completions).toBe(before);
+    const served = await callEndpoint(proxy, "/endpoints/chat/v1/chat/completions", { ...chat, max_tokens: 1 }, { headers: { authorization: "Bearer invoker-secret" } });
+    expect(served.status).toBe(200);
+    await served.text();
   });
 
   it("answers 404 for an unknown endpoint and a path outside /v1", async () => {

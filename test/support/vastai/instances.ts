@@ -6,7 +6,9 @@ import { dphTotal, type VastAsk } from "./catalogue.js";
 // provisioned, "loading" while the image downloads, then "running" with `ports` (Docker's
 // {"8000/tcp": [{HostIp, HostPort}]}). A container whose start failed stays "created" with the
 // runtime's error in status_msg. A machine that maps port 8000 and runs `vllm serve <model>` gets
-// a real model server on loopback once running.
+// a real model server on loopback once running; given a key (VLLM_API_KEY in its env or
+// `--api-key` in its args, as vLLM takes it), that server demands it on /v1/... (401 without).
+// The env comes back in `extra_env` as [name, value] pairs, as vast.ai shows it to the account.
 
 export interface EmulatedInstance {
   id: number;
@@ -21,6 +23,10 @@ export interface EmulatedInstance {
   forcedStatus: string | undefined;
   startFailed: boolean;
   model: string | undefined;
+  /** The key the model server demands; undefined: none. */
+  apiKey: string | undefined;
+  /** The env the machine was created with, Docker flags left out. */
+  env: Array<[string, string]>;
   mapsLlmPort: boolean;
   server: ModelServer | undefined;
   starting: Promise<void> | undefined;
@@ -48,7 +54,7 @@ export function createInstances(clock: Clock) {
   /** Starts the model server the first time a running instance is looked at. */
   function ensureServer(i: EmulatedInstance): void {
     if (i.server || i.starting || !i.mapsLlmPort || !i.model) return;
-    i.starting = startModelServer({ model: i.model, host: "127.0.0.1", instance: String(i.id) }).then((server) => {
+    i.starting = startModelServer({ model: i.model, host: "127.0.0.1", apiKey: i.apiKey, instance: String(i.id) }).then((server) => {
       if (all.has(i.id) && actualStatus(i) === "running") i.server = server;
       else void server.close();
       i.starting = undefined;
@@ -86,7 +92,7 @@ export function createInstances(clock: Clock) {
       storage_cost: i.ask.storage_cost,
       geolocation: i.ask.geolocation,
       start_date: i.createdAt / 1000,
-      extra_env: [],
+      extra_env: i.env,
     };
   }
 
@@ -104,6 +110,8 @@ export function createInstances(clock: Clock) {
       forcedStatus: undefined,
       startFailed: false,
       model: undefined,
+      apiKey: undefined,
+      env: [],
       mapsLlmPort: false,
       server: undefined,
       starting: undefined,
@@ -117,14 +125,18 @@ export function createInstances(clock: Clock) {
     all,
     row,
     async rent(ask: VastAsk, request: Record<string, unknown>, startFails: boolean): Promise<EmulatedInstance> {
-      const env = typeof request.env === "object" && request.env !== null ? Object.keys(request.env) : [];
+      const envMap = typeof request.env === "object" && request.env !== null ? (request.env as Record<string, unknown>) : {};
+      const env = Object.keys(envMap);
       const args = Array.isArray(request.args) ? request.args.join(" ") : "";
+      const envKey = typeof envMap.VLLM_API_KEY === "string" ? envMap.VLLM_API_KEY : undefined;
       return add(ask, {
         label: typeof request.label === "string" ? request.label : "",
         image: String(request.image),
         disk: typeof request.disk === "number" ? request.disk : 8,
         startFailed: startFails,
         model: /vllm serve (\S+)/.exec(args)?.[1],
+        apiKey: /--api-key (\S+)/.exec(args)?.[1] ?? envKey,
+        env: Object.entries(envMap).filter(([name]) => !name.startsWith("-")).map(([name, value]) => [name, String(value)]),
         mapsLlmPort: env.some((key) => /^-p 8000:8000$/.test(key.trim())),
       });
     },

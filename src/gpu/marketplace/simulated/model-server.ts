@@ -1,12 +1,14 @@
+import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { timingSafeEqual } from "node:crypto";
 import { answerCompletion, sendError, sendJson, type CompletionStats } from "./completions.js";
 
 // A tiny OpenAI-compatible model server, as an LLM container exposes it: `GET /health`,
 // `GET /v1/models`, and completions (completions.ts) streamed or whole. The simulated marketplace
 // runs one per model-serving instance on loopback so that GpuService's health probes and the
-// endpoint proxy's requests are real network calls that can really fail.
+// endpoint proxy's requests are real network calls that can really fail. Started with a key
+// (vLLM's --api-key / VLLM_API_KEY), it answers every /v1/... call without `Authorization: Bearer
+// <key>` with 401, as vLLM does; /health stays open.
 
 export interface ModelServer {
   readonly port: number;
@@ -20,10 +22,10 @@ export interface ModelServerOptions {
   host: string;
   /** 0 for any free port; a previous port is tried first on restart so the mapping stays put. */
   port?: number;
+  /** The key /v1/... demands; undefined: none (servers of instances created before keys). */
+  apiKey?: string;
   /** The machine it runs on, named in every completion; "simulated" when not given. */
   instance?: string;
-  /** As vLLM's --api-key: `/v1/*` answers 401 without `Authorization: Bearer <apiKey>`; `/health` stays open. */
-  apiKey?: string;
   /** Time between two generated tokens, ms (default 20). */
   tokenDelayMs?: number;
   /** Time before the first token, ms (default 0: a one-token answer comes at once). */
@@ -34,13 +36,12 @@ export async function startModelServer(options: ModelServerOptions): Promise<Mod
   const created = Math.floor(Date.now() / 1000);
   const stats: CompletionStats = { completions: 0, abandoned: 0 };
   const settings = { model: options.model, instance: options.instance ?? "simulated", firstTokenMs: options.firstTokenMs ?? 0, tokenDelayMs: options.tokenDelayMs ?? 20 };
-  const keyAccepted = bearerCheck(options.apiKey);
   const server = createServer((req, res) => {
     const path = (req.url ?? "/").split("?")[0];
     if (req.method === "GET" && path === "/health") return sendJson(res, 200, { status: "ok" });
-    if (path?.startsWith("/v1/") && !keyAccepted(req.headers.authorization)) {
+    if (path?.startsWith("/v1/") && options.apiKey !== undefined && !presents(req.headers.authorization, options.apiKey)) {
       req.resume();
-      return sendError(res, 401, "invalid or missing API key");
+      return sendJson(res, 401, { error: "Unauthorized" });
     }
     if (req.method === "POST" && (path === "/v1/chat/completions" || path === "/v1/completions")) {
       const kind = path === "/v1/chat/completions" ? "chat" : "text";
@@ -77,14 +78,10 @@ export async function startModelServer(options: ModelServerOptions): Promise<Mod
   };
 }
 
-/** Constant-time check of `Authorization: Bearer <key>`; everything passes when there is no key. */
-function bearerCheck(key: string | undefined): (authorization: string | undefined) => boolean {
-  if (key === undefined) return () => true;
-  const expected = Buffer.from(`Bearer ${key}`);
-  return (authorization) => {
-    const given = Buffer.from(authorization ?? "");
-    return given.length === expected.length && timingSafeEqual(given, expected);
-  };
+/** Constant-time comparison of the presented bearer token with the key. */
+function presents(authorization: string | undefined, key: string): boolean {
+  const given = createHash("sha256").update(/^Bearer (.*)$/.exec(authorization ?? "")?.[1] ?? "").digest();
+  return timingSafeEqual(given, createHash("sha256").update(key).digest()) && authorization !== undefined;
 }
 
 function listenOn(server: Server, host: string, port: number): Promise<number> {

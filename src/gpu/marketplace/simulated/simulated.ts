@@ -1,6 +1,6 @@
 import { ConflictError, NotFoundError, OperationFailedError } from "../../../errors.js";
 import { createCatalogue, type CatalogueOptions } from "./catalogue.js";
-import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, MarketStatus } from "../port.js";
+import { MODEL_API_KEY_ENV, type CreateMarketInstanceRequest, type Marketplace, type MarketInstance, type MarketOffer, type MarketStatus } from "../port.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
 import { filterOffers } from "../offer-filter.js";
 import type { SimRecord, SimStore } from "./simulated-store.js";
@@ -183,7 +183,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
     instance.starting ??= (async () => {
       const model = instance.request.llmModelName;
       if (model === undefined || instance.server || closed) return;
-      const server = await startModelServer({ model, host, port: instance.hostPort, instance: instance.id });
+      const server = await startModelServer({ model, host, port: instance.hostPort, apiKey: instance.request.env[MODEL_API_KEY_ENV], instance: instance.id });
       // The instance may have been destroyed, halted or closed while the socket was opening.
       const stillWanted = !closed && instances.get(instance.id) === instance && statusOf(instance) === "running";
       if (!stillWanted || !instance.serverWanted) return server.close();

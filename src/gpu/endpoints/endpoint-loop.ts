@@ -1,0 +1,83 @@
+import type { Logger } from "pino";
+import type { SyncLeader } from "../lifecycle/sync-leader.js";
+import type { EndpointController } from "./endpoint-controller.js";
+
+// The endpoint controller's timers, every GPU_ENDPOINT_PROBE_MS, independent of the status sync's
+// interval: one for the readiness probes, one for the decisions, so that a launch that waits for
+// the marketplace (vast.ai may take a minute to rent) never holds a probe back and a failing
+// replica still leaves routing at its first failed probe. Both run only on the process that holds
+// the sync leadership (the sync loop's lock: one controller across service processes). The rounds
+// of one timer never overlap.
+
+export interface EndpointLoop {
+  start(): void;
+  /** Stops scheduling and waits for the rounds under way. */
+  stop(): Promise<void>;
+  /** Probes, then decides, now, if this process leads; used by tests. */
+  runOnce(): Promise<void>;
+}
+
+export interface EndpointLoopOptions {
+  controller: EndpointController;
+  intervalMs: number;
+  leader?: SyncLeader;
+  logger: Logger;
+}
+
+export function createEndpointLoop(options: EndpointLoopOptions): EndpointLoop {
+  const { controller, leader } = options;
+  const leading = async () => !leader || (await leader.hold());
+  const probes = repeating(options, "endpoint probes", async () => (await leading()) && controller.probeOnce());
+  const decisions = repeating(options, "endpoint controller round", async () => (await leading()) && controller.decideOnce());
+  return {
+    start() {
+      probes.start();
+      decisions.start();
+    },
+    async stop() {
+      await Promise.all([probes.stop(), decisions.stop()]);
+    },
+    async runOnce() {
+      await probes.runOnce();
+      await decisions.runOnce();
+    },
+  };
+}
+
+/** A task every intervalMs, the next scheduled once the previous has finished. */
+function repeating(options: EndpointLoopOptions, what: string, task: () => Promise<unknown>) {
+  let timer: NodeJS.Timeout | undefined;
+  let current: Promise<void> | undefined;
+  let stopped = true;
+
+  function runOnce(): Promise<void> {
+    current ??= task()
+      .then(() => undefined)
+      .catch((err: unknown) => options.logger.error({ err }, `${what} failed`))
+      .finally(() => {
+        current = undefined;
+      });
+    return current;
+  }
+
+  function schedule(): void {
+    if (stopped) return;
+    timer = setTimeout(() => {
+      void runOnce().finally(schedule);
+    }, options.intervalMs);
+    timer.unref();
+  }
+
+  return {
+    start() {
+      stopped = false;
+      schedule();
+    },
+    async stop() {
+      stopped = true;
+      clearTimeout(timer);
+      await current;
+    },
+    runOnce,
+  };
+}

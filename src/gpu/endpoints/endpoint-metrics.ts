@@ -1,0 +1,30 @@
+import { Gauge, type Registry } from "prom-client";
+import type { GpuContext } from "../gpu-context.js";
+import type { EndpointStore } from "./endpoint-store.js";
+import { replicaFactsOf } from "./replica-facts.js";
+import { REPLICA_STATES, replicaState } from "./replica-state.js";
+
+/**
+ * `gpu_endpoint_instances{endpoint,state}`: each endpoint's replicas by state, read from the
+ * database at scrape time (every state shown, zeros included, so a drop to zero is visible). As in
+ * the endpoint's status, a launch counts once its record is written.
+ */
+export function registerEndpointMetrics(registry: Registry, deps: { ctx: Pick<GpuContext, "instances">; endpoints: EndpointStore }): void {
+  new Gauge({
+    name: "gpu_endpoint_instances",
+    help: "Replicas of each endpoint by state (provisioning, starting, ready, unhealthy, draining)",
+    labelNames: ["endpoint", "state"],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      // A scrape while the database is away shows no samples rather than failing /metrics.
+      const live = await deps.endpoints.listLive().catch(() => []);
+      for (const endpoint of live) {
+        const facts = await replicaFactsOf(deps, endpoint).catch(() => undefined);
+        if (!facts) continue;
+        for (const state of REPLICA_STATES) this.set({ endpoint: endpoint.name, state }, 0);
+        for (const f of facts) if (f.record) this.inc({ endpoint: endpoint.name, state: replicaState(f) });
+      }
+    },
+  });
+}

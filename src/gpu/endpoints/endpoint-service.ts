@@ -1,0 +1,105 @@
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { GpuService } from "../../../gen/gpu/v1/gpu_service_pb.js";
+import { excerpt, InvalidInputError, NotFoundError } from "../../errors.js";
+import type { GpuContext } from "../gpu-context.js";
+import { DEFAULT_LIMIT, validateLimit } from "../marketplace/offers.js";
+import type { EndpointEventStore } from "./endpoint-events.js";
+import { newEndpointOf, validBudget, validReplicas } from "./endpoint-request.js";
+import type { EndpointRecord, EndpointStore } from "./endpoint-store.js";
+import { endpointMessage, eventMessage } from "./endpoint-view.js";
+import { replicaFactsOf } from "./replica-facts.js";
+
+// The endpoint RPCs. They write the resource and its events; the controller (on the sync
+// leader) does the machines. Each operation's event names its actor.
+
+type EndpointRpcs = Pick<
+  ServiceImpl<typeof GpuService>,
+  "createEndpoint" | "listEndpoints" | "getEndpoint" | "updateEndpoint" | "deleteEndpoint" | "listEndpointEvents"
+>;
+
+export interface EndpointServiceOptions {
+  ctx: GpuContext;
+  endpoints: EndpointStore;
+  events: EndpointEventStore;
+  /** Who is calling: the token's name, `anonymous` with auth off. */
+  actorOf(context: Parameters<EndpointRpcs["getEndpoint"]>[1]): string;
+}
+
+export function createEndpointRpcs(options: EndpointServiceOptions): EndpointRpcs {
+  const { ctx, endpoints, events, actorOf } = options;
+
+  async function view(endpoint: EndpointRecord) {
+    const replicas = await replicaFactsOf({ ctx, endpoints }, endpoint);
+    return endpointMessage(endpoint, replicas, await endpoints.totalCost(endpoint.id));
+  }
+
+  async function requireEndpoint(name: string): Promise<EndpointRecord> {
+    const endpoint = await endpoints.getByName(name);
+    if (!endpoint) throw new NotFoundError(`Endpoint '${excerpt(name)}' not found`);
+    return endpoint;
+  }
+
+  return {
+    async createEndpoint(req, context) {
+      const fresh = newEndpointOf({ ...req, customConfig: req.customConfig });
+      const endpoint = await ctx.knex.transaction(async (trx) => {
+        const created = await endpoints.insert(fresh, trx);
+        await events.append(
+          {
+            endpointId: created.id,
+            kind: "scaled",
+            detail: `created with ${created.replicas} replica(s) of '${created.templateName}' within $${created.maxCostPerHour}/h`,
+            actor: actorOf(context),
+          },
+          trx,
+        );
+        return created;
+      });
+      return view(endpoint);
+    },
+    async listEndpoints() {
+      return { endpoints: await Promise.all((await endpoints.listLive()).map(view)) };
+    },
+    async getEndpoint({ name }) {
+      return view(await requireEndpoint(name));
+    },
+    async updateEndpoint(req, context) {
+      const replicas = validReplicas(req.replicas, false);
+      const maxCostPerHour = validBudget(req.maxCostPerHour, false);
+      if (replicas === undefined && maxCostPerHour === undefined) {
+        throw new InvalidInputError("Nothing to change: give replicas and/or max_cost_per_hour", { extra: { field: "replicas" } });
+      }
+      const current = await requireEndpoint(req.name);
+      if (current.phase !== "active") throw new NotFoundError(`Endpoint '${excerpt(req.name)}' is ${current.phase}`);
+      const updated = await ctx.knex.transaction(async (trx) => {
+        const changed = await endpoints.update(current.id, { replicas, maxCostPerHour }, trx);
+        if (!changed) return null;
+        const parts = [
+          replicas !== undefined ? `replicas ${current.replicas} -> ${changed.replicas}` : undefined,
+          maxCostPerHour !== undefined ? `max_cost_per_hour $${current.maxCostPerHour}/h -> $${changed.maxCostPerHour}/h` : undefined,
+        ].filter(Boolean);
+        await events.append({ endpointId: current.id, kind: "scaled", detail: parts.join(", "), actor: actorOf(context) }, trx);
+        return changed;
+      });
+      if (!updated) throw new NotFoundError(`Endpoint '${excerpt(req.name)}' is being deleted`);
+      return view(updated);
+    },
+    async deleteEndpoint({ name }, context) {
+      const current = await requireEndpoint(name);
+      if (current.phase !== "active") return view(current);
+      const deleting = await ctx.knex.transaction(async (trx) => {
+        const marked = await endpoints.markDeleting(current.id, trx);
+        if (marked) {
+          await events.append({ endpointId: current.id, kind: "deleted", detail: "deletion requested: its machines are destroyed", actor: actorOf(context) }, trx);
+        }
+        return marked;
+      });
+      return view(deleting ?? (await requireEndpoint(name)));
+    },
+    async listEndpointEvents({ name, limit }) {
+      validateLimit(limit);
+      const endpoint = await requireEndpoint(name);
+      return { events: (await events.list(endpoint.id, limit ?? DEFAULT_LIMIT)).map(eventMessage) };
+    },
+  };
+}

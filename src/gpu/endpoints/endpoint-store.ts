@@ -1,0 +1,267 @@
+import type { JsonObject } from "@bufbuild/protobuf";
+import type { Knex } from "knex";
+import { ConflictError } from "../../errors.js";
+
+// Endpoints and their replicas (tables gpu_endpoints, gpu_endpoint_replicas). Rows map to the
+// records below here and nowhere else. Write methods take an optional transaction.
+
+const ENDPOINTS = "gpu_endpoints";
+const REPLICAS = "gpu_endpoint_replicas";
+
+/** The stored part of an endpoint's state; starting, ready, degraded and parked are computed. */
+export type EndpointPhase = "active" | "deleting" | "deleted";
+
+export interface EndpointRecord {
+  id: string;
+  name: string;
+  templateName: string;
+  replicas: number;
+  maxCostPerHour: number;
+  customConfig: JsonObject;
+  phase: EndpointPhase;
+  /** Whether any replica has ever been ready (starting vs degraded). */
+  everReady: boolean;
+  /** Whether its budget holds a replica back right now. */
+  budgetHeld: boolean;
+  /** Launch failures in a row, for the backoff; reset when a replica becomes ready. */
+  launchFailures: number;
+  /** No launch before this instant (backoff); null: now. */
+  nextLaunchAt: Date | null;
+  createdAt: Date;
+  deletedAt: Date | null;
+}
+
+export type NewEndpoint = Pick<EndpointRecord, "name" | "templateName" | "replicas" | "maxCostPerHour" | "customConfig">;
+
+/** What the controller wrote down and observed about one replica. */
+export interface ReplicaRow {
+  instanceId: string;
+  endpointId: string;
+  draining: boolean;
+  /** Consecutive successful readiness probes. */
+  successes: number;
+  /** Consecutive failed readiness probes. */
+  failedProbes: number;
+  readySince: Date | null;
+  failingSince: Date | null;
+  drainingSince: Date | null;
+  condemnedAt: Date | null;
+  createdAt: Date;
+}
+
+export type ReplicaProbeFields = Partial<Pick<ReplicaRow, "successes" | "failedProbes" | "readySince" | "failingSince">>;
+
+interface EndpointRow {
+  id: string;
+  name: string;
+  template_name: string;
+  replicas: number;
+  max_cost_per_hour: number;
+  custom_config: JsonObject;
+  phase: EndpointPhase;
+  ever_ready: boolean;
+  budget_held: boolean;
+  launch_failures: number;
+  next_launch_at: Date | null;
+  created_at: Date;
+  deleted_at: Date | null;
+}
+
+interface ReplicaDbRow {
+  instance_id: string;
+  endpoint_id: string;
+  draining: boolean;
+  successes: number;
+  failed_probes: number;
+  ready_since: Date | null;
+  failing_since: Date | null;
+  draining_since: Date | null;
+  condemned_at: Date | null;
+  created_at: Date;
+}
+
+function toEndpoint(row: EndpointRow): EndpointRecord {
+  return {
+    id: String(row.id),
+    name: row.name,
+    templateName: row.template_name,
+    replicas: row.replicas,
+    maxCostPerHour: row.max_cost_per_hour,
+    customConfig: row.custom_config ?? {},
+    phase: row.phase,
+    everReady: row.ever_ready,
+    budgetHeld: row.budget_held,
+    launchFailures: row.launch_failures,
+    nextLaunchAt: row.next_launch_at,
+    createdAt: row.created_at,
+    deletedAt: row.deleted_at,
+  };
+}
+
+function toReplica(row: ReplicaDbRow): ReplicaRow {
+  return {
+    instanceId: row.instance_id,
+    endpointId: String(row.endpoint_id),
+    draining: row.draining,
+    successes: row.successes,
+    failedProbes: row.failed_probes,
+    readySince: row.ready_since,
+    failingSince: row.failing_since,
+    drainingSince: row.draining_since,
+    condemnedAt: row.condemned_at,
+    createdAt: row.created_at,
+  };
+}
+
+const PROBE_COLUMNS: Record<keyof ReplicaProbeFields, string> = {
+  successes: "successes",
+  failedProbes: "failed_probes",
+  readySince: "ready_since",
+  failingSince: "failing_since",
+};
+
+/** PostgreSQL's unique_violation: a second endpoint with a name in use. */
+const UNIQUE_VIOLATION = "23505";
+
+export class EndpointStore {
+  private constructor(private readonly knex: Knex) {}
+
+  static create({ knex }: { knex: Knex }): EndpointStore {
+    return new EndpointStore(knex);
+  }
+
+  /** Inserts an endpoint; ConflictError (409) when an endpoint not deleted has its name. */
+  async insert(endpoint: NewEndpoint, trx?: Knex.Transaction): Promise<EndpointRecord> {
+    try {
+      const [row] = await (trx ?? this.knex)(ENDPOINTS)
+        .insert({
+          name: endpoint.name,
+          template_name: endpoint.templateName,
+          replicas: endpoint.replicas,
+          max_cost_per_hour: endpoint.maxCostPerHour,
+          custom_config: JSON.stringify(endpoint.customConfig),
+        })
+        .returning("*");
+      return toEndpoint(row as EndpointRow);
+    } catch (err) {
+      if ((err as { code?: string }).code === UNIQUE_VIOLATION) {
+        throw new ConflictError(`Endpoint '${endpoint.name}' already exists`, { extra: { field: "name" } });
+      }
+      throw err;
+    }
+  }
+
+  /** The endpoint of that name not deleted, else the latest deleted one; null when there never was one. */
+  async getByName(name: string): Promise<EndpointRecord | null> {
+    const row = await this.knex(ENDPOINTS)
+      .where({ name })
+      .orderByRaw("(phase = 'deleted'), created_at desc, id desc")
+      .first();
+    return row ? toEndpoint(row as EndpointRow) : null;
+  }
+
+  async get(id: string): Promise<EndpointRecord | null> {
+    const row = await this.knex(ENDPOINTS).where({ id }).first();
+    return row ? toEndpoint(row as EndpointRow) : null;
+  }
+
+  /** Endpoints not deleted, oldest first: what the list shows and the controller keeps. */
+  async listLive(): Promise<EndpointRecord[]> {
+    const rows = await this.knex(ENDPOINTS).whereNot({ phase: "deleted" }).orderBy([{ column: "created_at" }, { column: "id" }]);
+    return (rows as EndpointRow[]).map(toEndpoint);
+  }
+
+  /** Changes replicas and/or the budget; a new target opens the launch gate at once. */
+  async update(id: string, change: { replicas?: number; maxCostPerHour?: number }, trx?: Knex.Transaction): Promise<EndpointRecord | null> {
+    const [row] = await (trx ?? this.knex)(ENDPOINTS)
+      .where({ id, phase: "active" })
+      .update({
+        ...(change.replicas !== undefined ? { replicas: change.replicas } : {}),
+        ...(change.maxCostPerHour !== undefined ? { max_cost_per_hour: change.maxCostPerHour } : {}),
+        next_launch_at: null,
+        updated_at: this.knex.fn.now(),
+      })
+      .returning("*");
+    return row ? toEndpoint(row as EndpointRow) : null;
+  }
+
+  /** active -> deleting; null when it was not active (a concurrent delete got there first). */
+  async markDeleting(id: string, trx?: Knex.Transaction): Promise<EndpointRecord | null> {
+    const [row] = await (trx ?? this.knex)(ENDPOINTS)
+      .where({ id, phase: "active" })
+      .update({ phase: "deleting", updated_at: this.knex.fn.now() })
+      .returning("*");
+    return row ? toEndpoint(row as EndpointRow) : null;
+  }
+
+  /** deleting -> deleted; null when it already was. */
+  async markDeleted(id: string, trx?: Knex.Transaction): Promise<EndpointRecord | null> {
+    const [row] = await (trx ?? this.knex)(ENDPOINTS)
+      .where({ id, phase: "deleting" })
+      .update({ phase: "deleted", deleted_at: this.knex.fn.now(), updated_at: this.knex.fn.now() })
+      .returning("*");
+    return row ? toEndpoint(row as EndpointRow) : null;
+  }
+
+  /** The controller's bookkeeping on the endpoint: readiness seen, budget held, launch backoff. */
+  async setControl(
+    id: string,
+    fields: Partial<Pick<EndpointRecord, "everReady" | "budgetHeld" | "launchFailures" | "nextLaunchAt">>,
+    trx?: Knex.Transaction,
+  ): Promise<void> {
+    const columns = {
+      ...(fields.everReady !== undefined ? { ever_ready: fields.everReady } : {}),
+      ...(fields.budgetHeld !== undefined ? { budget_held: fields.budgetHeld } : {}),
+      ...(fields.launchFailures !== undefined ? { launch_failures: fields.launchFailures } : {}),
+      ...(fields.nextLaunchAt !== undefined ? { next_launch_at: fields.nextLaunchAt } : {}),
+    };
+    if (Object.keys(columns).length > 0) await (trx ?? this.knex)(ENDPOINTS).where({ id }).update(columns);
+  }
+
+  /** Writes down a replica about to be launched, before its instance record exists. */
+  async insertReplica(endpointId: string, instanceId: string, trx?: Knex.Transaction): Promise<void> {
+    await (trx ?? this.knex)(REPLICAS).insert({ endpoint_id: endpointId, instance_id: instanceId });
+  }
+
+  /** The replicas not removed, oldest first. */
+  async replicasOf(endpointId: string): Promise<ReplicaRow[]> {
+    const rows = await this.knex(REPLICAS).where({ endpoint_id: endpointId }).whereNull("removed_at").orderBy([{ column: "created_at" }, { column: "instance_id" }]);
+    return (rows as ReplicaDbRow[]).map(toReplica);
+  }
+
+  async updateProbe(instanceId: string, fields: ReplicaProbeFields, trx?: Knex.Transaction): Promise<void> {
+    const columns = Object.fromEntries(Object.entries(fields).map(([key, value]) => [PROBE_COLUMNS[key as keyof ReplicaProbeFields], value]));
+    if (Object.keys(columns).length > 0) await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).update(columns);
+  }
+
+  async markDraining(instanceId: string, trx?: Knex.Transaction): Promise<void> {
+    await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId, draining: false }).update({ draining: true, draining_since: this.knex.fn.now() });
+  }
+
+  async condemn(instanceId: string, trx?: Knex.Transaction): Promise<void> {
+    await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).whereNull("condemned_at").update({ condemned_at: this.knex.fn.now() });
+  }
+
+  /** The replica is gone from the endpoint; its row stays for the endpoint's total cost. */
+  async removeReplica(instanceId: string, trx?: Knex.Transaction): Promise<void> {
+    await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).whereNull("removed_at").update({ removed_at: this.knex.fn.now() });
+  }
+
+  /** Forgets a launch that wrote no record (nothing was rented): no row is kept for it. */
+  async forgetReplica(instanceId: string, trx?: Knex.Transaction): Promise<void> {
+    await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).delete();
+  }
+
+  /** What every machine the endpoint ever had has cost, in dollars (a record's cost ends at destroyed_at). */
+  async totalCost(endpointId: string): Promise<number> {
+    const [row] = await this.knex(REPLICAS)
+      .join("gpu_instances", "gpu_instances.instance_id", `${REPLICAS}.instance_id`)
+      .where({ endpoint_id: endpointId })
+      .select(
+        this.knex.raw(
+          "coalesce(sum(cost_per_hour * extract(epoch from (coalesce(destroyed_at, now()) - gpu_instances.created_at)) / 3600), 0) as total",
+        ),
+      );
+    return Number((row as { total: string | number } | undefined)?.total ?? 0);
+  }
+}

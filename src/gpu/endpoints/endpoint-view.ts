@@ -1,0 +1,52 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { EndpointEventSchema, EndpointSchema } from "../../../gen/gpu/v1/gpu_service_pb.js";
+import { roundMoney } from "../money/cost.js";
+import { isTerminal } from "../store/status.js";
+import type { EndpointEventRecord } from "./endpoint-events.js";
+import type { EndpointRecord } from "./endpoint-store.js";
+import { replicaUrl } from "./replica-probes.js";
+import { endpointState, isRoutable, replicaState, type ReplicaFacts } from "./replica-state.js";
+
+// Endpoints and their events as response messages. Absent times stay unset (omitted in REST JSON).
+
+/** The stable URL of an endpoint, on the service's own port. */
+export function endpointUrl(name: string): string {
+  return `/endpoints/${name}/v1`;
+}
+
+export function endpointMessage(endpoint: EndpointRecord, replicas: readonly ReplicaFacts[], totalCost: number): MessageInitShape<typeof EndpointSchema> {
+  const billed = (f: ReplicaFacts) => (f.record && !isTerminal(f.record.status) ? f.record.costPerHour : 0);
+  return {
+    name: endpoint.name,
+    templateName: endpoint.templateName,
+    replicas: endpoint.replicas,
+    maxCostPerHour: endpoint.maxCostPerHour,
+    state: endpointState(endpoint, replicas),
+    readyReplicas: replicas.filter(isRoutable).length,
+    costPerHour: roundMoney(replicas.reduce((sum, f) => sum + billed(f), 0)),
+    totalCost: roundMoney(totalCost),
+    url: endpointUrl(endpoint.name),
+    createdAt: timestampFromDate(endpoint.createdAt),
+    // A launch shows once its creation has chosen an offer and written the record; before that
+    // (milliseconds, or a budget recheck that finds nothing) there is nothing to show.
+    instances: replicas.filter((f) => f.record !== null).map((f) => ({
+      instanceId: f.row.instanceId,
+      state: replicaState(f),
+      url: (f.record && replicaUrl(f.record)) ?? "",
+      costPerHour: billed(f),
+      readySince: f.row.readySince ? timestampFromDate(f.row.readySince) : undefined,
+      failedProbes: f.row.failedProbes,
+    })),
+  };
+}
+
+export function eventMessage(event: EndpointEventRecord): MessageInitShape<typeof EndpointEventSchema> {
+  return {
+    at: timestampFromDate(event.at),
+    kind: event.kind,
+    instanceId: event.instanceId ?? undefined,
+    detail: event.detail,
+    actor: event.actor,
+  };
+}

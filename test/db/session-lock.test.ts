@@ -1,0 +1,98 @@
+import { connect, createServer, type AddressInfo, type Server, type Socket } from "node:net";
+import pino from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createSessionLock, type SessionLock, type SessionLockOptions } from "../../src/db/session-lock.js";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
+import { waitFor } from "../support/wait.js";
+
+// A lock holder that vanishes (its host dies, its network is cut) sends nothing more and closes
+// nothing. PostgreSQL kept its session, and the advisory lock, until the server's TCP keep-alive
+// gave up, hours later, and no other process could take over. A proxy that stops forwarding
+// without closing anything is that cut, seen from both ends.
+
+const KEY = "424242424242";
+let db: TestDatabase;
+const locks: SessionLock[] = [];
+const servers: Server[] = [];
+
+beforeAll(async () => {
+  db = await createTestDatabase({ migrate: false });
+});
+
+afterAll(async () => {
+  await Promise.all(locks.map((lock) => lock.release()));
+  for (const server of servers) server.close();
+  await db?.drop();
+});
+
+/** A TCP proxy to the database whose freeze() stops forwarding in both directions and closes nothing. */
+async function freezingProxy(): Promise<{ url: string; freeze(): void }> {
+  const target = new URL(db.url);
+  let frozen = false;
+  const server = createServer((client: Socket) => {
+    const upstream = connect(Number(target.port), target.hostname);
+    client.on("data", (chunk) => frozen || upstream.write(chunk));
+    upstream.on("data", (chunk) => frozen || client.write(chunk));
+    const end = () => frozen || (client.destroy(), upstream.destroy());
+    client.on("close", end).on("error", () => undefined);
+    upstream.on("close", end).on("error", () => undefined);
+  });
+  servers.push(server);
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const url = new URL(db.url);
+  url.port = String((server.address() as AddressInfo).port);
+  return { url: url.toString(), freeze: () => void (frozen = true) };
+}
+
+function lock(connectionString: string, logs: string[], options: Partial<SessionLockOptions> = {}): SessionLock {
+  const logger = pino({ level: "info" }, { write: (line: string) => void logs.push(JSON.parse(line).msg) });
+  const created = createSessionLock({
+    connectionString,
+    key: KEY,
+    applicationName: "session-lock-test",
+    logger,
+    messages: { taken: "taken", released: "released", lost: "lost", failed: "failed" },
+    ...options,
+  });
+  locks.push(created);
+  return created;
+}
+
+describe("the session lock", () => {
+  it("is freed by the server within its idle timeout when the holder is cut off, and the holder takes it for lost first", async () => {
+    const proxy = await freezingProxy();
+    const holderLogs: string[] = [];
+    const timing = { renewEveryMs: 200, queryTimeoutMs: 500, idleTimeoutMs: 1_500 };
+    const holder = lock(proxy.url, holderLogs, timing);
+    const standby = lock(db.url, [], timing);
+    expect(await holder.hold()).toBe(true);
+    expect(await standby.hold()).toBe(false);
+
+    proxy.freeze();
+    const cutAt = Date.now();
+    await waitFor(() => holderLogs.includes("lost"), "the holder to take its lock for lost", 5_000, 20);
+    const lostAfter = Date.now() - cutAt;
+    await waitFor(() => standby.hold(), "the standby to take the lock", 10_000, 100);
+    const takenAfter = Date.now() - cutAt;
+    // The holder lets go (renewal + query timeout) before the server frees the lock (idle timeout).
+    expect(lostAfter).toBeLessThan(takenAfter);
+    // The server's idle clock started at the holder's last renewal, at most renewEveryMs before the cut.
+    expect(takenAfter).toBeGreaterThanOrEqual(timing.idleTimeoutMs - timing.renewEveryMs - 50);
+  }, 20_000);
+
+  it("asks the server to probe the holder's connection itself", async () => {
+    let seen: Record<string, string> = {};
+    const holder = lock(db.url, [], {
+      key: "434343434343",
+      onTaken: async (session) => {
+        const { rows } = await session.query<{ name: string; setting: string }>(
+          `select name, setting from pg_settings where name in ('tcp_keepalives_idle', 'tcp_keepalives_interval', 'tcp_keepalives_count', 'idle_session_timeout')`,
+        );
+        seen = Object.fromEntries(rows.map((r) => [r.name, r.setting]));
+      },
+    });
+    expect(await holder.hold()).toBe(true);
+    expect(seen).toEqual({ tcp_keepalives_idle: "10", tcp_keepalives_interval: "5", tcp_keepalives_count: "3", idle_session_timeout: "30000" });
+    await holder.release();
+  });
+});

@@ -1,0 +1,173 @@
+import { describe, expect, it } from "vitest";
+import { planEndpoint, type PlanSettings } from "../../../src/gpu/endpoints/endpoint-plan.js";
+import type { EndpointRecord, ReplicaRow } from "../../../src/gpu/endpoints/endpoint-store.js";
+import { probeOutcome } from "../../../src/gpu/endpoints/replica-probes.js";
+import { endpointState, type ReplicaFacts } from "../../../src/gpu/endpoints/replica-state.js";
+import { launchBackoffMs } from "../../../src/gpu/endpoints/endpoint-controller.js";
+import type { InstanceRecord } from "../../../src/gpu/store/instance-store.js";
+import type { StoredStatus } from "../../../src/gpu/store/status.js";
+
+// The controller's rules as tables: stored endpoint and observed replicas in, actions out.
+
+const NOW = new Date("2026-11-26T12:00:00Z");
+const ago = (ms: number) => new Date(NOW.getTime() - ms);
+const SETTINGS: PlanSettings = { unhealthyMs: 180_000, startTimeoutMs: 1_200_000, drainMs: 30_000, missingGraceMs: 60_000 };
+
+function endpoint(fields: Partial<EndpointRecord> = {}): EndpointRecord {
+  return {
+    id: "1",
+    name: "e",
+    templateName: "budget",
+    replicas: 2,
+    maxCostPerHour: 10,
+    customConfig: {},
+    phase: "active",
+    everReady: true,
+    budgetHeld: false,
+    launchFailures: 0,
+    nextLaunchAt: null,
+    createdAt: ago(3_600_000),
+    deletedAt: null,
+    ...fields,
+  };
+}
+
+type Kind = "ready" | "starting" | "provisioning" | "failing" | "unhealthy" | "never-ready" | "exited" | "draining" | "drained" | "missing" | "creating";
+
+function replica(id: string, kind: Kind): ReplicaFacts {
+  const row: ReplicaRow = {
+    instanceId: id,
+    endpointId: "1",
+    draining: false,
+    successes: 0,
+    failedProbes: 0,
+    readySince: null,
+    failingSince: null,
+    drainingSince: null,
+    condemnedAt: null,
+    createdAt: ago(600_000),
+  };
+  let status: StoredStatus = "running_llm";
+  let marketId: string | null = `m-${id}`;
+  switch (kind) {
+    case "ready":
+      Object.assign(row, { successes: 5, readySince: ago(300_000) });
+      break;
+    case "failing":
+      Object.assign(row, { readySince: ago(300_000), failedProbes: 3, failingSince: ago(30_000) });
+      break;
+    case "unhealthy":
+      Object.assign(row, { readySince: ago(500_000), failedProbes: 20, failingSince: ago(200_000) });
+      break;
+    case "starting":
+      status = "running";
+      break;
+    case "provisioning":
+      status = "loading";
+      break;
+    case "creating":
+      status = "creating";
+      marketId = null;
+      break;
+    case "never-ready":
+      Object.assign(row, { createdAt: ago(1_300_000) });
+      status = "running";
+      break;
+    case "exited":
+      Object.assign(row, { readySince: ago(300_000) });
+      status = "exited";
+      break;
+    case "draining":
+      Object.assign(row, { readySince: ago(300_000), draining: true, drainingSince: ago(10_000) });
+      break;
+    case "drained":
+      Object.assign(row, { readySince: ago(300_000), draining: true, drainingSince: ago(31_000) });
+      break;
+    case "missing":
+      Object.assign(row, { createdAt: ago(61_000) });
+      return { row, record: null };
+  }
+  return { row, record: { instanceId: id, status, marketInstanceId: marketId, costPerHour: 1 } as InstanceRecord };
+}
+
+const plan = (e: EndpointRecord, replicas: ReplicaFacts[]) => planEndpoint(e, replicas, NOW, SETTINGS).map((a) => `${a.kind}${"instanceId" in a ? ` ${a.instanceId}` : ""}${a.kind === "launch" && a.makeRoom ? ` (room: ${a.makeRoom})` : ""}`);
+
+describe("endpoint plan", () => {
+  it.each<[string, Partial<EndpointRecord>, Array<[string, Kind]>, string[]]>([
+    ["a new endpoint launches every replica", {}, [], ["launch", "launch"]],
+    ["enough ready replicas: nothing", {}, [["a", "ready"], ["b", "ready"]], []],
+    ["replicas still coming are counted: nothing", {}, [["a", "ready"], ["b", "provisioning"]], []],
+    ["a machine that exited is removed and replaced", {}, [["a", "ready"], ["b", "exited"]], ["remove b", "launch"]],
+    ["a record that never came is removed and replaced", {}, [["a", "ready"], ["b", "missing"]], ["remove b", "launch"]],
+    ["a replica failing for less than the limit is left alone", {}, [["a", "ready"], ["b", "failing"]], []],
+    ["an unhealthy replica is condemned and a surge launched beside it", {}, [["a", "ready"], ["b", "unhealthy"]], ["condemn b", "launch (room: b)"]],
+    ["a replica never ready within the start timeout is condemned", {}, [["a", "ready"], ["b", "never-ready"]], ["condemn b", "launch (room: b)"]],
+    [
+      "a condemned replica goes once its replacement is ready",
+      {},
+      [["a", "ready"], ["c", "ready"], ["b", "unhealthy"]],
+      ["condemn b", "retire b"],
+    ],
+    [
+      "no room for a surge (replicas + 1 machines): the old one goes first",
+      { replicas: 1 },
+      [["c", "provisioning"], ["b", "unhealthy"]],
+      ["condemn b"],
+    ],
+    ["scale down: a replica not ready is destroyed at once", { replicas: 1 }, [["a", "ready"], ["b", "starting"]], ["scale_in b"]],
+    ["a draining replica is destroyed after the drain time", { replicas: 1 }, [["a", "ready"], ["b", "drained"]], ["drained b"]],
+    ["a draining replica keeps its in-flight requests meanwhile", { replicas: 1 }, [["a", "ready"], ["b", "draining"]], []],
+    ["parked: every replica goes", { replicas: 0 }, [["a", "ready"], ["b", "starting"]], ["scale_in b", "drain a"]],
+    ["a creation still waiting for the marketplace is not destroyed", { replicas: 0 }, [["a", "creating"]], []],
+  ])("%s", (_what, fields, replicas, expected) => {
+    expect(plan(endpoint(fields), replicas.map(([id, kind]) => replica(id, kind)))).toEqual(expected);
+  });
+
+  it("drains the newest ready replica when scaling down", () => {
+    const older = replica("a", "ready");
+    const newer = replica("b", "ready");
+    newer.row.createdAt = ago(1000);
+    expect(plan(endpoint({ replicas: 1 }), [newer, older])).toEqual(["drain b"]);
+    expect(plan(endpoint({ replicas: 1 }), [older, newer])).toEqual(["drain b"]);
+  });
+
+  it("never plans past replicas + 1 machines", () => {
+    const replicas = [replica("a", "unhealthy"), replica("b", "unhealthy"), replica("c", "provisioning")];
+    const actions = planEndpoint(endpoint(), replicas, NOW, SETTINGS);
+    const launches = actions.filter((a) => a.kind === "launch").length;
+    const retires = actions.filter((a) => a.kind === "retire").length;
+    expect(replicas.length - retires + launches).toBeLessThanOrEqual(3);
+  });
+});
+
+describe("readiness from probes", () => {
+  const fresh = { successes: 0, failedProbes: 0, readySince: null, failingSince: null };
+  it("is ready after readyAfter consecutive successes", () => {
+    expect(probeOutcome(fresh, true, 2, NOW).event).toBeUndefined();
+    expect(probeOutcome({ ...fresh, successes: 1 }, true, 2, NOW)).toMatchObject({ fields: { readySince: NOW }, event: { kind: "ready" } });
+  });
+  it("leaves routing at the first failure and comes back at the next success", () => {
+    const ready = { successes: 4, failedProbes: 0, readySince: ago(1000), failingSince: null };
+    const failed = probeOutcome(ready, false, 2, NOW);
+    expect(failed).toMatchObject({ fields: { successes: 0, failedProbes: 1, failingSince: NOW }, event: { kind: "not_ready" } });
+    expect(probeOutcome({ ...ready, failedProbes: 1, failingSince: NOW }, false, 2, NOW).event).toBeUndefined();
+    expect(probeOutcome({ ...ready, failedProbes: 2, failingSince: ago(5) }, true, 2, NOW)).toMatchObject({
+      fields: { failedProbes: 0, failingSince: null, readySince: NOW },
+      event: { kind: "ready" },
+    });
+  });
+});
+
+describe("endpoint state and backoff", () => {
+  it("names the endpoint's state", () => {
+    expect(endpointState(endpoint({ everReady: false }), [])).toBe("starting");
+    expect(endpointState(endpoint(), [replica("a", "ready"), replica("b", "ready")])).toBe("ready");
+    expect(endpointState(endpoint(), [replica("a", "ready"), replica("b", "failing")])).toBe("degraded");
+    expect(endpointState(endpoint({ everReady: false, budgetHeld: true }), [replica("a", "ready")])).toBe("degraded");
+    expect(endpointState(endpoint({ replicas: 0 }), [])).toBe("parked");
+    expect(endpointState(endpoint({ phase: "deleting" }), [])).toBe("deleting");
+  });
+  it("backs launches off from 10 s, doubling, to 10 min", () => {
+    expect([1, 2, 3, 4, 6, 7, 20].map(launchBackoffMs)).toEqual([10_000, 20_000, 40_000, 80_000, 320_000, 600_000, 600_000]);
+  });
+});

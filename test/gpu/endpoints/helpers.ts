@@ -1,0 +1,85 @@
+import type { Knex } from "knex";
+import { createEndpointDirectory } from "../../../src/gpu/endpoints/endpoint-directory.js";
+import { EndpointStore } from "../../../src/gpu/endpoints/endpoint-store.js";
+import { InstanceStore } from "../../../src/gpu/store/instance-store.js";
+import type { EndpointDirectory } from "../../../src/module.js";
+import { rest, waitFor } from "../helpers.js";
+
+// REST helpers for the endpoint tests: the endpoint and its events as clients see them.
+
+export interface EndpointJson {
+  name: string;
+  template_name: string;
+  replicas: number;
+  max_cost_per_hour: number;
+  state: string;
+  ready_replicas: number;
+  cost_per_hour: number;
+  total_cost: number;
+  url: string;
+  created_at: string;
+  instances?: Array<{ instance_id: string; state: string; url: string; cost_per_hour: number; ready_since?: string; failed_probes: number }>;
+}
+
+export interface EventJson {
+  at: string;
+  kind: string;
+  instance_id?: string;
+  detail: string;
+  actor: string;
+}
+
+/** Clocks short enough for tests: probes every 50 ms, unhealthy after 1.5 s of failures. */
+export const FAST_ENDPOINT_ENV = {
+  GPU_STATUS_SYNC_MS: "50",
+  GPU_STATUS_CACHE_MS: "0",
+  GPU_PROBE_TIMEOUT_MS: "500",
+  GPU_ENDPOINT_PROBE_MS: "50",
+  GPU_ENDPOINT_READY_AFTER: "2",
+  GPU_ENDPOINT_UNHEALTHY_MS: "1500",
+  GPU_ENDPOINT_START_TIMEOUT_MS: "20000",
+  GPU_ENDPOINT_DRAIN_MS: "300",
+};
+
+export async function createEndpoint(baseUrl: string, body: Record<string, unknown>): Promise<EndpointJson> {
+  const res = await rest<EndpointJson>(baseUrl, "POST", "/api/gpu/endpoints", body);
+  if (res.status !== 200) throw new Error(`create answered ${res.status}: ${JSON.stringify(res.body)}`);
+  return res.body;
+}
+
+export async function getEndpoint(baseUrl: string, name: string): Promise<EndpointJson> {
+  const res = await rest<EndpointJson>(baseUrl, "GET", `/api/gpu/endpoints/${name}`);
+  if (res.status !== 200) throw new Error(`get answered ${res.status}: ${JSON.stringify(res.body)}`);
+  return res.body;
+}
+
+/** Oldest first, unlike the API, so that a test reads them in the order they happened. */
+export async function eventsOf(baseUrl: string, name: string): Promise<EventJson[]> {
+  const res = await rest<{ events?: EventJson[] }>(baseUrl, "GET", `/api/gpu/endpoints/${name}/events?limit=1000`);
+  return [...(res.body.events ?? [])].reverse();
+}
+
+export function waitForEndpoint(baseUrl: string, name: string, what: string, test: (e: EndpointJson) => boolean, timeoutMs = 20_000) {
+  return waitFor(
+    `${name}: ${what}`,
+    async () => {
+      const endpoint = await getEndpoint(baseUrl, name);
+      return test(endpoint) ? endpoint : undefined;
+    },
+    timeoutMs,
+  );
+}
+
+export function readyIds(endpoint: EndpointJson): string[] {
+  return (endpoint.instances ?? []).filter((i) => i.state === "ready").map((i) => i.instance_id);
+}
+
+/** The proxy's view of the endpoints, built as the service builds it, on the test's database. */
+export function directoryOn(knex: Knex): EndpointDirectory {
+  return createEndpointDirectory({ ctx: { instances: InstanceStore.create({ knex }) }, endpoints: EndpointStore.create({ knex }) }, 0);
+}
+
+/** Instances of the endpoint's template that are live in the database. */
+export async function liveMachines(knex: Knex, endpoint: string): Promise<Array<{ instance_id: string; status: string }>> {
+  return knex("gpu_instances").where({ endpoint }).whereNotIn("status", ["destroyed", "failed"]).select("instance_id", "status");
+}
