@@ -24,6 +24,10 @@ import { createTokenSource } from "../src/server/auth/token-source.js";
 import { listen } from "../src/server/listen.js";
 import { createMetrics } from "../src/server/metrics.js";
 import { registration } from "../src/server/service-registration.js";
+import { createElasticsearchClient } from "../src/elasticsearch-client.js";
+import { createSimulatedMarketplace } from "../src/gpu/marketplace/simulated/simulated.js";
+import { createTestDatabase } from "../test/support/postgres.js";
+import { startTestServer } from "../test/support/server.js";
 import { printTable, processCpuSeconds } from "./support.js";
 
 const MODEL = "Qwen/Qwen2.5-Coder-7B-Instruct";
@@ -217,6 +221,8 @@ async function compareThroughput(proxyPid: number, direct: Route, proxied: Route
 async function main(): Promise<void> {
   const at = process.argv.indexOf("--child");
   if (at >= 0) return child(process.argv[at + 1]!, process.argv[at + 2]!, process.argv[at + 3]);
+  // BENCH_ONLY=service runs only the fault on the service.
+  if (process.env.BENCH_ONLY === "service") return faultOnService();
 
   // a and b answer at once (the proxy's own ceiling); c takes 10 ms to its first token, as a small
   // model on a GPU takes at least to read a prompt.
@@ -259,6 +265,73 @@ async function main(): Promise<void> {
     await faultPart(proxy, replicas[1]!);
   } finally {
     for (const part of parts) part.child.kill("SIGTERM");
+  }
+  await faultOnService();
+}
+
+/** Clocks of the fault run on the service: a machine runs 1.5 s after its rental, probes every second. */
+const SERVICE_CLOCKS = {
+  GPU_STATUS_SYNC_MS: "1000",
+  GPU_ENDPOINT_PROBE_MS: "1000",
+  GPU_ENDPOINT_READY_AFTER: "2",
+  GPU_ENDPOINT_UNHEALTHY_MS: "10000",
+  GPU_STATUS_CACHE_MS: "0",
+};
+
+/**
+ * The real service (its controller, its directory from PostgreSQL, its proxy) with an endpoint of
+ * two replicas on the simulated marketplace; under steady streaming load one replica's machine
+ * exits (its model server with it). Failed requests, and the time until two replicas are ready
+ * again, as the endpoint's status and events show it.
+ */
+async function faultOnService(): Promise<void> {
+  const db = await createTestDatabase();
+  const market = createSimulatedMarketplace({ creatingMs: 500, loadingMs: 500, modelServerStartMs: 500 });
+  const server = await startTestServer({ knex: db.knex, elasticsearch: createElasticsearchClient("http://127.0.0.1:9"), marketplace: market, env: SERVICE_CLOCKS });
+  const api = (method: string, path: string, body?: unknown) =>
+    fetch(`${server.url}${path}`, { method, headers: { "content-type": "application/json" }, body: body === undefined ? undefined : JSON.stringify(body) }).then((r) => r.json() as Promise<Record<string, unknown>>);
+  type Endpoint = { state: string; ready_replicas: number; instances?: Array<{ instance_id: string; state: string }> };
+  const until = async (what: string, test: (e: Endpoint) => boolean, timeoutMs = 60_000): Promise<Endpoint> => {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const endpoint = (await api("GET", "/api/gpu/endpoints/bench")) as unknown as Endpoint;
+      if (test(endpoint)) return endpoint;
+      if (Date.now() > deadline) throw new Error(`endpoint never ${what}: ${JSON.stringify(endpoint)}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  };
+  try {
+    await api("POST", "/api/gpu/endpoints", { name: "bench", template_name: "budget", replicas: 2, max_cost_per_hour: 5 });
+    const ready = await until("ready", (e) => e.state === "ready");
+    const victim = ready.instances!.find((i) => i.state === "ready")!.instance_id;
+    const load = steadyLoad({ port: server.port, path: "/endpoints/bench/v1/chat/completions", headers: {} }, 16);
+    await new Promise((resolve) => setTimeout(resolve, 3000));
+    const before = { ...load.tally };
+    const { market_instance_id: marketId } = (await db.knex("gpu_instances").where({ instance_id: victim }).first()) as { market_instance_id: string };
+    const killedAt = Date.now();
+    await market.exitInstance(marketId);
+    const outOfRouting = await until("lost a replica", (e) => e.ready_replicas < 2, 30_000).then(() => Date.now() - killedAt);
+    const back = await until("back to two ready replicas", (e) => e.state === "ready" && e.ready_replicas === 2 && !e.instances!.some((i) => i.instance_id === victim && i.state === "ready"));
+    const fullAt = Date.now() - killedAt;
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    await load.stop();
+    const after = load.tally;
+    const events = ((await api("GET", "/api/gpu/endpoints/bench/events?limit=100")).events as Array<{ at: string; kind: string; instance_id?: string; detail: string }>).reverse();
+    console.log(`\nfault on the service: endpoint of 2 replicas (simulated marketplace, a machine runs 1.5 s after its rental; probes every 1 s, ready after 2), 16 streams in flight; ${victim}'s machine exits after 3 s\n`);
+    printTable([
+      ["", "before the exit", "from the exit to the end"],
+      ["answers complete", String(before.ok), String(after.ok - before.ok)],
+      ["failed before their answer started", String(before.failedBeforeAnswer), String(after.failedBeforeAnswer - before.failedBeforeAnswer)],
+      ["cut after their answer started", String(before.cutAfterStart), String(after.cutAfterStart - before.cutAfterStart)],
+    ]);
+    console.log(`\nready replicas below 2 seen after ${(outOfRouting / 1000).toFixed(1)} s; back to 2 ready (${back.instances!.filter((i) => i.state === "ready").map((i) => i.instance_id).join(", ")}) after ${(fullAt / 1000).toFixed(1)} s`);
+    console.log("events, from the exit on:");
+    for (const e of events.filter((e) => Date.parse(e.at) >= killedAt - 500)) console.log(`  +${((Date.parse(e.at) - killedAt) / 1000).toFixed(1)} s  ${e.kind}${e.instance_id ? ` ${e.instance_id}` : ""}: ${e.detail}`);
+  } finally {
+    await api("DELETE", "/api/gpu/endpoints/bench").catch(() => undefined);
+    await server.close();
+    await market.close();
+    await db.drop();
   }
 }
 
