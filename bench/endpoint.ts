@@ -1,15 +1,17 @@
 // npm run bench:endpoint: the endpoint proxy against direct calls to one replica, in the same run.
 //
-// Three processes, so that no part shares an event loop with another: this one (the load), the
-// proxy (the product's app handler over a fixed directory of replicas, as the endpoint
-// controller's directory would hand it over) and three replicas (simulated model servers, the
-// component the simulated marketplace runs). Measured: requests/s at 32 in flight with one-token
-// answers (autocannon), against a replica that answers at once (the proxy's own ceiling: it does
-// twice a replica's socket work) and one that takes 10 ms to its first token; latency added by the proxy one request at a time (p50/p99, microseconds),
-// the streamed first-byte time, and the proxy's CPU per request. Then the fault part: under steady
-// streaming load over both replicas, one replica's process is killed: requests failed before and
-// after their answer started. The machine may be shared: every figure is noisy, and each pair is
-// taken alternately, direct then proxy, so that both see the same conditions.
+// The load, the proxy (the product's app handler over a fixed directory of replicas) and three
+// replicas (simulated model servers, the component the simulated marketplace runs) each run in a
+// process of their own, so that no part shares an event loop with another. Measured: requests/s
+// at 32 in flight with one-token answers (autocannon), against a replica that answers at once (the
+// proxy's own ceiling: it does twice a replica's socket work) and one that takes 10 ms to its
+// first token; latency added one request at a time (p50/p99, microseconds); the streamed first
+// byte; the proxy's CPU per request. Then the faults: under steady streaming load over two
+// replicas one replica's process is killed (requests failed before and after their answer
+// started); and on the real service (its controller, directory and proxy, on the simulated
+// marketplace) one replica's machine exits (failed requests, the time back to full strength, the
+// endpoint's events). The machine may be shared: every figure is noisy, and each pair is taken
+// alternately, direct then proxy, so that both see the same conditions.
 import { spawn, type ChildProcess } from "node:child_process";
 import { Agent, request } from "node:http";
 import { createInterface } from "node:readline";
@@ -357,7 +359,7 @@ async function faultPart(proxy: Part, victim: Part): Promise<void> {
   const metrics = await (await fetch(`http://127.0.0.1:${proxy.port}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } })).text();
   const retries = /^gpu_endpoint_retries_total\{endpoint="two"\} (\d+)/m.exec(metrics)?.[1] ?? "0";
   console.log(`\nthe killed replica stays in the fixed directory for ${((Date.now() - killedAt) / 1000).toFixed(1)} s; the proxy retried ${retries} requests on the other (a refused replica is passed over for 5 s at a time).`);
-  console.log("time back to full strength needs the endpoint controller (a replacement replica); not measured here.");
+  console.log("(the fixed directory never replaces it: the time back to full strength is measured on the service, below)");
 }
 
 function fmt(value: number): string {
