@@ -28,7 +28,8 @@ export function createApp(deps: AppDeps): App {
   const moduleDeps: ModuleDeps = { ...deps, metrics };
   // First, so that a bad AUTH_TOKENS_FILE stops the start before any module is built.
   const tokens = createTokenSource({ envTokens: config.authTokens, file: config.authTokensFile, logger });
-  const modules = [createGpuModule(moduleDeps), createIndexingModule(moduleDeps)];
+  const gpu = createGpuModule(moduleDeps);
+  const modules = [gpu, createIndexingModule(moduleDeps)];
   const handler = createAppHandler({
     services: modules.map((m) => m.service),
     logger,
@@ -36,6 +37,8 @@ export function createApp(deps: AppDeps): App {
     maxBodyBytes: config.maxBodyBytes,
     metrics,
     apiHints: mergeApiHints(GPU_API_HINTS, INDEXING_API_HINTS),
+    endpoints: gpu.endpoints,
+    endpointFirstByteMs: config.gpu.endpoints.firstByteMs,
     readiness: {
       database: async () => {
         await knex.raw("select 1");

@@ -74,6 +74,8 @@ export interface EndpointConfig {
   readonly startTimeoutMs: number;
   /** GPU_ENDPOINT_DRAIN_MS: how long a replica scaled away keeps its in-flight requests, ms. */
   readonly drainMs: number;
+  /** GPU_ENDPOINT_FIRST_BYTE_MS: how long the proxy waits for a replica's answer headers before a 504, ms (a slow first token is normal). */
+  readonly firstByteMs: number;
 }
 
 /** Which marketplace GpuService rents from, and how it is reached or simulated. */
@@ -197,6 +199,7 @@ export function loadConfig(env: Env = process.env): Config {
         unhealthyMs: integer(env, "GPU_ENDPOINT_UNHEALTHY_MS", 180_000, 0, 86_400_000),
         startTimeoutMs: integer(env, "GPU_ENDPOINT_START_TIMEOUT_MS", 1_200_000, 1_000, 86_400_000),
         drainMs: integer(env, "GPU_ENDPOINT_DRAIN_MS", 30_000, 0, 3_600_000),
+        firstByteMs: integer(env, "GPU_ENDPOINT_FIRST_BYTE_MS", 300_000, 1, 3_600_000),
       }),
     }),
   };

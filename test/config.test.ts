@@ -45,6 +45,12 @@ describe("loadConfig", () => {
     expect(loadConfig({ GPU_MAX_FLEET_DPH: "12.5" }).gpu.maxFleetDph).toBe(12.5);
   });
 
+  it("gives a replica 300 s for its first answer byte unless GPU_ENDPOINT_FIRST_BYTE_MS says otherwise", () => {
+    expect(loadConfig({}).gpu.endpoints.firstByteMs).toBe(300_000);
+    expect(loadConfig({ GPU_ENDPOINT_FIRST_BYTE_MS: "1500" }).gpu.endpoints.firstByteMs).toBe(1500);
+    expect(() => loadConfig({ GPU_ENDPOINT_FIRST_BYTE_MS: "0" })).toThrow(/GPU_ENDPOINT_FIRST_BYTE_MS must be an integer/);
+  });
+
   it("takes a comma-separated list of Elasticsearch nodes, each checked", () => {
     expect(loadConfig({ ELASTICSEARCH_URL: "http://es1:9200, http://es2:9200" }).elasticsearchUrl).toBe("http://es1:9200,http://es2:9200");
     expect(() => loadConfig({ ELASTICSEARCH_URL: "http://es1:9200,ftp://es2" })).toThrow(/ELASTICSEARCH_URL must start with http:\/\/ or https:\/\//);

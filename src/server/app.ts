@@ -1,6 +1,7 @@
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { excerpt } from "../errors.js";
 import type { Logger } from "pino";
+import type { EndpointDirectory } from "../module.js";
 import { createAccessCheck, sendRefusal } from "./auth/access-check.js";
 import { checkRpc, createAuthInterceptor } from "./auth/auth-interceptor.js";
 import { scopeOfHttpPath } from "./auth/scope-table.js";
@@ -14,6 +15,9 @@ import { createInProcessCaller } from "./rest/in-process-caller.js";
 import { createRpcHandler } from "./rpc-handler.js";
 import { createRestHandler } from "./rest/rest-handler.js";
 import { sendJson, type NodeHandler, type NodeRequest, type NodeResponse } from "./node-http.js";
+import { ENDPOINT_PREFIX, ENDPOINT_ROUTE, parseEndpointPath } from "./proxy/endpoint-path.js";
+import { createEndpointProxy } from "./proxy/endpoint-proxy.js";
+import { createProxyMetrics } from "./proxy/proxy-metrics.js";
 import type { ServiceRegistration } from "./service-registration.js";
 
 export interface AppOptions {
@@ -26,6 +30,10 @@ export interface AppOptions {
   metrics: Metrics;
   /** What the services' code knows about their REST contract beyond the protos (OpenAPI document). */
   apiHints?: ApiHints;
+  /** Where `/endpoints/{name}/v1/...` finds ready replicas; without it that path answers 404. */
+  endpoints?: EndpointDirectory;
+  /** The endpoint proxy's wait for a replica's first answer byte, ms (GPU_ENDPOINT_FIRST_BYTE_MS). */
+  endpointFirstByteMs?: number;
 }
 
 
@@ -98,11 +106,41 @@ export function createAppHandler(options: AppOptions): NodeHandler {
       });
   };
 
-  return createRpcHandler({
+  const rpcHandler = createRpcHandler({
     routes,
     fallback,
     interceptors: [metrics.rpcInterceptor, ...interceptors],
     readMaxBytes: options.maxBodyBytes,
     logger,
   });
+  if (options.endpoints === undefined) return rpcHandler;
+
+  // The endpoint proxy comes before the RPC and REST machinery: it streams bodies both ways and
+  // pays for nothing it does not use (docs/endpoints.md, "Routing").
+  const proxy = createEndpointProxy({
+    directory: options.endpoints,
+    maxBodyBytes: options.maxBodyBytes,
+    firstByteMs: options.endpointFirstByteMs ?? 300_000,
+    metrics: createProxyMetrics(metrics.registry),
+    logger,
+  });
+  return (req, res) => {
+    const url = req.url ?? "/";
+    if (!url.startsWith(ENDPOINT_PREFIX)) return rpcHandler(req, res);
+    const started = process.hrtime.bigint();
+    res.once("close", () => {
+      metrics.observeHttp(ENDPOINT_ROUTE, req.method ?? "GET", res.statusCode, Number(process.hrtime.bigint() - started) / 1e9);
+    });
+    // The scope table's entry for /endpoints/ (endpoints:invoke), as every plain HTTP route.
+    const pathOnly = url.split("?", 1)[0]!;
+    const verdict = checkAccess(req.headers.authorization, scopeOfHttpPath(pathOnly), `${req.method} ${excerpt(pathOnly)}`);
+    if (!verdict.ok) {
+      sendRefusal(res, verdict);
+      return;
+    }
+    const path = parseEndpointPath(url);
+    if (path.kind === "ok") proxy.handle(req, res, path.name, path.upstreamPath);
+    else if (path.kind === "invalid") sendJson(res, 400, { detail: path.detail });
+    else sendJson(res, 404, { detail: `no route for ${req.method} ${excerpt(pathOnly)}` });
+  };
 }

@@ -77,6 +77,9 @@ export async function listen(options: ListenOptions): Promise<RunningServer> {
   }
   h2.setTimeout(timeouts.http2IdleMs);
   front.on("connection", (socket: net.Socket) => {
+    // As node:http does for the sockets it accepts itself: without it, a streamed answer's small
+    // writes wait for the caller's delayed ACK (Nagle), tens of milliseconds per event.
+    socket.setNoDelay(true);
     sockets.add(socket);
     socket.once("close", () => sockets.delete(socket));
   });

@@ -54,7 +54,7 @@ export function createInstances(clock: Clock) {
   /** Starts the model server the first time a running instance is looked at. */
   function ensureServer(i: EmulatedInstance): void {
     if (i.server || i.starting || !i.mapsLlmPort || !i.model) return;
-    i.starting = startModelServer({ model: i.model, host: "127.0.0.1", apiKey: i.apiKey }).then((server) => {
+    i.starting = startModelServer({ model: i.model, host: "127.0.0.1", apiKey: i.apiKey, instance: String(i.id) }).then((server) => {
       if (all.has(i.id) && actualStatus(i) === "running") i.server = server;
       else void server.close();
       i.starting = undefined;

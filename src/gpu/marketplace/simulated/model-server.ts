@@ -1,15 +1,19 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { answerCompletion, sendError, sendJson, type CompletionStats } from "./completions.js";
 
-// A tiny OpenAI-compatible model server, as an LLM container exposes it: `GET /health` and
-// `GET /v1/models`. The simulated marketplace runs one per model-serving instance on loopback so
-// that GpuService's health probes are real network calls that can really fail. Started with a key
+// A tiny OpenAI-compatible model server, as an LLM container exposes it: `GET /health`,
+// `GET /v1/models`, and completions (completions.ts) streamed or whole. The simulated marketplace
+// runs one per model-serving instance on loopback so that GpuService's health probes and the
+// endpoint proxy's requests are real network calls that can really fail. Started with a key
 // (vLLM's --api-key / VLLM_API_KEY), it answers every /v1/... call without `Authorization: Bearer
 // <key>` with 401, as vLLM does; /health stays open.
 
 export interface ModelServer {
   readonly port: number;
+  /** Completions answered, and those whose client left before the end. */
+  readonly stats: Readonly<CompletionStats>;
   close(): Promise<void>;
 }
 
@@ -20,37 +24,52 @@ export interface ModelServerOptions {
   port?: number;
   /** The key /v1/... demands; undefined: none (servers of instances created before keys). */
   apiKey?: string;
+  /** The machine it runs on, named in every completion; "simulated" when not given. */
+  instance?: string;
+  /** Time between two generated tokens, ms (default 20). */
+  tokenDelayMs?: number;
+  /** Time before the first token, ms (default 0: a one-token answer comes at once). */
+  firstTokenMs?: number;
 }
 
 export async function startModelServer(options: ModelServerOptions): Promise<ModelServer> {
   const created = Math.floor(Date.now() / 1000);
+  const stats: CompletionStats = { completions: 0, abandoned: 0 };
+  const settings = { model: options.model, instance: options.instance ?? "simulated", firstTokenMs: options.firstTokenMs ?? 0, tokenDelayMs: options.tokenDelayMs ?? 20 };
   const server = createServer((req, res) => {
     const path = (req.url ?? "/").split("?")[0];
-    const send = (status: number, body: unknown) => {
-      res.writeHead(status, { "content-type": "application/json" });
-      res.end(JSON.stringify(body));
-    };
+    if (req.method === "GET" && path === "/health") return sendJson(res, 200, { status: "ok" });
     if (path?.startsWith("/v1/") && options.apiKey !== undefined && !presents(req.headers.authorization, options.apiKey)) {
-      return send(401, { error: "Unauthorized" });
+      req.resume();
+      return sendJson(res, 401, { error: "Unauthorized" });
     }
-    if (req.method !== "GET") return send(405, { error: { message: "method not allowed" } });
-    if (path === "/health") return send(200, { status: "ok" });
-    if (path === "/v1/models") {
-      return send(200, {
+    if (req.method === "POST" && (path === "/v1/chat/completions" || path === "/v1/completions")) {
+      const kind = path === "/v1/chat/completions" ? "chat" : "text";
+      answerCompletion(kind, req, res, settings, stats).catch(() => res.destroy());
+      return;
+    }
+    req.resume();
+    if (path === "/v1/models" && req.method === "GET") {
+      return sendJson(res, 200, {
         object: "list",
         data: [{ id: options.model, object: "model", created, owned_by: "simulated-marketplace" }],
       });
     }
-    send(404, { error: { message: `no route ${path}` } });
+    if (path === "/health" || path === "/v1/models" || path === "/v1/chat/completions" || path === "/v1/completions") {
+      return sendError(res, 405, "method not allowed");
+    }
+    sendError(res, 404, `no route ${path}`);
   });
-  // Probes come and go; idle keep-alive sockets must not hold close() up.
-  server.keepAliveTimeout = 1000;
+  // Probes come and go; idle keep-alive sockets must not hold close() up. Five seconds, as
+  // uvicorn (vLLM's server) keeps an idle connection.
+  server.keepAliveTimeout = 5000;
   const port = await listenOn(server, options.host, options.port ?? 0).catch((err: unknown) => {
     if (options.port && isAddressInUse(err)) return listenOn(server, options.host, 0);
     throw err;
   });
   return {
     port,
+    stats,
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

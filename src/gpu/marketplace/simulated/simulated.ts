@@ -183,7 +183,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
     instance.starting ??= (async () => {
       const model = instance.request.llmModelName;
       if (model === undefined || instance.server || closed) return;
-      const server = await startModelServer({ model, host, port: instance.hostPort, apiKey: instance.request.env[MODEL_API_KEY_ENV] });
+      const server = await startModelServer({ model, host, port: instance.hostPort, apiKey: instance.request.env[MODEL_API_KEY_ENV], instance: instance.id });
       // The instance may have been destroyed, halted or closed while the socket was opening.
       const stillWanted = !closed && instances.get(instance.id) === instance && statusOf(instance) === "running";
       if (!stillWanted || !instance.serverWanted) return server.close();

@@ -102,6 +102,8 @@ describe("simulated marketplace lifecycle", () => {
       status: 200,
       body: { object: "list", data: [{ id: MODEL, object: "model", owned_by: expect.any(String) }] },
     });
+    const completion = await fetch(`http://127.0.0.1:${port}/v1/completions`, { method: "POST", body: JSON.stringify({ model: MODEL, prompt: "hi", max_tokens: 4 }) });
+    expect(((await completion.json()) as { choices: Array<{ text: string }> }).choices[0]!.text).toBe(`Hello from instance ${created.id},`);
 
     await market.exitInstance(created.id);
     const exited = (await market.getInstance(created.id))!;

@@ -164,6 +164,12 @@ describe("vast.ai instances", () => {
     expect(running.sshPort).not.toBe(shown.instances.ssh_port);
     const health = await fetch(`http://${running.publicIp}:${running.portMappings["8000/tcp"]}/health`);
     expect(health.status).toBe(200);
+    // Its model server answers completions as a vLLM container does, naming the machine.
+    const completion = await fetch(`http://${running.publicIp}:${running.portMappings["8000/tcp"]}/v1/chat/completions`, {
+      method: "POST",
+      body: JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 4 }),
+    });
+    expect(((await completion.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message.content).toBe(`Hello from instance ${created.id},`);
     expect(calls("GET", /^\/api\/v0\/instances\/\d+\/$/).every((r) => r.query.get("owner") === "me")).toBe(true);
   });
 

@@ -1,0 +1,279 @@
+import http, { type ClientRequest, type IncomingMessage } from "node:http";
+import https from "node:https";
+import type { Logger } from "pino";
+import type { EndpointDirectory, RouteTarget } from "../../module.js";
+import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
+import { downstreamHeaders, upstreamHeaders } from "./forward-headers.js";
+import { KeptBody } from "./kept-body.js";
+import type { ProxyMetrics } from "./proxy-metrics.js";
+import { ReplicaBalancer } from "./replica-balancer.js";
+
+// The endpoint proxy (SPEC.md section 2, "Endpoints", Routing): one request to one ready replica,
+// chosen by least outstanding requests; the answer is passed on as it arrives, never parsed nor
+// buffered; a connection error or a 502/503/504 before any answer byte is sent once more to
+// another ready replica. docs/endpoints.md tells the rules an operator sees.
+
+export interface EndpointProxyOptions {
+  directory: EndpointDirectory;
+  /** Request bodies up to this size are kept for a retry; a larger one is answered 413. */
+  maxBodyBytes: number;
+  /** The longest wait for a replica's answer headers, ms; past it the caller gets 504. */
+  firstByteMs: number;
+  metrics: ProxyMetrics;
+  logger: Logger;
+}
+
+export interface EndpointProxy {
+  /**
+   * Serves one request already authorized, for `name`, asking the replica for `upstreamPath`.
+   * The pools' idle connections hold no process open (node:http unrefs them): no close needed.
+   */
+  handle(req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): void;
+}
+
+/** What a caller is told to wait when no replica is ready: about one readiness probe. */
+export const RETRY_AFTER_SECONDS = 10;
+
+/**
+ * A new connection to a replica must be up within this long. A machine gone from the network
+ * drops the connection attempt silently, and the system's own limit is about two minutes.
+ */
+export const CONNECT_TIMEOUT_MS = 5_000;
+
+/** Answers that say "this replica cannot take it", not "this request is wrong". */
+const RETRYABLE_STATUS = new Set([502, 503, 504]);
+
+export function createEndpointProxy(options: EndpointProxyOptions): EndpointProxy {
+  const { directory, maxBodyBytes, logger, metrics } = options;
+  const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map() };
+
+  const handle = async (req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): Promise<void> => {
+    const started = process.hrtime.bigint();
+    if (Number(req.headers["content-length"] ?? 0) > maxBodyBytes) {
+      sendJson(res, 413, { detail: `request body exceeds ${maxBodyBytes} bytes` }, closeAfter(req));
+      return;
+    }
+    let targets: RouteTarget[] | undefined;
+    try {
+      targets = await directory.readyReplicas(name);
+    } catch (err) {
+      logger.error({ err, endpoint: name }, "endpoint directory failed");
+      sendJson(res, 503, { detail: "endpoint routing is unavailable" }, { "retry-after": String(RETRY_AFTER_SECONDS) });
+      return;
+    }
+    // Unknown names are not counted per endpoint: the label would take any value a caller sends.
+    if (targets === undefined) {
+      sendJson(res, 404, { detail: `endpoint '${name}' not found` });
+      return;
+    }
+    if (targets.length === 0) {
+      metrics.answered(name, 503);
+      sendJson(res, 503, { detail: `endpoint '${name}' has no ready replica` }, { "retry-after": String(RETRY_AFTER_SECONDS) });
+      return;
+    }
+    new Exchange(shared, req, res, name, upstreamPath, targets, started).start();
+  };
+
+  return {
+    handle(req, res, name, upstreamPath) {
+      handle(req, res, name, upstreamPath).catch((err: unknown) => {
+        logger.error({ err, endpoint: name }, "endpoint proxy failed");
+        sendJson(res, 500, { detail: "internal server error" });
+      });
+    },
+  };
+}
+
+interface Shared {
+  balancer: ReplicaBalancer;
+  options: EndpointProxyOptions;
+  /** Parsed replica URLs, by URL text. */
+  addresses: Map<string, Address>;
+}
+
+interface Address {
+  https: boolean;
+  hostname: string;
+  port: string;
+  basePath: string;
+}
+
+/** One caller's request, from the first replica asked to the end of the answer. */
+class Exchange {
+  private readonly body: KeptBody;
+  private attempt: ClientRequest | undefined;
+  private target!: RouteTarget;
+  private retried = false;
+  private answering = false;
+  private settled = false;
+  private finished = false;
+  private counted = false;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly shared: Shared,
+    private readonly req: NodeRequest,
+    private readonly res: NodeResponse,
+    private readonly name: string,
+    private readonly path: string,
+    private readonly targets: RouteTarget[],
+    private readonly started: bigint,
+  ) {
+    this.body = new KeptBody(req, shared.options.maxBodyBytes, () => this.onOverflow());
+    res.once("finish", () => (this.finished = true));
+    res.once("close", () => this.onClientClose());
+  }
+
+  start(): void {
+    this.send(this.shared.balancer.pick(this.targets)!);
+  }
+
+  private send(target: RouteTarget): void {
+    const { balancer, options } = this.shared;
+    this.target = target;
+    const address = addressOf(this.shared, target.url);
+    const attempt = (address.https ? https : http).request({
+      agent: balancer.begin(target, address.https),
+      hostname: address.hostname,
+      port: address.port,
+      method: this.req.method,
+      path: address.basePath + this.path,
+      headers: upstreamHeaders(this.req.headers, target.apiKey),
+    });
+    this.attempt = attempt;
+    attempt.once("socket", (socket) => {
+      if (!socket.connecting) return;
+      const timer = setTimeout(() => attempt.destroy(Object.assign(new Error("connect timed out"), { code: "ETIMEDOUT" })), CONNECT_TIMEOUT_MS);
+      socket.once("connect", () => clearTimeout(timer));
+      attempt.once("close", () => clearTimeout(timer));
+    });
+    attempt.once("close", () => balancer.end(target));
+    attempt.once("response", (answer) => this.onResponse(attempt, answer));
+    attempt.on("error", (err) => this.onUpstreamError(attempt, err));
+    this.timer = setTimeout(() => this.onFirstByteTimeout(attempt), options.firstByteMs);
+    this.body.sendTo(attempt);
+  }
+
+  private onResponse(attempt: ClientRequest, answer: IncomingMessage): void {
+    answer.on("error", () => undefined); // a cut answer is handled on 'close' below
+    if (attempt !== this.attempt || this.settled) {
+      answer.resume();
+      return;
+    }
+    clearTimeout(this.timer);
+    const status = answer.statusCode ?? 502;
+    if (RETRYABLE_STATUS.has(status) && this.retryTo(this.nextTarget(false))) return;
+    this.answering = true;
+    const { metrics } = this.shared.options;
+    metrics.firstByte(this.name, Number(process.hrtime.bigint() - this.started) / 1e9);
+    this.res.once("finish", () => this.count(status));
+    answer.once("close", () => {
+      // Complete, or dropped because the caller left (onClientClose): nothing was cut by the replica.
+      if (answer.complete || this.res.writableEnded || this.settled) return;
+      this.shared.options.logger.warn({ endpoint: this.name, instance_id: this.target.instanceId }, "replica's answer cut off");
+      this.res.destroy();
+    });
+    try {
+      (this.res as http.ServerResponse).writeHead(status, downstreamHeaders(answer.headers, this.target.instanceId));
+    } catch (err) {
+      // A header node:http took from the replica that the caller's protocol refuses (HTTP/2 is strict).
+      this.shared.options.logger.warn({ err, endpoint: this.name, instance_id: this.target.instanceId }, "replica's answer headers refused");
+      this.answering = false;
+      this.reply(502, `replica ${this.target.instanceId} sent headers that cannot be passed on`);
+      return;
+    }
+    answer.pipe(this.res as http.ServerResponse);
+  }
+
+  private onUpstreamError(attempt: ClientRequest, err: NodeJS.ErrnoException): void {
+    if (attempt !== this.attempt || this.settled || this.answering) return;
+    clearTimeout(this.timer);
+    if (!attempt.reusedSocket) this.shared.balancer.shun(this.target);
+    if (this.retryTo(this.nextTarget(attempt.reusedSocket))) return;
+    this.shared.options.logger.warn({ endpoint: this.name, instance_id: this.target.instanceId, code: err.code }, "replica unreachable");
+    this.reply(502, `replica ${this.target.instanceId} could not be reached`);
+  }
+
+  private onFirstByteTimeout(attempt: ClientRequest): void {
+    if (attempt !== this.attempt || this.settled) return;
+    const { firstByteMs, logger } = this.shared.options;
+    logger.warn({ endpoint: this.name, instance_id: this.target.instanceId, first_byte_ms: firstByteMs }, "replica sent no answer in time");
+    this.reply(504, `replica ${this.target.instanceId} sent no answer within ${firstByteMs} ms`);
+  }
+
+  private onOverflow(): void {
+    if (this.settled) return;
+    if (this.answering) {
+      this.res.destroy();
+      return;
+    }
+    this.reply(413, `request body exceeds ${this.shared.options.maxBodyBytes} bytes`, closeAfter(this.req));
+  }
+
+  private onClientClose(): void {
+    if (this.settled || this.finished) return;
+    this.settled = true;
+    clearTimeout(this.timer);
+    this.attempt?.destroy();
+    this.count(499);
+  }
+
+  /**
+   * Another ready replica, or none. A connection reset on a reused keep-alive connection says
+   * nothing about the replica (it closed an idle connection as the request left), so with no
+   * other replica the same one is asked again on a new connection.
+   */
+  private nextTarget(reusedSocket: boolean): RouteTarget | undefined {
+    if (this.retried || this.body.overflowed) return undefined;
+    return this.shared.balancer.pick(this.targets, this.target) ?? (reusedSocket ? this.target : undefined);
+  }
+
+  private retryTo(next: RouteTarget | undefined): boolean {
+    if (next === undefined) return false;
+    this.retried = true;
+    this.shared.options.metrics.retried(this.name);
+    this.body.detach();
+    this.attempt?.destroy();
+    this.send(next);
+    return true;
+  }
+
+  /** The proxy's own answer (no replica's): the caller learns which replica failed. */
+  private reply(status: number, detail: string, headers: Record<string, string> = {}): void {
+    this.settled = true;
+    clearTimeout(this.timer);
+    this.body.detach();
+    this.attempt?.destroy();
+    this.count(status);
+    sendJson(this.res, status, { detail }, { ...headers, "x-endpoint-instance": this.target.instanceId });
+  }
+
+  private count(code: number): void {
+    if (this.counted) return;
+    this.counted = true;
+    this.shared.options.metrics.answered(this.name, code);
+  }
+}
+
+function addressOf(shared: Shared, url: string): Address {
+  let address = shared.addresses.get(url);
+  if (address === undefined) {
+    const parsed = new URL(url);
+    const secure = parsed.protocol === "https:";
+    address = {
+      https: secure,
+      hostname: parsed.hostname.replace(/^\[(.*)\]$/, "$1"),
+      port: parsed.port || (secure ? "443" : "80"),
+      basePath: parsed.pathname.replace(/\/+$/, ""),
+    };
+    // Replicas come and go over weeks; the map is a cache, not a registry.
+    if (shared.addresses.size >= 1024) shared.addresses.clear();
+    shared.addresses.set(url, address);
+  }
+  return address;
+}
+
+/** HTTP/1.1: the rest of an oversized body is not worth reading; HTTP/2 forbids the header. */
+function closeAfter(req: NodeRequest): Record<string, string> {
+  return req.httpVersionMajor === 1 ? { connection: "close" } : {};
+}

@@ -1,0 +1,40 @@
+import { Counter, Histogram, type Registry } from "prom-client";
+
+/** The endpoint proxy's metrics (SPEC.md section 2, "Endpoints"), labelled by endpoint name. */
+export interface ProxyMetrics {
+  /** One request through the proxy, by the status the caller got (499: the caller left first). */
+  answered(endpoint: string, code: number): void;
+  /** Time from the request's arrival to the replica's answer headers. */
+  firstByte(endpoint: string, seconds: number): void;
+  retried(endpoint: string): void;
+}
+
+// From a cached one-token answer to a cold model's first token after minutes.
+const FIRST_BYTE_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+
+export function createProxyMetrics(registry: Registry): ProxyMetrics {
+  const requests = new Counter({
+    name: "gpu_endpoint_requests_total",
+    help: "Requests through the endpoint proxy by endpoint and the HTTP status the caller got (499: caller left before the end)",
+    labelNames: ["endpoint", "code"],
+    registers: [registry],
+  });
+  const firstByte = new Histogram({
+    name: "gpu_endpoint_first_byte_seconds",
+    help: "Time from a request's arrival at the proxy to its replica's answer headers",
+    labelNames: ["endpoint"],
+    buckets: FIRST_BYTE_BUCKETS,
+    registers: [registry],
+  });
+  const retries = new Counter({
+    name: "gpu_endpoint_retries_total",
+    help: "Requests sent again to another replica after a connection error or a 502/503/504 before any answer byte",
+    labelNames: ["endpoint"],
+    registers: [registry],
+  });
+  return {
+    answered: (endpoint, code) => requests.inc({ endpoint, code: String(code) }),
+    firstByte: (endpoint, seconds) => firstByte.observe({ endpoint }, seconds),
+    retried: (endpoint) => retries.inc({ endpoint }),
+  };
+}

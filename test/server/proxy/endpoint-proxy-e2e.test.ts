@@ -1,0 +1,85 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createSimulatedMarketplace, type SimulatedMarketplace } from "../../../src/gpu/marketplace/simulated/simulated.js";
+import { createTestElasticsearch } from "../../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
+import { startTestServer, type TestServer } from "../../support/server.js";
+import { rest, waitFor } from "../../gpu/helpers.js";
+import { createEndpoint, FAST_ENDPOINT_ENV, readyIds, waitForEndpoint } from "../../gpu/endpoints/helpers.js";
+
+// The proxy on the real service: an endpoint created over REST, its replicas rented on the
+// simulated marketplace (real model servers that demand their own keys), kept ready by the
+// controller, and reached at /endpoints/{name}/v1/... on the service's port.
+
+let db: TestDatabase;
+let server: TestServer;
+let market: SimulatedMarketplace;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  market = createSimulatedMarketplace({ creatingMs: 100, loadingMs: 100, modelServerStartMs: 100 });
+  server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace: market, env: FAST_ENDPOINT_ENV });
+});
+
+afterAll(async () => {
+  await server?.close();
+  await market?.close();
+  await db?.drop();
+});
+
+const chat = { messages: [{ role: "user", content: "hi" }], max_tokens: 3 };
+const post = (path: string, body: unknown) => fetch(`${server.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+const marketIdOf = async (instanceId: string) =>
+  ((await db.knex("gpu_instances").where({ instance_id: instanceId }).first()) as { market_instance_id: string }).market_instance_id;
+
+describe("the endpoint proxy on the service", () => {
+  it("serves a ready endpoint's model, streamed, from both replicas, each with its own key", async () => {
+    await createEndpoint(server.url, { name: "e2e", template_name: "budget", replicas: 2, max_cost_per_hour: 5 });
+    const ready = await waitForEndpoint(server.url, "e2e", "ready", (e) => e.state === "ready");
+    const ids = readyIds(ready);
+
+    const streamed = await post("/endpoints/e2e/v1/chat/completions", { ...chat, stream: true });
+    expect(streamed.status).toBe(200);
+    const instance = streamed.headers.get("x-endpoint-instance")!;
+    expect(ids).toContain(instance);
+    const text = await streamed.text();
+    expect(text).toContain(`"content":"Hello"`);
+    expect(text).toContain(`"content":" instance"`);
+    expect(text.endsWith("data: [DONE]\n\n")).toBe(true);
+
+    const seen = new Set<string>();
+    for (let i = 0; i < 6; i++) {
+      const res = await post("/endpoints/e2e/v1/completions", { prompt: "hi", max_tokens: 4 });
+      expect(res.status).toBe(200);
+      const answeredBy = res.headers.get("x-endpoint-instance")!;
+      seen.add(answeredBy);
+      // The model server names its machine: the marketplace's id of the instance that answered.
+      expect(((await res.json()) as { choices: Array<{ text: string }> }).choices[0]!.text).toBe(`Hello from instance ${await marketIdOf(answeredBy)},`);
+    }
+    expect([...seen].sort()).toEqual([...ids].sort());
+  });
+
+  it("keeps answering while one replica's model dies: requests go to the other", async () => {
+    const [victim, survivor] = readyIds(await waitForEndpoint(server.url, "e2e", "ready", (e) => e.state === "ready"));
+    await market.stopModelServer(await marketIdOf(victim!));
+    const answeredBy: string[] = [];
+    for (let i = 0; i < 10; i++) {
+      const res = await post("/endpoints/e2e/v1/chat/completions", chat);
+      expect(res.status).toBe(200);
+      answeredBy.push(res.headers.get("x-endpoint-instance")!);
+      await res.text();
+    }
+    expect(new Set(answeredBy)).toEqual(new Set([survivor]));
+  });
+
+  it("answers 404 for an unknown endpoint and, within a second of its deletion, for this one", async () => {
+    expect((await post("/endpoints/nope/v1/chat/completions", chat)).status).toBe(404);
+    expect((await rest(server.url, "DELETE", "/api/gpu/endpoints/e2e")).status).toBe(200);
+    await waitForEndpoint(server.url, "e2e", "deleted", (e) => e.state === "deleted");
+    // Every process's directory keeps an answer for about a second (endpoint-directory.ts).
+    const gone = await waitFor("the proxy to forget e2e", async () => {
+      const res = await post("/endpoints/e2e/v1/chat/completions", chat);
+      return res.status === 404 ? ((await res.json()) as { detail: string }) : undefined;
+    }, 3000);
+    expect(gone.detail).toBe("endpoint 'e2e' not found");
+  });
+});

@@ -1,0 +1,256 @@
+import { spawn } from "node:child_process";
+import { createServer as createHttpServer, request, type Server } from "node:http";
+import { connect, createServer as createTcpServer, type AddressInfo, type Server as TcpServer, type Socket } from "node:net";
+import { Writable } from "node:stream";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { createLogger } from "../../../src/logger.js";
+import type { ModelServer } from "../../../src/gpu/marketplace/simulated/model-server.js";
+import type { RouteTarget } from "../../../src/module.js";
+import { CALLER_TOKEN, MODEL, callEndpoint, metricValue, startProxy, startReplica, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
+import { waitFor } from "../../support/wait.js";
+
+// The endpoint proxy when replicas fail, hang or are slow, and when callers leave: real model
+// servers that are really stopped, a port that refuses, a socket that never answers.
+
+let proxy: ProxyUnderTest;
+const opened: Array<{ close(): Promise<void> | void }> = [];
+const chat = { model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 1 };
+
+const logLines: Array<Record<string, unknown>> = [];
+const logged = (msg: string) => logLines.filter((line) => line.msg === msg).length;
+
+beforeAll(async () => {
+  const destination = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const line of chunk.toString().split("\n").filter(Boolean)) logLines.push(JSON.parse(line) as Record<string, unknown>);
+      done();
+    },
+  });
+  proxy = await startProxy({ firstByteMs: 400, logger: createLogger("info", destination) });
+});
+
+afterEach(async () => {
+  for (const item of opened.splice(0)) await item.close();
+  proxy.endpoints.clear();
+});
+
+afterAll(async () => {
+  await proxy?.close();
+});
+
+async function replica(instanceId: string, tokenDelayMs = 20): Promise<{ server: ModelServer; target: RouteTarget }> {
+  const started = await startReplica(instanceId, { tokenDelayMs });
+  opened.push(started.server);
+  return started;
+}
+
+/** A replica whose machine is gone: its port refuses connections. */
+async function deadTarget(instanceId: string): Promise<RouteTarget> {
+  const { server, target } = await startReplica(instanceId);
+  await server.close();
+  return target;
+}
+
+/** A replica that accepts connections and never answers (a hung model). */
+async function hungTarget(instanceId: string): Promise<{ target: RouteTarget; sockets: Socket[]; closed: () => number }> {
+  const sockets: Socket[] = [];
+  let closed = 0;
+  const server: TcpServer = createTcpServer((socket) => {
+    sockets.push(socket.on("error", () => undefined).on("close", () => (closed += 1)));
+    socket.resume();
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  opened.push({ close: () => new Promise<void>((resolve) => { for (const s of sockets) s.destroy(); server.close(() => resolve()); }) });
+  return { target: { instanceId, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: null }, sockets, closed: () => closed };
+}
+
+/**
+ * A frozen machine: a process stopped (SIGSTOP) with its listening queue full, so that a new
+ * connection attempt gets no answer at all, as from a host gone from the network.
+ */
+async function frozenTarget(instanceId: string): Promise<RouteTarget> {
+  const script = "require('net').createServer().listen({ port: 0, host: '127.0.0.1', backlog: 1 }, function () { console.log(this.address().port) })";
+  const child = spawn(process.execPath, ["-e", script], { stdio: ["ignore", "pipe", "inherit"] });
+  const port = Number(await new Promise<string>((resolve) => child.stdout!.once("data", (data: Buffer) => resolve(data.toString().trim()))));
+  child.kill("SIGSTOP");
+  // The kernel completes as many connections as the queue holds; the next ones hang.
+  const fillers: Socket[] = [];
+  for (let i = 0; i < 2; i++) {
+    const socket = connect(Number(port), "127.0.0.1").on("error", () => undefined);
+    fillers.push(socket);
+    await new Promise((resolve) => socket.once("connect", resolve));
+  }
+  opened.push({
+    close: () => {
+      for (const socket of fillers) socket.destroy();
+      child.kill("SIGKILL");
+    },
+  });
+  return { instanceId, url: `http://127.0.0.1:${port}`, apiKey: null };
+}
+
+/** A replica that answers every request with `status` (a model server still loading answers 503). */
+async function answeringTarget(instanceId: string, status: number): Promise<{ target: RouteTarget; hits: () => number }> {
+  let hits = 0;
+  const server: Server = createHttpServer((req, res) => {
+    hits += 1;
+    req.resume();
+    res.writeHead(status, { "content-type": "application/json" });
+    res.end(JSON.stringify({ error: { message: "loading" } }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  opened.push({ close: () => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }) });
+  return { target: { instanceId, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: null }, hits: () => hits };
+}
+
+describe("endpoint proxy under faults", () => {
+  it("retries a request once on another ready replica when the first refuses the connection, then passes that one over", async () => {
+    const live = await replica("gpu-live");
+    proxy.endpoints.set("fa", [await deadTarget("gpu-dead"), live.target]);
+    const retries = await metricValue(proxy, "gpu_endpoint_retries_total", 'endpoint="fa"');
+    for (let i = 0; i < 6; i++) {
+      const res = await callEndpoint(proxy, "/endpoints/fa/v1/chat/completions", chat);
+      expect(res.status).toBe(200);
+      expect(res.headers.get("x-endpoint-instance")).toBe("gpu-live");
+      await res.text();
+    }
+    expect(live.server.stats.completions).toBe(6);
+    // Taking turns, the dead replica would have been tried three times; shunned, it was tried once.
+    expect(await metricValue(proxy, "gpu_endpoint_retries_total", 'endpoint="fa"')).toBe(retries + 1);
+  });
+
+  it("retries a 503 from a replica on another one, with the same body", async () => {
+    const loading = await answeringTarget("gpu-loading", 503);
+    const live = await replica("gpu-live");
+    proxy.endpoints.set("fb", [loading.target, live.target]);
+    for (let i = 0; i < 4; i++) {
+      const res = await callEndpoint(proxy, "/endpoints/fb/v1/chat/completions", { ...chat, max_tokens: 2 });
+      expect(res.status).toBe(200);
+      expect(((await res.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message.content).toBe("Hello from");
+    }
+    expect(loading.hits()).toBeGreaterThan(0);
+    expect(live.server.stats.completions).toBe(4);
+  });
+
+  it("answers 502 naming the replica when the only one cannot be reached, and passes a 503 through when no other is ready", async () => {
+    proxy.endpoints.set("fc", [await deadTarget("gpu-dead")]);
+    const res = await callEndpoint(proxy, "/endpoints/fc/v1/chat/completions", chat);
+    expect(res.status).toBe(502);
+    expect(res.headers.get("x-endpoint-instance")).toBe("gpu-dead");
+    expect(((await res.json()) as { detail: string }).detail).toMatch(/gpu-dead could not be reached/);
+
+    const loading = await answeringTarget("gpu-loading", 503);
+    proxy.endpoints.set("fc", [loading.target]);
+    const passed = await callEndpoint(proxy, "/endpoints/fc/v1/chat/completions", chat);
+    expect(passed.status).toBe(503);
+    expect(((await passed.json()) as { error: { message: string } }).error.message).toBe("loading");
+    expect(loading.hits()).toBe(1);
+  });
+
+  it("never retries once the answer has started: a replica dying mid-stream cuts the caller's stream", async () => {
+    const dying = await replica("gpu-dying", 100);
+    const other = await replica("gpu-other");
+    proxy.endpoints.set("fd", [dying.target]);
+    const res = await callEndpoint(proxy, "/endpoints/fd/v1/chat/completions", { ...chat, stream: true, max_tokens: 50 });
+    expect(res.headers.get("x-endpoint-instance")).toBe("gpu-dying");
+    proxy.endpoints.set("fd", [dying.target, other.target]);
+    const reader = res.body!.getReader();
+    await reader.read();
+    await dying.server.close();
+    const drained = (async () => {
+      for (;;) if ((await reader.read()).done) return "ended";
+    })();
+    await expect(drained).rejects.toThrow();
+    expect(other.server.stats.completions).toBe(0);
+    await waitFor(() => logged("replica's answer cut off") === 1, "the cut answer logged", 2000);
+  });
+
+  it("gives up a connection attempt to a frozen machine after 5 s and retries on another replica", async () => {
+    // This file's proxy gives up on a first byte after 400 ms; this one waits the default 300 s.
+    const patient = await startProxy();
+    opened.push(patient);
+    const live = await replica("gpu-live");
+    patient.endpoints.set("fi", [await frozenTarget("gpu-frozen"), live.target]);
+    const started = Date.now();
+    // Two at once: one goes to each replica.
+    const answers = await Promise.all([0, 1].map(async () => {
+      const res = await callEndpoint(patient, "/endpoints/fi/v1/chat/completions", chat);
+      return { status: res.status, instance: res.headers.get("x-endpoint-instance"), ms: Date.now() - started, body: await res.text() };
+    }));
+    expect(answers.map((a) => [a.status, a.instance])).toEqual([[200, "gpu-live"], [200, "gpu-live"]]);
+    expect(Math.max(...answers.map((a) => a.ms))).toBeGreaterThanOrEqual(4900);
+    expect(Math.max(...answers.map((a) => a.ms))).toBeLessThan(15_000);
+    expect(await metricValue(patient, "gpu_endpoint_retries_total", 'endpoint="fi"')).toBe(1);
+  });
+
+  it("answers 504 when the replica sends nothing within GPU_ENDPOINT_FIRST_BYTE_MS, and drops its connection", async () => {
+    const hung = await hungTarget("gpu-hung");
+    proxy.endpoints.set("fe", [hung.target]);
+    const started = Date.now();
+    const res = await callEndpoint(proxy, "/endpoints/fe/v1/chat/completions", chat);
+    expect(res.status).toBe(504);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(390);
+    expect(((await res.json()) as { detail: string }).detail).toBe("replica gpu-hung sent no answer within 400 ms");
+    await waitFor(() => hung.sockets.length === 1 && hung.closed() === 1, "the hung connection dropped", 2000);
+  });
+
+  it("aborts the replica's request when the caller disconnects: the model server sees the close", async () => {
+    const slow = await replica("gpu-slow", 50);
+    proxy.endpoints.set("ff", [slow.target]);
+    const gone = await metricValue(proxy, "gpu_endpoint_requests_total", 'endpoint="ff",code="499"');
+    await new Promise<void>((resolve, reject) => {
+      const req = request(`${proxy.url}/endpoints/ff/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${CALLER_TOKEN}`, "content-type": "application/json" },
+      });
+      req.once("response", (res) => res.once("data", () => {
+        req.destroy();
+        resolve();
+      }));
+      req.once("error", (err) => (req.destroyed ? undefined : reject(err)));
+      req.end(JSON.stringify({ ...chat, stream: true, max_tokens: 1000 }));
+    });
+    await waitFor(() => slow.server.stats.abandoned === 1, "the model server to see its client leave", 3000);
+    // The caller left: nothing to warn about, the replica cut nothing.
+    expect(logLines.filter((line) => (line.level as number) >= 40 && line.endpoint === "ff")).toEqual([]);
+    expect(await metricValue(proxy, "gpu_endpoint_requests_total", 'endpoint="ff",code="499"')).toBe(gone + 1);
+  });
+
+  it("sends each request to the replica with the fewest in flight, and spreads an idle endpoint's requests", async () => {
+    const a = await replica("gpu-a", 50);
+    const b = await replica("gpu-b", 50);
+    proxy.endpoints.set("fg", [a.target, b.target]);
+    const held = await callEndpoint(proxy, "/endpoints/fg/v1/chat/completions", { ...chat, stream: true, max_tokens: 40 });
+    const busy = held.headers.get("x-endpoint-instance");
+    const seen: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const res = await callEndpoint(proxy, "/endpoints/fg/v1/chat/completions", chat);
+      seen.push(res.headers.get("x-endpoint-instance")!);
+      await res.text();
+    }
+    expect(new Set(seen)).toEqual(new Set([busy === "gpu-a" ? "gpu-b" : "gpu-a"]));
+    await held.body!.cancel();
+    await waitFor(() => a.server.stats.abandoned + b.server.stats.abandoned === 1, "the held stream to end", 3000);
+
+    const idle: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const res = await callEndpoint(proxy, "/endpoints/fg/v1/chat/completions", chat);
+      idle.push(res.headers.get("x-endpoint-instance")!);
+      await res.text();
+    }
+    expect(idle.filter((id) => id === "gpu-a").length).toBe(3);
+  });
+
+  it("spreads 32 concurrent streams evenly over 4 replicas", async () => {
+    const four = await Promise.all(["gpu-1", "gpu-2", "gpu-3", "gpu-4"].map((id) => replica(id, 30)));
+    proxy.endpoints.set("fh", four.map((r) => r.target));
+    const answers = await Promise.all(
+      Array.from({ length: 32 }, async () => {
+        const res = await callEndpoint(proxy, "/endpoints/fh/v1/chat/completions", { ...chat, stream: true, max_tokens: 10 });
+        await res.text();
+        return res.headers.get("x-endpoint-instance")!;
+      }),
+    );
+    for (const r of four) expect(answers.filter((id) => id === r.target.instanceId).length).toBe(8);
+  });
+});

@@ -1,0 +1,68 @@
+import pino, { type Logger } from "pino";
+import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
+import { listTemplates } from "../../src/gpu/creation/templates.js";
+import { startModelServer, type ModelServer, type ModelServerOptions } from "../../src/gpu/marketplace/simulated/model-server.js";
+import type { EndpointDirectory, RouteTarget } from "../../src/module.js";
+import { createAppHandler } from "../../src/server/app.js";
+import { createTokenSource } from "../../src/server/auth/token-source.js";
+import { listen, type RunningServer } from "../../src/server/listen.js";
+import { createMetrics } from "../../src/server/metrics.js";
+import { registration } from "../../src/server/service-registration.js";
+
+// The product's handler serving the endpoint proxy over a directory that is just a list, as the
+// endpoint controller's would be, with replicas that are real simulated model servers on loopback.
+
+export const MODEL = "Qwen/Qwen2.5-Coder-7B-Instruct";
+export const CALLER_TOKEN = "caller-token";
+
+export interface ProxyUnderTest {
+  readonly url: string;
+  /** Endpoint name -> its ready replicas; a name absent is an unknown endpoint. */
+  readonly endpoints: Map<string, RouteTarget[]>;
+  close(): Promise<void>;
+}
+
+/** `tokensFile`: an AUTH_TOKENS_FILE whose tokens are accepted besides CALLER_TOKEN (every scope). */
+export async function startProxy(options: { maxBodyBytes?: number; firstByteMs?: number; logger?: Logger; tokensFile?: string } = {}): Promise<ProxyUnderTest> {
+  const endpoints = new Map<string, RouteTarget[]>();
+  const directory: EndpointDirectory = { readyReplicas: async (name) => endpoints.get(name) };
+  const logger = options.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
+  const handler = createAppHandler({
+    services: [registration(GpuService, { listTemplates: () => ({ templates: [...listTemplates()] }) })],
+    logger,
+    tokens: createTokenSource({ envTokens: [CALLER_TOKEN], file: options.tokensFile, logger }),
+    readiness: {},
+    maxBodyBytes: options.maxBodyBytes ?? 1024 * 1024,
+    metrics: createMetrics(),
+    endpoints: directory,
+    endpointFirstByteMs: options.firstByteMs,
+  });
+  const server: RunningServer = await listen({ handler, host: "127.0.0.1", port: 0 });
+  return { url: server.url, endpoints, close: () => server.close(500) };
+}
+
+/** A simulated model server for instance `instanceId`, and the route to it. */
+export async function startReplica(
+  instanceId: string,
+  options: Partial<ModelServerOptions> = {},
+): Promise<{ server: ModelServer; target: RouteTarget }> {
+  const server = await startModelServer({ model: MODEL, host: "127.0.0.1", instance: instanceId, ...options });
+  return { server, target: { instanceId, url: `http://127.0.0.1:${server.port}`, apiKey: options.apiKey ?? null } };
+}
+
+/** POST of a JSON body through the proxy with the caller's token. */
+export function callEndpoint(proxy: ProxyUnderTest, path: string, body: unknown, init: RequestInit = {}): Promise<Response> {
+  return fetch(`${proxy.url}${path}`, {
+    method: "POST",
+    ...init,
+    headers: { authorization: `Bearer ${CALLER_TOKEN}`, "content-type": "application/json", ...(init.headers as Record<string, string>) },
+    body: JSON.stringify(body),
+  });
+}
+
+/** The value of one sample of the Prometheus text, 0 when absent. */
+export async function metricValue(proxy: ProxyUnderTest, name: string, labels: string): Promise<number> {
+  const text = await (await fetch(`${proxy.url}/metrics`, { headers: { authorization: `Bearer ${CALLER_TOKEN}` } })).text();
+  const line = text.split("\n").find((l) => l.startsWith(`${name}{${labels}}`));
+  return line === undefined ? 0 : Number(line.split(" ").pop());
+}
