@@ -4,9 +4,9 @@ import type { Config } from "../config.js";
 import { messageOf } from "../errors.js";
 import { redactUrl } from "../logger.js";
 import { databaseErrorText } from "./database-errors.js";
-import { startEmbeddedPostgres, type EmbeddedPostgres } from "./embedded-postgres.js";
+import { startEmbeddedPostgres, type EmbeddedPostgres } from "./embedded/embedded-postgres.js";
 import { createKnex, migrateToLatest } from "./knex.js";
-import { importPgliteData } from "./pglite-import.js";
+import { importPgliteData } from "./embedded/pglite-import.js";
 
 // The database the configuration names, migrated and ready: DATABASE_URL, or the embedded
 // PostgreSQL of DATA_DIR. The service and the sample-data commands open it the same way.

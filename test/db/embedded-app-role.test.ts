@@ -2,7 +2,7 @@ import { rmSync } from "node:fs";
 import { join } from "node:path";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
-import { startEmbeddedPostgres } from "../../src/db/embedded-postgres.js";
+import { startEmbeddedPostgres } from "../../src/db/embedded/embedded-postgres.js";
 import { createKnex, migrateToLatest } from "../../src/db/knex.js";
 import { embeddedFixtures, query, queryRows } from "../support/embedded-postgres.js";
 

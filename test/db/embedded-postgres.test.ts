@@ -2,7 +2,7 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
-import { EmbeddedPostgresError, startEmbeddedPostgres } from "../../src/db/embedded-postgres.js";
+import { EmbeddedPostgresError, startEmbeddedPostgres } from "../../src/db/embedded/embedded-postgres.js";
 import { embeddedFixtures, query, reachable, until } from "../support/embedded-postgres.js";
 
 // The embedded PostgreSQL of DATA_DIR: a real server, stopped with the process that started it

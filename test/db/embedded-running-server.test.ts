@@ -3,8 +3,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSy
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { startEmbeddedPostgres } from "../../src/db/embedded-postgres.js";
-import { processAlive } from "../../src/db/process-alive.js";
+import { startEmbeddedPostgres } from "../../src/db/embedded/embedded-postgres.js";
+import { processAlive } from "../../src/db/embedded/process-alive.js";
 import { embeddedFixtures, reachable } from "../support/embedded-postgres.js";
 
 // A server left in the cluster is recognised by what PostgreSQL records in postmaster.pid (its

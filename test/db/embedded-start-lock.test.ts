@@ -1,7 +1,7 @@
 import { existsSync, readdirSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { startEmbeddedPostgres } from "../../src/db/embedded-postgres.js";
+import { startEmbeddedPostgres } from "../../src/db/embedded/embedded-postgres.js";
 import { embeddedFixtures, reachable } from "../support/embedded-postgres.js";
 
 // One start of the embedded PostgreSQL at a time per DATA_DIR: a service and a sample-data

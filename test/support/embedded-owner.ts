@@ -1,4 +1,4 @@
-import { startEmbeddedPostgres } from "../../src/db/embedded-postgres.js";
+import { startEmbeddedPostgres } from "../../src/db/embedded/embedded-postgres.js";
 
 // A process that starts the embedded PostgreSQL of the DATA_DIR given as its argument, prints its
 // URL and keeps it until killed: the other process of the embedded-postgres tests. A second

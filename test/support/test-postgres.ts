@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startEmbeddedPostgres } from "../../src/db/embedded-postgres.js";
+import { startEmbeddedPostgres } from "../../src/db/embedded/embedded-postgres.js";
 
 // The PostgreSQL of a test run when DATABASE_URL is unset: the project's embedded server, started
 // once for the run in a DATA_DIR of its own under the OS temp dir. Test files get its superuser's

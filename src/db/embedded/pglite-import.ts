@@ -2,8 +2,8 @@ import { existsSync, renameSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Knex } from "knex";
 import type { Logger } from "pino";
-import { messageOf } from "../errors.js";
-import { createKnex, migrateToLatest } from "./knex.js";
+import { messageOf } from "../../errors.js";
+import { createKnex, migrateToLatest } from "../knex.js";
 
 // Earlier versions kept the embedded database in DATA_DIR/pglite (PGlite, PostgreSQL compiled to
 // WebAssembly, one connection at a time). Its rows, GPU instances that may still be billed among
