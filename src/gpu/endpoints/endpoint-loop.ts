@@ -1,4 +1,5 @@
 import type { Logger } from "pino";
+import { createRepeatingTask } from "../lifecycle/repeating-task.js";
 import type { SyncLeader } from "../lifecycle/sync-leader.js";
 import type { EndpointController } from "./endpoint-controller.js";
 
@@ -27,12 +28,13 @@ export interface EndpointLoopOptions {
 export function createEndpointLoop(options: EndpointLoopOptions): EndpointLoop {
   const { controller, leader } = options;
   const leading = async () => !leader || (await leader.hold());
-  const probes = repeating(options, "endpoint probes", async () => (await leading()) && controller.probeOnce());
-  const decisions = repeating(options, "endpoint controller round", async () => (await leading()) && controller.decideOnce());
+  const every = (what: string, task: () => Promise<unknown>) => createRepeatingTask({ ...options, what }, task);
+  const probes = every("endpoint probes", async () => (await leading()) && controller.probeOnce());
+  const decisions = every("endpoint controller round", async () => (await leading()) && controller.decideOnce());
   return {
     start() {
-      probes.start();
-      decisions.start();
+      void probes.start();
+      void decisions.start();
     },
     async stop() {
       await Promise.all([probes.stop(), decisions.stop()]);
@@ -41,43 +43,5 @@ export function createEndpointLoop(options: EndpointLoopOptions): EndpointLoop {
       await probes.runOnce();
       await decisions.runOnce();
     },
-  };
-}
-
-/** A task every intervalMs, the next scheduled once the previous has finished. */
-function repeating(options: EndpointLoopOptions, what: string, task: () => Promise<unknown>) {
-  let timer: NodeJS.Timeout | undefined;
-  let current: Promise<void> | undefined;
-  let stopped = true;
-
-  function runOnce(): Promise<void> {
-    current ??= task()
-      .then(() => undefined)
-      .catch((err: unknown) => options.logger.error({ err }, `${what} failed`))
-      .finally(() => {
-        current = undefined;
-      });
-    return current;
-  }
-
-  function schedule(): void {
-    if (stopped) return;
-    timer = setTimeout(() => {
-      void runOnce().finally(schedule);
-    }, options.intervalMs);
-    timer.unref();
-  }
-
-  return {
-    start() {
-      stopped = false;
-      schedule();
-    },
-    async stop() {
-      stopped = true;
-      clearTimeout(timer);
-      await current;
-    },
-    runOnce,
   };
 }

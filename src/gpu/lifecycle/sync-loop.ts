@@ -5,6 +5,7 @@ import type { InstanceRecord } from "../store/instance-store.js";
 import { reachedLimit } from "../money/limits.js";
 import { isTerminal } from "../store/status.js";
 import { reconcile, type ReconcilerOptions } from "./reconciler.js";
+import { createRepeatingTask } from "./repeating-task.js";
 import type { MarketInstance } from "../marketplace/port.js";
 import { syncRecord } from "./status-sync.js";
 import type { SyncLeader } from "./sync-leader.js";
@@ -34,9 +35,6 @@ export interface SyncLoop {
 
 export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncLoop {
   const concurrency = options.concurrency ?? 4;
-  let timer: NodeJS.Timeout | undefined;
-  let current: Promise<void> | undefined;
-  let stopped = true;
 
   /** The account's machines, listed once per round for the reconciler and every record's sync. */
   async function listMachines(): Promise<MarketInstance[] | undefined> {
@@ -71,36 +69,14 @@ export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncL
     await Promise.all(Array.from({ length: Math.min(concurrency, records.length) }, worker));
   }
 
-  function runOnce(): Promise<void> {
-    current ??= round()
-      .catch((err: unknown) => ctx.logger.error({ err }, "status sync round failed"))
-      .finally(() => {
-        current = undefined;
-      });
-    return current;
-  }
-
-  function schedule(): void {
-    if (stopped) return;
-    timer = setTimeout(() => {
-      void runOnce().finally(schedule);
-    }, options.intervalMs);
-    timer.unref();
-  }
-
+  const task = createRepeatingTask({ intervalMs: options.intervalMs, logger: ctx.logger, what: "status sync round" }, round);
   return {
-    async start() {
-      stopped = false;
-      await runOnce();
-      schedule();
-    },
+    start: () => task.start({ runFirst: true }),
     async stop() {
-      stopped = true;
-      clearTimeout(timer);
-      await current;
+      await task.stop();
       await options.leader?.release();
     },
-    runOnce,
+    runOnce: task.runOnce,
   };
 }
 
