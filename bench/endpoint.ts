@@ -30,7 +30,7 @@ import { createElasticsearchClient } from "../src/elasticsearch-client.js";
 import { createSimulatedMarketplace } from "../src/gpu/marketplace/simulated/simulated.js";
 import { createTestDatabase } from "../test/support/postgres.js";
 import { startTestServer } from "../test/support/server.js";
-import { printTable, processCpuSeconds } from "./support.js";
+import { adminDatabaseUrl, printTable, processCpuSeconds } from "./support.js";
 
 const MODEL = "Qwen/Qwen2.5-Coder-7B-Instruct";
 const TOKEN = "bench-token";
@@ -287,6 +287,8 @@ const SERVICE_CLOCKS = {
  * again, as the endpoint's status and events show it.
  */
 async function faultOnService(): Promise<void> {
+  // The tests' database helper takes its server from DATABASE_URL; a bench run defaults it as every bench does.
+  process.env.DATABASE_URL ??= adminDatabaseUrl();
   const db = await createTestDatabase();
   const market = createSimulatedMarketplace({ creatingMs: 500, loadingMs: 500, modelServerStartMs: 500 });
   const server = await startTestServer({ knex: db.knex, elasticsearch: createElasticsearchClient("http://127.0.0.1:9"), marketplace: market, env: SERVICE_CLOCKS });

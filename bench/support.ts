@@ -5,7 +5,7 @@ import { createKnex, migrateToLatest } from "../src/db/knex.js";
 import { generateGoods } from "../src/indexing/goods/goods-generator.js";
 
 /** The server the benches create their databases on: DATABASE_URL, or a local server. */
-function adminDatabaseUrl(): string {
+export function adminDatabaseUrl(): string {
   return process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 }
 
