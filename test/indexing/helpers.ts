@@ -2,6 +2,7 @@ import type { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
 import pino from "pino";
 import type { GoodsIndexingOptions } from "../../src/indexing/modes.js";
+import { createLiveFollower, type LiveFollower, type LiveFollowerOptions } from "../../src/indexing/live/live-follower.js";
 
 export const silentLogger = pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
 
@@ -49,4 +50,25 @@ export async function deleteGoodsIndices(client: Client, ...aliases: string[]): 
     const names = Object.keys(found);
     if (names.length > 0) await client.indices.delete({ index: names, ignore_unavailable: true });
   }
+}
+
+/** A live follower of the test database's feed into `alias`, polling every 200 ms; `overrides` as the test needs. */
+export function testFollower(
+  db: { knex: Knex; url: string },
+  elasticsearch: Client,
+  alias: string,
+  overrides: Partial<LiveFollowerOptions> = {},
+): LiveFollower {
+  return createLiveFollower({
+    knex: db.knex,
+    elasticsearch,
+    logger: silentLogger,
+    enabled: true,
+    databaseUrl: db.url,
+    alias,
+    analyzer: "cjk",
+    bulkMaxBytes: 1024 * 1024,
+    pollMs: 200,
+    ...overrides,
+  });
 }

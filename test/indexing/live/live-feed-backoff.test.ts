@@ -2,12 +2,12 @@ import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateGoods } from "../../../src/indexing/goods/goods-generator.js";
 import { CLAIM_DUE_SQL, claimDue } from "../../../src/indexing/live/live-feed.js";
-import { createLiveFollower, type LiveFollower } from "../../../src/indexing/live/live-follower.js";
+import { type LiveFollower } from "../../../src/indexing/live/live-follower.js";
 import { createTestElasticsearch, uniqueIndexName } from "../../support/elasticsearch.js";
 import { goodsNo, waitUntilSearchMatchesTable } from "../../support/live-changes.js";
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
 import { waitFor } from "../../support/wait.js";
-import { deleteGoodsIndices } from "../helpers.js";
+import { deleteGoodsIndices, testFollower } from "../helpers.js";
 
 // Products Elasticsearch refuses wait out a backoff in the feed. One refused for good used to
 // keep the feed's oldest-pending age growing ("fell behind" logged, "caught up" never), hiding
@@ -22,16 +22,8 @@ const logs: string[] = [];
 beforeAll(async () => {
   db = await createTestDatabase();
   await generateGoods(db.knex, { rows: 100 });
-  follower = createLiveFollower({
-    knex: db.knex,
-    elasticsearch: es,
+  follower = testFollower(db, es, alias, {
     logger: pino({ level: "info" }, { write: (line: string) => void logs.push(JSON.parse(line).msg) }),
-    enabled: true,
-    databaseUrl: db.url,
-    alias,
-    analyzer: "cjk",
-    bulkMaxBytes: 1024 * 1024,
-    pollMs: 200,
   });
   follower.start();
   await waitUntilSearchMatchesTable(db.knex, es, alias);

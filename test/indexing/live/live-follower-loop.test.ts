@@ -3,7 +3,7 @@ import pg from "pg";
 import { Registry } from "prom-client";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { generateGoods } from "../../../src/indexing/goods/goods-generator.js";
-import { createLiveFollower, type LiveFollower, type LiveFollowerOptions } from "../../../src/indexing/live/live-follower.js";
+import type { LiveFollower, LiveFollowerOptions } from "../../../src/indexing/live/live-follower.js";
 import { registerLiveMetrics } from "../../../src/indexing/live/live-metrics.js";
 import { LIVE_LOCK_KEY } from "../../../src/indexing/live/live-session.js";
 import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../../support/elasticsearch.js";
@@ -11,7 +11,7 @@ import { goodsNo, waitUntilSearchMatchesTable } from "../../support/live-changes
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
 import { startTcpProxy, type TcpProxy } from "../../support/tcp-proxy.js";
 import { waitFor } from "../../support/wait.js";
-import { deleteGoodsIndices, silentLogger } from "../helpers.js";
+import { deleteGoodsIndices, testFollower } from "../helpers.js";
 
 // The follower's loop on a real PostgreSQL and Elasticsearch, where it went round in circles:
 // feed entries a writer holds locked were sent again in a tight loop, ahead of everything else;
@@ -49,18 +49,7 @@ function startFollower(options: Partial<LiveFollowerOptions> = {}): { follower: 
   counted.diagnostic.on("response", (_err, result) => {
     if (result?.meta.request.params.path.endsWith("/_bulk")) bulks++;
   });
-  const follower = createLiveFollower({
-    knex: db.knex,
-    elasticsearch: counted,
-    logger: silentLogger,
-    enabled: true,
-    databaseUrl: db.url,
-    alias,
-    analyzer: "cjk",
-    bulkMaxBytes: 1024 * 1024,
-    pollMs: 200,
-    ...options,
-  });
+  const follower = testFollower(db, counted, alias, options);
   followers.push(follower);
   follower.start();
   return { follower, bulks: () => bulks };

@@ -1,12 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateGoods } from "../../../src/indexing/goods/goods-generator.js";
-import { createLiveFollower, type LiveFollower } from "../../../src/indexing/live/live-follower.js";
+import { type LiveFollower } from "../../../src/indexing/live/live-follower.js";
 import { runGoodsIndexing } from "../../../src/indexing/modes.js";
 import { createTestElasticsearch, uniqueIndexName } from "../../support/elasticsearch.js";
 import { commitChange, waitUntilSearchMatchesTable } from "../../support/live-changes.js";
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
 import { waitFor } from "../../support/wait.js";
-import { deleteGoodsIndices, silentLogger, testRunOptions } from "../helpers.js";
+import { deleteGoodsIndices, testFollower, testRunOptions } from "../helpers.js";
 
 // A cursor or incremental run writes through the alias from one snapshot; the live follower
 // removes a product deleted or taken off sale after that snapshot within a second. When the run
@@ -28,17 +28,7 @@ beforeAll(async () => {
   await generateGoods(db.knex, { rows: 300 });
   // Every product within an incremental run's window.
   await db.knex.raw(`update "PR_GOODS_SEARCH_INTF" set "SYS_MOD_DTM" = now()`);
-  follower = createLiveFollower({
-    knex: db.knex,
-    elasticsearch: es,
-    logger: silentLogger,
-    enabled: true,
-    databaseUrl: db.url,
-    alias,
-    analyzer: "cjk",
-    bulkMaxBytes: 1024 * 1024,
-    pollMs: 200,
-  });
+  follower = testFollower(db, es, alias);
   follower.start();
   await waitUntilSearchMatchesTable(db.knex, es, alias);
   await es.indices.putSettings({ index: alias, settings: { index: { gc_deletes: `${GC_DELETES_MS}ms` } } });
