@@ -16,8 +16,18 @@ import type { Logger } from "pino";
 // it for another process.
 
 export interface SessionLock {
-  /** Whether this process holds the lock now: keeps the one it holds, or tries to take a free one. */
+  /**
+   * Whether this process holds the lock now: keeps the one it holds, or tries to take a free one.
+   * Callers may ask at the same time: one attempt is in flight, and they all get its answer.
+   */
   hold(): Promise<boolean>;
+  /**
+   * Whether this process still holds the lock at this instant, by a round trip on the lock's own
+   * session (the lock lives exactly as long as that session); never tries to take it. Asked
+   * before every action that spends or destroys, so that a holder whose lock lapsed mid-round
+   * does nothing more.
+   */
+  confirm(): Promise<boolean>;
   /** Gives the lock up (closes the session). */
   release(): Promise<void>;
 }
@@ -126,23 +136,47 @@ export function createSessionLock(options: SessionLockOptions): SessionLock {
     }
   }
 
+  async function tryHold(): Promise<boolean> {
+    try {
+      // Held: the renewals and the session's events keep `holding` true to the facts.
+      if (holding) return true;
+      session ??= await open();
+      const { rows } = await session.query<{ locked: boolean }>("select pg_try_advisory_lock($1::bigint) as locked", [options.key]);
+      if (!rows[0]?.locked) return false;
+      await limitIdle(session);
+      await options.onTaken?.(session);
+      holding = true;
+      renewal = renewEvery(session);
+      logger.info(messages.taken);
+      return true;
+    } catch (err) {
+      logger.warn({ err: err instanceof Error ? err.message : String(err) }, messages.failed);
+      await drop();
+      return false;
+    }
+  }
+
+  // Two attempts at once (a sync round and the endpoint timers, all in one tick after the
+  // session dropped) would each open a session: the lock would be taken on one while the other
+  // is renewed, and the first, orphaned, would keep it for good. One attempt is in flight.
+  let attempt: Promise<boolean> | undefined;
+
   return {
-    async hold() {
+    hold() {
+      attempt ??= tryHold().finally(() => {
+        attempt = undefined;
+      });
+      return attempt;
+    },
+    async confirm() {
+      const held = session;
+      if (!holding || !held) return false;
       try {
-        // Held: the renewals and the session's events keep `holding` true to the facts.
-        if (holding) return true;
-        session ??= await open();
-        const { rows } = await session.query<{ locked: boolean }>("select pg_try_advisory_lock($1::bigint) as locked", [options.key]);
-        if (!rows[0]?.locked) return false;
-        await limitIdle(session);
-        await options.onTaken?.(session);
-        holding = true;
-        renewal = renewEvery(session);
-        logger.info(messages.taken);
-        return true;
+        await held.query("select 1");
+        return holding && session === held;
       } catch (err) {
         logger.warn({ err: err instanceof Error ? err.message : String(err) }, messages.failed);
-        await drop();
+        if (session === held) await drop();
         return false;
       }
     },
