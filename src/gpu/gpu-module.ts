@@ -72,6 +72,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
       events,
       probe: createReadinessProbe(config.gpu.probeTimeoutMs),
       settings: { ...config.gpu.endpoints, missingGraceMs: REPLICA_RECORD_GRACE_MS },
+      leader,
     }),
     intervalMs: config.gpu.endpoints.probeMs,
     leader,

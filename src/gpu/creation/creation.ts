@@ -1,6 +1,6 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { Template } from "../../../gen/gpu/v1/gpu_service_pb.js";
-import { DomainError, excerpt, InvalidInputError, OperationFailedError } from "../../errors.js";
+import { DomainError, excerpt, InvalidInputError, NotFoundError, OperationFailedError } from "../../errors.js";
 import { completeCreation } from "./creation-log.js";
 import { parseCustomConfig } from "./custom-config.js";
 import type { GpuContext } from "../gpu-context.js";
@@ -9,7 +9,7 @@ import { launchPlanOf, newModelApiKey, onMachine } from "./launch-plan.js";
 import { limitsFor } from "../money/limits.js";
 import { releaseMachine } from "../lifecycle/machine-release.js";
 import type { MarketInstance, MarketOffer } from "../marketplace/port.js";
-import { asMarketplaceError, rentOffer } from "./offer-rental.js";
+import { asMarketplaceError, rentOffer, type CreationFence } from "./offer-rental.js";
 import { candidateFilter, checkTemplateLimits, offerCandidates } from "./offer-choice.js";
 import { findTemplate } from "./templates.js";
 
@@ -31,10 +31,10 @@ export interface CreationRequest {
   actor: string;
   /**
    * For an endpoint's replicas: the instance_id reserved beforehand (the endpoint writes it down
-   * before the creation starts), the endpoint the record names, and a price cap tighter than the
-   * template's (what is left of the endpoint's budget).
+   * before the creation starts), the endpoint the record names, a price cap tighter than the
+   * template's (what is left of the endpoint's budget), and the fence of the control round.
    */
-  replicaOf?: { instanceId: string; endpoint: string; priceCap: number };
+  replicaOf?: { instanceId: string; endpoint: string; priceCap: number; fence?: CreationFence };
 }
 
 export interface CreationResult {
@@ -69,6 +69,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
       started,
       templateName,
       actor: request.actor,
+      fence: replicaOf?.fence,
       newRecord: (offer) => ({
         instanceId,
         marketLabel,
@@ -79,6 +80,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
         autoDestroy: plan.autoDestroy,
         modelApiKey,
         endpoint: replicaOf?.endpoint ?? null,
+        priceCap: template?.config?.maxPrice ?? null,
         ...limits,
       }),
     });
@@ -87,6 +89,22 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
     return { instanceId, templateName: template?.name ?? "", message: messageOf(instanceId, template, market), modelApiKey };
   } finally {
     ctx.inFlight.delete(instanceId);
+  }
+}
+
+/**
+ * Whether any rentable offer fits the template within its own max_price (one offer search): an
+ * endpoint's launch found nothing under its budget, and this tells a budget that holds it back
+ * from a market where nothing fits at all.
+ */
+export async function anyOfferFits(ctx: GpuContext, templateName: string, customConfig: JsonObject): Promise<boolean> {
+  const template = templateOf(templateName);
+  const plan = launchPlanOf(template, parseCustomConfig(customConfig, template !== undefined), undefined);
+  try {
+    return offerCandidates(await offersFor(ctx, template, undefined, plan.diskGb), template, undefined, plan.diskGb).length > 0;
+  } catch (err) {
+    if (err instanceof NotFoundError) return false;
+    throw err;
   }
 }
 

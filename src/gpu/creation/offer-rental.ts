@@ -1,4 +1,5 @@
-import { DomainError, OutcomeUnknownError, ResourceExhaustedError, UnavailableError } from "../../errors.js";
+import { DomainError, messageOf, OutcomeUnknownError, ResourceExhaustedError, UnavailableError } from "../../errors.js";
+import type { Knex } from "knex";
 import { failCreation } from "./creation-log.js";
 import { reserveOffer } from "./fleet-reservation.js";
 import { elapsedSince, type GpuContext } from "../gpu-context.js";
@@ -14,6 +15,17 @@ import { isOfferTaken, MAX_OFFERS_TRIED } from "./offer-choice.js";
 // marketplace left unknown: its record stays creating, so that the reconciler adopts the machine
 // if one shows up under its label, and fails the record if none does within the creation grace.
 
+/**
+ * What a control round's creation must still hold at its two steps (SPEC.md section 2, "Control
+ * loops survive their database"); each throws when it does not, and nothing is rented.
+ */
+export interface CreationFence {
+  /** In the transaction that writes the record: the replica may still be written (its row was not removed). */
+  claimRecord(trx: Knex.Transaction): Promise<void>;
+  /** Before each marketplace create: this process may still spend (it still leads). */
+  beforeRent(): Promise<void>;
+}
+
 export interface RentalRequest {
   instanceId: string;
   plan: LaunchPlan;
@@ -27,6 +39,8 @@ export interface RentalRequest {
   actor: string;
   /** The creating record for an offer. */
   newRecord(offer: OfferFacts): NewInstance;
+  /** A control round's conditions on writing the record and on renting (creation.ts). */
+  fence?: CreationFence;
 }
 
 export interface Rental {
@@ -39,6 +53,12 @@ export async function rentOffer(ctx: GpuContext, request: RentalRequest): Promis
   let record: InstanceRecord | undefined;
   for (let tried = 1; ; tried++) {
     record = await reserve(ctx, request, candidates, record);
+    try {
+      await request.fence?.beforeRent();
+    } catch (err) {
+      await failCreation(ctx, request.actor, record, messageOf(err), request.started);
+      throw err;
+    }
     try {
       return { record, market: await rent(ctx, record, request.plan) };
     } catch (err) {
@@ -75,10 +95,11 @@ async function reserve(
       instanceId: request.instanceId,
       candidates,
       fleetCap: ctx.maxFleetDph,
-      write: (offer, trx) =>
-        current
-          ? ctx.instances.retarget(current.instanceId, offer, onMachine(request.plan, offer.gpuInfo.numGpus).startCommand, trx)
-          : ctx.instances.insertCreating(request.newRecord(offer), trx),
+      write: async (offer, trx) => {
+        if (current) return ctx.instances.retarget(current.instanceId, offer, onMachine(request.plan, offer.gpuInfo.numGpus).startCommand, trx);
+        await request.fence?.claimRecord(trx);
+        return ctx.instances.insertCreating(request.newRecord(offer), trx);
+      },
     });
   } catch (err) {
     if (current) await failCreation(ctx, request.actor, current, (err as Error).message, request.started);

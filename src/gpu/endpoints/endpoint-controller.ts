@@ -1,27 +1,26 @@
 import { ACTOR_SYSTEM } from "../../actor.js";
 import type { EndpointConfig } from "../../config.js";
-import { messageOf, NotFoundError } from "../../errors.js";
-import { createInstance } from "../creation/creation.js";
-import { findTemplate } from "../creation/templates.js";
 import type { GpuContext } from "../gpu-context.js";
 import { destroyRecord } from "../lifecycle/destroy.js";
-import type { InstanceRecord } from "../store/instance-store.js";
-import { roundMoney } from "../money/cost.js";
 import { isTerminal } from "../store/status.js";
 import type { EndpointEventStore, EventKind } from "./endpoint-events.js";
 import { planEndpoint, type Action, type PlanSettings } from "./endpoint-plan.js";
 import type { EndpointRecord, EndpointStore } from "./endpoint-store.js";
 import { probeReplicas } from "./replica-probes.js";
 import { replicaFactsOf } from "./replica-facts.js";
+import { launchFailed, launchReplica } from "./replica-launch.js";
 import type { ReadinessProbe } from "./readiness-probe.js";
-import type { ReplicaFacts } from "./replica-state.js";
+import { billedCost, type ReplicaFacts } from "./replica-state.js";
 
 // The endpoint controller: probes (replica-probes.ts) and decisions (the plan, endpoint-plan.ts,
 // carried out here). Both run on the sync leader only, each on its own timer (endpoint-loop.ts),
-// so that a launch waiting minutes for the marketplace never delays a probe. Every
-// launch writes its replica row before the creation writes its record and label before the
-// marketplace call, so a crash or a leader change at any point leaves a row that the next round
-// counts (no duplicate) and a labelled machine the reconciler adopts or destroys (no orphan).
+// so that a launch waiting minutes for the marketplace never delays a probe; each endpoint's
+// round runs on its own, so that one endpoint's slow rental never delays another's replacement,
+// drain or delete. Every action that spends or destroys first confirms that this process still
+// leads; a process that lost the lead mid-round does nothing more. Every launch writes its
+// replica row before the creation writes its record and label before the marketplace call
+// (replica-launch.ts), so a crash or a leader change at any point leaves a row that the next
+// round counts (no duplicate) and a labelled machine the reconciler adopts or destroys (no orphan).
 
 export interface EndpointControllerDeps {
   ctx: GpuContext;
@@ -29,21 +28,23 @@ export interface EndpointControllerDeps {
   events: EndpointEventStore;
   probe: ReadinessProbe;
   settings: EndpointConfig & Pick<PlanSettings, "missingGraceMs">;
+  /** The sync leadership, asked before every action that spends or destroys; absent: this process always leads. */
+  leader?: { confirm(): Promise<boolean> };
 }
 
 export interface EndpointController {
   /** Probes every replica of every endpoint not deleted, at once. */
   probeOnce(): Promise<void>;
-  /** One round of decisions over every endpoint not deleted. */
+  /** Starts a round of decisions for every endpoint not deleted whose last round has ended; resolves once every round has ended. */
   decideOnce(): Promise<void>;
+  /** Resolves once the rounds under way have ended. */
+  settle(): Promise<void>;
 }
 
-/** Launch failures back off from 10 s, doubling, to 10 min (SPEC.md: nothing loops faster). */
-export const LAUNCH_BACKOFF_MS = { first: 10_000, max: 600_000 } as const;
+export { launchBackoffMs, LAUNCH_BACKOFF_MS } from "./replica-launch.js";
 
-export function launchBackoffMs(failures: number): number {
-  return Math.min(LAUNCH_BACKOFF_MS.first * 2 ** Math.max(0, failures - 1), LAUNCH_BACKOFF_MS.max);
-}
+/** Actions that spend or destroy: each first confirms the lead. */
+const SPENDS_OR_DESTROYS = new Set<Action["kind"]>(["finish", "remove", "retire", "drained", "scale_in", "launch"]);
 
 /** What one round of decisions has done so far: the spend it counts launches against, and whether launches may go on. */
 interface Round {
@@ -60,16 +61,20 @@ interface Round {
 function newRound(facts: readonly ReplicaFacts[]): Round {
   const byId = new Map(facts.map((f) => [f.row.instanceId, f]));
   const costOf = (id: string) => {
-    const record = byId.get(id)?.record;
-    return record && !isTerminal(record.status) ? record.costPerHour : 0;
+    const f = byId.get(id);
+    return f ? billedCost(f) : 0;
   };
-  return { byId, costOf, spend: facts.reduce((sum, f) => sum + costOf(f.row.instanceId), 0), blocked: false, launched: false, held: undefined };
+  return { byId, costOf, spend: facts.reduce((sum, f) => sum + billedCost(f), 0), blocked: false, launched: false, held: undefined };
 }
 
-type LaunchOutcome = { kind: "launched"; costPerHour: number } | { kind: "held"; detail: string } | { kind: "failed" };
+/** The round stops here: this process lost the lead. */
+class LeadLost extends Error {}
 
 export function createEndpointController(deps: EndpointControllerDeps): EndpointController {
   const { ctx, endpoints, events, settings } = deps;
+  const running = new Map<string, Promise<void>>();
+  const confirmLead = async () => !deps.leader || (await deps.leader.confirm());
+  const launchDeps = { ctx, endpoints, events, confirmLead };
 
   const note = (endpoint: EndpointRecord, kind: EventKind, detail: string, instanceId?: string) =>
     events.append({ endpointId: endpoint.id, kind, detail, instanceId: instanceId ?? null });
@@ -80,10 +85,21 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
     await execute(endpoint, facts, planEndpoint(endpoint, facts, new Date(), settings));
   }
 
-  /** Destroys a replica's machine (unless it is over already) and drops the replica. */
-  async function destroyReplica(record: InstanceRecord | null, instanceId: string): Promise<void> {
+  /**
+   * Destroys a replica's machine (unless it is over already) and drops the replica, then writes
+   * its event. The decision is written down first: a destroy the marketplace confirms only later
+   * (the sync loop retries it) is finished by a later round with this same event.
+   */
+  async function destroyReplica(endpoint: EndpointRecord, facts: ReplicaFacts | undefined, instanceId: string, kind: EventKind, detail: string): Promise<void> {
+    await endpoints.markDestroying(instanceId, { kind, detail });
+    await finish(endpoint, facts, instanceId, { kind, detail });
+  }
+
+  async function finish(endpoint: EndpointRecord, facts: ReplicaFacts | undefined, instanceId: string, event: { kind: EventKind; detail: string } | null) {
+    const record = facts?.record ?? null;
     if (record && !isTerminal(record.status)) await destroyRecord(ctx, ACTOR_SYSTEM, record, "destroy_instance");
     await endpoints.removeReplica(instanceId);
+    if (event) await note(endpoint, event.kind, event.detail, instanceId);
   }
 
   /** Carries a round's actions out, in order. */
@@ -91,8 +107,13 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
     const round = newRound(facts);
     for (const action of actions) {
       try {
+        if (SPENDS_OR_DESTROYS.has(action.kind) && !(await confirmLead())) throw new LeadLost();
         await apply(endpoint, round, action);
       } catch (err) {
+        if (err instanceof LeadLost) {
+          ctx.logger.warn({ endpoint: endpoint.name, action: action.kind }, "endpoint round stopped: this process no longer leads");
+          return;
+        }
         ctx.logger.warn({ err, endpoint: endpoint.name, action: action.kind }, "endpoint action failed; retrying next round");
         // A destroy the marketplace did not confirm stops this round's launches: money first.
         round.blocked = true;
@@ -109,18 +130,18 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
   }
 
   async function apply(endpoint: EndpointRecord, round: Round, action: Action): Promise<void> {
-    const replica = (id: string) => round.byId.get(id)?.record ?? null;
-    const scaleText = `scale down to ${endpoint.replicas}`;
+    if (action.kind === "launch") return launch(endpoint, round, action.makeRoom);
+    if (action.kind === "hold_budget") {
+      round.held = action.detail;
+      round.blocked = true;
+      return;
+    }
+    const facts = round.byId.get(action.instanceId);
     switch (action.kind) {
-      case "remove": {
-        const record = replica(action.instanceId);
-        await destroyReplica(record, action.instanceId);
-        round.spend -= round.costOf(action.instanceId);
-        if (record?.status === "failed") return launchFailed(endpoint, `${action.instanceId}: ${action.reason}`, action.instanceId);
-        await note(endpoint, "ended", `${action.instanceId} ended: ${action.reason}`, action.instanceId);
-        if (action.neverReady) await launchFailed(endpoint, `${action.instanceId} ended before it was ready`, action.instanceId);
-        return;
-      }
+      case "finish":
+        return finish(endpoint, facts, action.instanceId, facts?.row.destroyEvent ?? null);
+      case "remove":
+        return remove(endpoint, round, facts, action);
       case "condemn":
         await endpoints.condemn(action.instanceId);
         return note(endpoint, "unhealthy", `${action.instanceId} is replaced: ${action.reason}`, action.instanceId);
@@ -128,78 +149,60 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
         return retire(endpoint, round, action.instanceId, action.reason);
       case "drain":
         await endpoints.markDraining(action.instanceId);
-        return note(endpoint, "scaled", `${action.instanceId} drains for ${settings.drainMs / 1000} s (${scaleText})`, action.instanceId);
+        return note(endpoint, "scaled", `${action.instanceId} drains for ${settings.drainMs / 1000} s (${action.reason})`, action.instanceId);
+      case "undrain":
+        await endpoints.undrain(action.instanceId);
+        return note(endpoint, "scaled", `${action.instanceId} taken back from draining (scale up to ${endpoint.replicas})`, action.instanceId);
       case "drained":
-        await destroyReplica(replica(action.instanceId), action.instanceId);
-        return note(endpoint, "drained", `${action.instanceId} drained and destroyed`, action.instanceId);
+        return destroyReplica(endpoint, facts, action.instanceId, "drained", `${action.instanceId} drained and destroyed`);
       case "scale_in":
-        await destroyReplica(replica(action.instanceId), action.instanceId);
-        return note(endpoint, "scaled", `${action.instanceId} destroyed before it was ready (${scaleText})`, action.instanceId);
-      case "launch": {
-        if (round.blocked || round.held || (endpoint.nextLaunchAt && endpoint.nextLaunchAt.getTime() > Date.now())) return;
-        const outcome = await launch(endpoint, endpoint.maxCostPerHour - round.spend);
-        if (outcome.kind === "launched") {
-          round.spend += outcome.costPerHour;
-          round.launched = true;
-        } else if (outcome.kind === "failed") {
-          round.blocked = true;
-        } else if (action.makeRoom) {
-          // No surge fits the budget: the condemned one goes first, its replacement next round.
-          await retire(endpoint, round, action.makeRoom, "no room in the budget for a replacement beside it");
-          round.blocked = true;
-        } else {
-          round.held = outcome.detail;
-        }
-      }
+        round.spend -= round.costOf(action.instanceId);
+        return destroyReplica(endpoint, facts, action.instanceId, "scaled", `${action.instanceId} destroyed before it was ready (${action.reason})`);
+    }
+  }
+
+  /** A machine that ended by itself: what remains of it is destroyed and the replica dropped. */
+  async function remove(endpoint: EndpointRecord, round: Round, facts: ReplicaFacts | undefined, action: Extract<Action, { kind: "remove" }>) {
+    const { instanceId, reason } = action;
+    const record = facts?.record ?? null;
+    // A launch whose record never came is given up only if its record is not being written now.
+    if (record === null && !(await endpoints.removeUnclaimed(instanceId))) return;
+    round.spend -= round.costOf(instanceId);
+    if (record?.status === "failed") {
+      // Nothing to destroy: a failed creation's machine is the creation's to release.
+      await endpoints.removeReplica(instanceId);
+      return launchFailed(launchDeps, endpoint, `${instanceId}: ${reason}`, instanceId);
+    }
+    await destroyReplica(endpoint, facts, instanceId, "ended", `${instanceId} ended: ${reason}`);
+    if (action.neverReady) await launchFailed(launchDeps, endpoint, `${instanceId} ended before it was ready`, instanceId);
+  }
+
+  async function launch(endpoint: EndpointRecord, round: Round, makeRoom: string | undefined): Promise<void> {
+    if (round.blocked || round.held || (endpoint.nextLaunchAt && endpoint.nextLaunchAt.getTime() > Date.now())) return;
+    // A change made since the round began (a PATCH, a DELETE) is seen before anything is rented.
+    const current = await endpoints.get(endpoint.id);
+    if (!current || changedSince(endpoint, current)) {
+      round.blocked = true;
+      return;
+    }
+    const outcome = await launchReplica(launchDeps, endpoint, endpoint.maxCostPerHour - round.spend);
+    if (outcome.kind === "launched") {
+      round.spend += outcome.costPerHour;
+      round.launched = true;
+    } else if (outcome.kind === "failed") {
+      round.blocked = true;
+    } else if (makeRoom) {
+      // No surge fits the budget: the condemned one goes first, its replacement next round.
+      await retire(endpoint, round, makeRoom, "no room in the budget for a replacement beside it");
+      round.blocked = true;
+    } else {
+      round.held = outcome.detail;
     }
   }
 
   async function retire(endpoint: EndpointRecord, round: Round, instanceId: string, reason: string): Promise<void> {
-    await destroyReplica(round.byId.get(instanceId)?.record ?? null, instanceId);
     round.spend -= round.costOf(instanceId);
-    await note(endpoint, "replaced", `${instanceId} destroyed: ${reason}`, instanceId);
-  }
-
-  async function launch(endpoint: EndpointRecord, priceCap: number): Promise<LaunchOutcome> {
-    const template = findTemplate(endpoint.templateName);
-    const templateMax = template?.config?.maxPrice ?? 0;
-    const budgetText = `$${roundMoney(priceCap)}/h left of its $${endpoint.maxCostPerHour}/h budget`;
-    if (priceCap <= 0) return { kind: "held", detail: `one replica held back: ${budgetText}` };
-    const instanceId = await ctx.instances.nextInstanceId();
-    // The intent first: should this process die from here on, the next round finds the row.
-    await endpoints.insertReplica(endpoint.id, instanceId);
-    try {
-      await createInstance(ctx, {
-        templateName: endpoint.templateName,
-        customConfig: endpoint.customConfig,
-        actor: ACTOR_SYSTEM,
-        replicaOf: { instanceId, endpoint: endpoint.name, priceCap },
-      });
-    } catch (err) {
-      const record = await ctx.instances.get(instanceId);
-      // Outcome unknown: the record stays creating and the reconciler adopts or fails it; the row stays with it.
-      if (record === null) await endpoints.forgetReplica(instanceId);
-      else if (record.status !== "creating") await endpoints.removeReplica(instanceId);
-      if (err instanceof NotFoundError && priceCap < templateMax && record === null) {
-        return { kind: "held", detail: `one replica held back: no offer fits the ${budgetText}` };
-      }
-      await launchFailed(endpoint, `launch of ${instanceId} failed: ${failureText(err)}`, instanceId);
-      return { kind: "failed" };
-    }
-    const record = await ctx.instances.get(instanceId);
-    const costPerHour = record?.costPerHour ?? 0;
-    const machine = record ? `${record.gpuInfo.numGpus}x ${record.gpuInfo.gpuName} at $${costPerHour}/h` : "a machine";
-    await note(endpoint, "launched", `${instanceId} launched on ${machine}`, instanceId);
-    return { kind: "launched", costPerHour };
-  }
-
-  async function launchFailed(endpoint: EndpointRecord, detail: string, instanceId?: string): Promise<void> {
-    const failures = endpoint.launchFailures + 1;
-    const delay = launchBackoffMs(failures);
-    const nextLaunchAt = new Date(Date.now() + delay);
-    await endpoints.setControl(endpoint.id, { launchFailures: failures, nextLaunchAt });
-    Object.assign(endpoint, { launchFailures: failures, nextLaunchAt });
-    await note(endpoint, "launch_failed", `${detail}; next launch in ${delay / 1000} s`, instanceId);
+    await destroyReplica(endpoint, round.byId.get(instanceId), instanceId, "replaced", `${instanceId} destroyed: ${reason}`);
   }
 
   /** Deleting: every machine destroyed, then the endpoint is deleted. */
@@ -207,16 +210,19 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
     const facts = await replicaFactsOf(deps, endpoint);
     let pending = 0;
     const now = Date.now();
-    for (const { row, record } of facts) {
+    for (const f of facts) {
+      const { row, record } = f;
       // A creation still under way (here, or on a leader that just lost its lock) is waited for:
       // destroying only once it has a machine or has failed leaves no machine behind.
       const launching = record === null ? now - row.createdAt.getTime() < settings.missingGraceMs : record.status === "creating" && record.marketInstanceId === null;
-      if (launching) {
+      if (launching || (record === null && !(await endpoints.removeUnclaimed(row.instanceId)))) {
         pending++;
         continue;
       }
       try {
-        await destroyReplica(record, row.instanceId);
+        if (!(await confirmLead())) return;
+        if (record && !isTerminal(record.status)) await destroyRecord(ctx, ACTOR_SYSTEM, record, "destroy_instance");
+        await endpoints.removeReplica(row.instanceId);
       } catch (err) {
         pending++;
         ctx.logger.warn({ err, endpoint: endpoint.name, instance_id: row.instanceId }, "endpoint machine not destroyed yet; retrying next round");
@@ -225,6 +231,17 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
     if (pending === 0 && (await endpoints.markDeleted(endpoint.id))) {
       await note(endpoint, "deleted", `deleted: ${facts.length} machine(s) destroyed`);
     }
+  }
+
+  /** One round for the endpoint unless its last one is still under way. */
+  function startRound(endpoint: EndpointRecord): Promise<void> {
+    const under = running.get(endpoint.id);
+    if (under) return under;
+    const round = decide(endpoint)
+      .catch((err: unknown) => ctx.logger.warn({ err, endpoint: endpoint.name }, "endpoint round failed; retrying next round"))
+      .finally(() => running.delete(endpoint.id));
+    running.set(endpoint.id, round);
+    return round;
   }
 
   return {
@@ -239,15 +256,15 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
       );
     },
     async decideOnce() {
-      for (const endpoint of await endpoints.listLive()) {
-        await decide(endpoint).catch((err: unknown) => ctx.logger.warn({ err, endpoint: endpoint.name }, "endpoint round failed; retrying next round"));
-      }
+      await Promise.all((await endpoints.listLive()).map(startRound));
+    },
+    async settle() {
+      await Promise.all(running.values());
     },
   };
 }
 
-/** An error's message, with its cause's (a marketplace's own words) when it wraps one. */
-function failureText(err: unknown): string {
-  const cause = err instanceof Error ? err.cause : undefined;
-  return cause instanceof Error ? `${messageOf(err)} (${cause.message})` : messageOf(err);
+/** Whether what the caller sets (target, budget, phase) changed since the round read it. */
+function changedSince(before: EndpointRecord, now: EndpointRecord): boolean {
+  return now.phase !== before.phase || now.replicas !== before.replicas || now.maxCostPerHour !== before.maxCostPerHour;
 }

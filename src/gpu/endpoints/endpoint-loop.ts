@@ -7,8 +7,8 @@ import type { EndpointController } from "./endpoint-controller.js";
 // interval: one for the readiness probes, one for the decisions, so that a launch that waits for
 // the marketplace (vast.ai may take a minute to rent) never holds a probe back and a failing
 // replica still leaves routing at its first failed probe. Both run only on the process that holds
-// the sync leadership (the sync loop's lock: one controller across service processes). The rounds
-// of one timer never overlap.
+// the sync leadership (the sync loop's lock: one controller across service processes). Probe
+// rounds never overlap; decision rounds never overlap for one endpoint.
 
 export interface EndpointLoop {
   start(): void;
@@ -30,7 +30,11 @@ export function createEndpointLoop(options: EndpointLoopOptions): EndpointLoop {
   const leading = async () => !leader || (await leader.hold());
   const every = (what: string, task: () => Promise<unknown>) => createRepeatingTask({ ...options, what }, task);
   const probes = every("endpoint probes", async () => (await leading()) && controller.probeOnce());
-  const decisions = every("endpoint controller round", async () => (await leading()) && controller.decideOnce());
+  // Each tick starts a round for every endpoint whose last one has ended, without waiting for the
+  // rounds to end: one endpoint's slow rental never holds another's next round.
+  const decisions = every("endpoint controller round", async () => {
+    if (await leading()) void controller.decideOnce();
+  });
   return {
     start() {
       void probes.start();
@@ -38,10 +42,11 @@ export function createEndpointLoop(options: EndpointLoopOptions): EndpointLoop {
     },
     async stop() {
       await Promise.all([probes.stop(), decisions.stop()]);
+      await controller.settle();
     },
     async runOnce() {
       await probes.runOnce();
-      await decisions.runOnce();
+      if (await leading()) await controller.decideOnce();
     },
   };
 }

@@ -1,18 +1,24 @@
 import type { EndpointRecord } from "./endpoint-store.js";
-import { endedReason, isMachineUp, replicaState, type ReplicaFacts } from "./replica-state.js";
+import { billedCost, endedReason, replicaState, type ReplicaFacts } from "./replica-state.js";
 
 // The controller's decisions (SPEC.md section 2, "Endpoints"), as one pure function from the
 // stored endpoint and what was observed of its replicas to the actions of one round. The loop
 // around it (endpoint-controller.ts) does the I/O. The rules:
-// - a replica whose machine ended is removed (and replaced by the launches below);
+// - a replica the controller already decided to destroy is finished (destroyed, its event
+//   written), whoever confirmed the destroy; it bills until then;
+// - a replica whose machine ended by itself is removed (and replaced by the launches below);
 // - a replica failing its probes for unhealthyMs, or never ready within startTimeoutMs, is
 //   condemned: no longer counted as serving, destroyed once the others are enough (surge first),
 //   or at once when no launch fits beside it (the old one goes first);
 // - healthy replicas are never touched because another failed;
-// - surplus replicas (scale down) that are not ready are destroyed at once, ready ones drain for
+// - spend over the budget (it was lowered) sheds replicas, the condemned first, then the
+//   costliest, each draining if it may hold a request; nothing launches meanwhile;
+// - surplus replicas (scale down) go those not serving yet first, then the unhealthy, then the
+//   ready; one whose creation still waits for the marketplace is waited for, never swapped for
+//   a ready one; every replica that may still hold a request (it was ever ready) drains for
 //   drainMs first;
-// - launches fill the gap, never past replicas + 1 machines; the executor checks the budget
-//   against the prices actually rented.
+// - a gap is filled by taking draining replicas back first, then by launches, never past
+//   replicas + 1 machines; the executor checks the budget against the prices actually rented.
 
 export interface PlanSettings {
   unhealthyMs: number;
@@ -23,19 +29,25 @@ export interface PlanSettings {
 }
 
 export type Action =
+  /** The controller decided to destroy it earlier: destroy what is left and write the decision's event. */
+  | { kind: "finish"; instanceId: string }
   /** The machine is over: destroy what remains of it (an exited machine still bills its disk) and drop the replica. */
   | { kind: "remove"; instanceId: string; reason: string; neverReady: boolean }
   /** Judged for replacement now (the unhealthy event). */
   | { kind: "condemn"; instanceId: string; reason: string }
   /** A condemned replica is destroyed: its replacement is ready, or it must make room. */
   | { kind: "retire"; instanceId: string; reason: string }
-  /** Scale down: a ready replica stops getting requests; destroyed after drainMs. */
-  | { kind: "drain"; instanceId: string }
+  /** A replica that may hold requests stops getting new ones; destroyed after drainMs. */
+  | { kind: "drain"; instanceId: string; reason: string }
   | { kind: "drained"; instanceId: string }
-  /** Scale down: a replica not ready yet is destroyed at once. */
-  | { kind: "scale_in"; instanceId: string }
+  /** Scaling back up: a draining replica serves again instead of a new launch. */
+  | { kind: "undrain"; instanceId: string }
+  /** A replica that never served is destroyed at once. */
+  | { kind: "scale_in"; instanceId: string; reason: string }
   /** One more replica; `makeRoom` is a condemned replica to retire instead when no launch fits beside it. */
-  | { kind: "launch"; makeRoom?: string };
+  | { kind: "launch"; makeRoom?: string }
+  /** The budget holds the endpoint back (it was lowered below what runs). */
+  | { kind: "hold_budget"; detail: string };
 
 /** Order in which surplus replicas go: those not serving yet first, the newest first. */
 const SCALE_IN_ORDER = { provisioning: 0, starting: 1, unhealthy: 2, ready: 3, draining: 4 } as const;
@@ -43,18 +55,29 @@ const SCALE_IN_ORDER = { provisioning: 0, starting: 1, unhealthy: 2, ready: 3, d
 export function planEndpoint(endpoint: EndpointRecord, replicas: readonly ReplicaFacts[], now: Date, settings: PlanSettings): Action[] {
   const actions: Action[] = [];
   const live: ReplicaFacts[] = [];
+  const leaving: ReplicaFacts[] = [];
   for (const facts of replicas) {
     const ended = endedReason(facts, now, settings.missingGraceMs);
-    if (ended) actions.push({ kind: "remove", instanceId: facts.row.instanceId, reason: ended, neverReady: facts.row.readySince === null });
-    else live.push(facts);
+    if (facts.row.destroyingAt !== null) {
+      actions.push({ kind: "finish", instanceId: facts.row.instanceId });
+      leaving.push(facts);
+    } else if (ended) {
+      actions.push({ kind: "remove", instanceId: facts.row.instanceId, reason: ended, neverReady: facts.row.readySince === null });
+    } else {
+      live.push(facts);
+    }
   }
   const serving: ReplicaFacts[] = [];
   const condemned: ReplicaFacts[] = [];
+  const draining: ReplicaFacts[] = [];
   for (const facts of live) {
     const { row } = facts;
     if (row.draining) {
       if (row.drainingSince && now.getTime() - row.drainingSince.getTime() >= settings.drainMs) {
         actions.push({ kind: "drained", instanceId: row.instanceId });
+        leaving.push(facts);
+      } else {
+        draining.push(facts);
       }
       continue;
     }
@@ -70,8 +93,11 @@ export function planEndpoint(endpoint: EndpointRecord, replicas: readonly Replic
       serving.push(facts);
     }
   }
-  actions.push(...scaleIn(serving, endpoint.replicas));
 
+  const overBudget = shedOverBudget(endpoint, [...serving, ...condemned, ...draining], serving, condemned, draining);
+  if (overBudget.length > 0) return [...actions, ...overBudget];
+
+  actions.push(...scaleIn(serving, endpoint.replicas));
   const ready = serving.filter((f) => replicaState(f) === "ready").length;
   const retirable = condemned.filter((f) => canDestroy(f));
   if (ready >= endpoint.replicas) {
@@ -79,8 +105,18 @@ export function planEndpoint(endpoint: EndpointRecord, replicas: readonly Replic
     for (const f of retirable) actions.push({ kind: "retire", instanceId: f.row.instanceId, reason: "its replacement is ready" });
     return actions;
   }
-  let machines = live.length;
-  const deficit = endpoint.replicas - serving.length;
+  let deficit = endpoint.replicas - serving.length;
+  // Draining replicas were ready moments ago and hold their model: take them back before renting,
+  // as far as the budget lets them stay (a replica shed for the budget keeps draining).
+  let room = endpoint.maxCostPerHour - [...serving, ...condemned].reduce((sum, f) => sum + billedCost(f), 0);
+  for (const f of newestFirst(draining)) {
+    if (deficit <= 0) break;
+    if (billedCost(f) > room + 1e-9) continue;
+    actions.push({ kind: "undrain", instanceId: f.row.instanceId });
+    room -= billedCost(f);
+    deficit--;
+  }
+  let machines = live.length + leaving.length;
   for (let i = 0; i < deficit; i++) {
     if (machines + 1 > endpoint.replicas + 1) {
       // No room for a surge: the old one goes first.
@@ -93,6 +129,36 @@ export function planEndpoint(endpoint: EndpointRecord, replicas: readonly Replic
     machines++;
   }
   return actions;
+}
+
+/**
+ * A budget lowered below what runs: the replicas that bill past it go, the condemned first, then
+ * the costliest serving ones; draining ones are going already. Empty when within the budget.
+ */
+function shedOverBudget(
+  endpoint: EndpointRecord,
+  staying: readonly ReplicaFacts[],
+  serving: readonly ReplicaFacts[],
+  condemned: readonly ReplicaFacts[],
+  draining: readonly ReplicaFacts[],
+): Action[] {
+  const budget = endpoint.maxCostPerHour;
+  const total = staying.reduce((sum, f) => sum + billedCost(f), 0);
+  let spend = total - draining.reduce((sum, f) => sum + billedCost(f), 0);
+  if (spend <= budget + 1e-9) return [];
+  const shed: Action[] = [];
+  const reason = `over its budget of $${budget}/h`;
+  const costliest = [...serving].sort((a, b) => billedCost(b) - billedCost(a));
+  for (const f of [...condemned, ...costliest]) {
+    if (spend <= budget + 1e-9) break;
+    if (!canDestroy(f) || billedCost(f) === 0) continue;
+    spend -= billedCost(f);
+    const { instanceId } = f.row;
+    if (f.row.condemnedAt !== null) shed.push({ kind: "retire", instanceId, reason });
+    else shed.push(f.row.readySince !== null ? { kind: "drain", instanceId, reason } : { kind: "scale_in", instanceId, reason });
+  }
+  const detail = `its machines cost $${round(total)}/h, over its budget of $${budget}/h: ${shed.length} replica(s) shed`;
+  return [...shed, { kind: "hold_budget", detail }];
 }
 
 function condemnReason({ row, record }: ReplicaFacts, now: Date, settings: PlanSettings): string | undefined {
@@ -111,9 +177,17 @@ function seconds(ms: number): number {
   return Math.round(ms / 100) / 10;
 }
 
+function round(dollars: number): number {
+  return Math.round(dollars * 10_000) / 10_000;
+}
+
 /** A replica whose creation is still waiting for the marketplace's answer cannot be destroyed yet. */
 function canDestroy({ record }: ReplicaFacts): boolean {
   return record === null || record.marketInstanceId !== null || record.status !== "creating";
+}
+
+function newestFirst(replicas: readonly ReplicaFacts[]): ReplicaFacts[] {
+  return [...replicas].sort((a, b) => b.row.createdAt.getTime() - a.row.createdAt.getTime());
 }
 
 function scaleIn(serving: readonly ReplicaFacts[], replicas: number): Action[] {
@@ -122,8 +196,11 @@ function scaleIn(serving: readonly ReplicaFacts[], replicas: number): Action[] {
   const order = [...serving].sort(
     (a, b) => SCALE_IN_ORDER[replicaState(a)] - SCALE_IN_ORDER[replicaState(b)] || b.row.createdAt.getTime() - a.row.createdAt.getTime(),
   );
+  const reason = `scale down to ${replicas}`;
+  // The chosen ones whose creation still waits for the marketplace go once it answers; a ready
+  // replica is never drained in their place.
   return order
-    .filter(canDestroy)
     .slice(0, surplus)
-    .map((f): Action => (replicaState(f) === "ready" && isMachineUp(f.record) ? { kind: "drain", instanceId: f.row.instanceId } : { kind: "scale_in", instanceId: f.row.instanceId }));
+    .filter(canDestroy)
+    .map((f): Action => (f.row.readySince !== null ? { kind: "drain", instanceId: f.row.instanceId, reason } : { kind: "scale_in", instanceId: f.row.instanceId, reason }));
 }

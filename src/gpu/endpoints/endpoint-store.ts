@@ -1,6 +1,7 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { Knex } from "knex";
 import { ConflictError } from "../../errors.js";
+import type { EventKind } from "./endpoint-events.js";
 
 // Endpoints and their replicas (tables gpu_endpoints, gpu_endpoint_replicas). Rows map to the
 // records below here and nowhere else. Write methods take an optional transaction.
@@ -46,6 +47,11 @@ export interface ReplicaRow {
   failingSince: Date | null;
   drainingSince: Date | null;
   condemnedAt: Date | null;
+  /** Set while its instance record is written: from then on the row is never removed as a launch that never came. */
+  recordClaimedAt: Date | null;
+  /** The controller decided to destroy it; the event to write once the destroy is confirmed. */
+  destroyingAt: Date | null;
+  destroyEvent: { kind: EventKind; detail: string } | null;
   createdAt: Date;
 }
 
@@ -77,6 +83,10 @@ interface ReplicaDbRow {
   failing_since: Date | null;
   draining_since: Date | null;
   condemned_at: Date | null;
+  record_claimed_at: Date | null;
+  destroying_at: Date | null;
+  destroy_event: EventKind | null;
+  destroy_detail: string | null;
   created_at: Date;
 }
 
@@ -109,6 +119,9 @@ function toReplica(row: ReplicaDbRow): ReplicaRow {
     failingSince: row.failing_since,
     drainingSince: row.draining_since,
     condemnedAt: row.condemned_at,
+    recordClaimedAt: row.record_claimed_at,
+    destroyingAt: row.destroying_at,
+    destroyEvent: row.destroy_event ? { kind: row.destroy_event, detail: row.destroy_detail ?? "" } : null,
     createdAt: row.created_at,
   };
 }
@@ -236,6 +249,41 @@ export class EndpointStore {
 
   async markDraining(instanceId: string, trx?: Knex.Transaction): Promise<void> {
     await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId, draining: false }).update({ draining: true, draining_since: this.knex.fn.now() });
+  }
+
+  /** Scaling back up: a draining replica serves again. */
+  async undrain(instanceId: string, trx?: Knex.Transaction): Promise<void> {
+    await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId, draining: true }).whereNull("destroying_at").update({ draining: false, draining_since: null });
+  }
+
+  /** The controller's decision to destroy the replica, with the event that tells it once the destroy is confirmed. */
+  async markDestroying(instanceId: string, event: { kind: EventKind; detail: string }, trx?: Knex.Transaction): Promise<void> {
+    await (trx ?? this.knex)(REPLICAS)
+      .where({ instance_id: instanceId })
+      .whereNull("destroying_at")
+      .update({ destroying_at: this.knex.fn.now(), destroy_event: event.kind, destroy_detail: event.detail });
+  }
+
+  /**
+   * In the transaction that writes the replica's instance record: claims the row for it, or
+   * throws ConflictError when the row was removed meanwhile (a new leader gave the launch up).
+   */
+  async claimRecord(instanceId: string, trx: Knex.Transaction): Promise<void> {
+    const claimed = await trx(REPLICAS).where({ instance_id: instanceId }).whereNull("removed_at").update({ record_claimed_at: this.knex.fn.now() });
+    if (claimed === 0) throw new ConflictError(`The replica '${instanceId}' was given up meanwhile; nothing is rented for it`);
+  }
+
+  /**
+   * Gives up a launch whose record never came; false when its record is being written (claimed),
+   * so that the row and the record stay together.
+   */
+  async removeUnclaimed(instanceId: string, trx?: Knex.Transaction): Promise<boolean> {
+    const removed = await (trx ?? this.knex)(REPLICAS)
+      .where({ instance_id: instanceId })
+      .whereNull("removed_at")
+      .whereNull("record_claimed_at")
+      .update({ removed_at: this.knex.fn.now() });
+    return removed > 0;
   }
 
   async condemn(instanceId: string, trx?: Knex.Transaction): Promise<void> {

@@ -2,11 +2,10 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { EndpointEventSchema, EndpointSchema } from "../../../gen/gpu/v1/gpu_service_pb.js";
 import { roundMoney } from "../money/cost.js";
-import { isTerminal } from "../store/status.js";
 import type { EndpointEventRecord } from "./endpoint-events.js";
 import type { EndpointRecord } from "./endpoint-store.js";
 import { replicaUrl } from "./replica-probes.js";
-import { endpointState, isRoutable, replicaState, type ReplicaFacts } from "./replica-state.js";
+import { billedCost, endpointState, isRoutable, replicaState, type ReplicaFacts } from "./replica-state.js";
 
 // Endpoints and their events as response messages. Absent times stay unset (omitted in REST JSON).
 
@@ -16,15 +15,16 @@ export function endpointUrl(name: string): string {
 }
 
 export function endpointMessage(endpoint: EndpointRecord, replicas: readonly ReplicaFacts[], totalCost: number): MessageInitShape<typeof EndpointSchema> {
-  const billed = (f: ReplicaFacts) => (f.record && !isTerminal(f.record.status) ? f.record.costPerHour : 0);
+  // A deleting endpoint routes nothing: its replicas are being destroyed, ready or not.
+  const routable = endpoint.phase === "active" ? replicas.filter(isRoutable).length : 0;
   return {
     name: endpoint.name,
     templateName: endpoint.templateName,
     replicas: endpoint.replicas,
     maxCostPerHour: endpoint.maxCostPerHour,
     state: endpointState(endpoint, replicas),
-    readyReplicas: replicas.filter(isRoutable).length,
-    costPerHour: roundMoney(replicas.reduce((sum, f) => sum + billed(f), 0)),
+    readyReplicas: routable,
+    costPerHour: roundMoney(replicas.reduce((sum, f) => sum + billedCost(f), 0)),
     totalCost: roundMoney(totalCost),
     url: endpointUrl(endpoint.name),
     createdAt: timestampFromDate(endpoint.createdAt),
@@ -34,7 +34,7 @@ export function endpointMessage(endpoint: EndpointRecord, replicas: readonly Rep
       instanceId: f.row.instanceId,
       state: replicaState(f),
       url: (f.record && replicaUrl(f.record)) ?? "",
-      costPerHour: billed(f),
+      costPerHour: billedCost(f),
       readySince: f.row.readySince ? timestampFromDate(f.row.readySince) : undefined,
       failedProbes: f.row.failedProbes,
     })),

@@ -39,7 +39,7 @@ export async function probeReplicas(
   await Promise.all(
     replicas.map(async ({ row, record }) => {
       if (!record || record.marketInstanceId === null || isTerminal(record.status) || record.status === "exited") return;
-      if (row.draining || row.condemnedAt !== null) return;
+      if (row.draining || row.condemnedAt !== null || row.destroyingAt !== null) return;
       const url = replicaUrl(record);
       // A replica never ready without an address is still provisioning: nothing to count yet.
       if (url === undefined && row.readySince === null) return;
@@ -48,7 +48,10 @@ export async function probeReplicas(
       await deps.endpoints.updateProbe(row.instanceId, fields);
       if (event) {
         await deps.events.append({ endpointId: endpoint.id, kind: event.kind, instanceId: row.instanceId, detail: `${row.instanceId} ${event.detail}` });
-        if (event.kind === "ready" && (!endpoint.everReady || endpoint.launchFailures > 0)) {
+        // Only a newly launched replica's readiness ends the launch backoff; one back in routing
+        // after a blip says nothing about launches.
+        const newlyReady = event.kind === "ready" && row.readySince === null;
+        if (newlyReady && (!endpoint.everReady || endpoint.launchFailures > 0)) {
           await deps.endpoints.setControl(endpoint.id, { everReady: true, launchFailures: 0, nextLaunchAt: null });
         }
       }

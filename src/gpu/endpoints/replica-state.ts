@@ -1,4 +1,5 @@
 import type { InstanceRecord } from "../store/instance-store.js";
+import { isTerminal } from "../store/status.js";
 import type { EndpointRecord, ReplicaRow } from "./endpoint-store.js";
 
 // The states SPEC.md section 2 shows for an endpoint and its replicas, from what is stored:
@@ -24,8 +25,14 @@ export function isMachineUp(record: InstanceRecord | null): record is InstanceRe
   return record !== null && record.marketInstanceId !== null && UP_STATUSES.has(record.status);
 }
 
+/** What the replica's machine bills now, $/h: its rented price until the machine is over. */
+export function billedCost({ record }: ReplicaFacts): number {
+  return record && !isTerminal(record.status) ? record.costPerHour : 0;
+}
+
 export function replicaState({ row, record }: ReplicaFacts): ReplicaState {
-  if (row.draining) return "draining";
+  // Being destroyed takes no new request either.
+  if (row.draining || row.destroyingAt !== null) return "draining";
   if (row.readySince !== null) return row.failedProbes === 0 ? "ready" : "unhealthy";
   return isMachineUp(record) ? "starting" : "provisioning";
 }

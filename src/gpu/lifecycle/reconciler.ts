@@ -4,6 +4,8 @@ import { elapsedSince, type GpuContext } from "../gpu-context.js";
 import type { InstanceRecord } from "../store/instance-store.js";
 import type { MarketInstance } from "../marketplace/port.js";
 import { isTerminal } from "../store/status.js";
+import { roundMoney } from "../money/cost.js";
+import { releaseMachine } from "./machine-release.js";
 
 // Nothing rented is ever forgotten. The reconciler matches the marketplace's instances carrying
 // this deployment's labels (deployment.ts) with the stored records: it adopts the instance of a creation interrupted
@@ -58,6 +60,12 @@ export async function reconcile(ctx: GpuContext, options: ReconcilerOptions, mac
 }
 
 async function adopt(ctx: GpuContext, record: InstanceRecord, market: MarketInstance): Promise<boolean> {
+  // The cap holds for an adopted machine as for one whose creation completed: the price rented.
+  if (record.priceCap !== null && roundMoney(market.dphTotal) > record.priceCap) {
+    const reason = `the adopted machine rents at $${market.dphTotal}/h, above the creation's cap of $${record.priceCap}/h`;
+    await releaseMachine(ctx, ACTOR_SYSTEM, record, market, reason, Date.now());
+    return false;
+  }
   const result = "creating; completed by the reconciler after an interrupted creation";
   return (await completeCreation(ctx, ACTOR_SYSTEM, record, market, result, Date.now())) !== null;
 }

@@ -47,6 +47,8 @@ export interface InstanceRecord {
   modelApiKey: string | null;
   /** The endpoint this instance is a replica of; null for an instance created on its own. */
   endpoint: string | null;
+  /** The most it may be rented at, $/h (the template's max_price, or less for a replica); null: no cap. */
+  priceCap: number | null;
 }
 
 export type NewInstance = Pick<
@@ -64,7 +66,7 @@ export type NewInstance = Pick<
   | "maxCost"
   | "modelApiKey"
 > &
-  Partial<Pick<InstanceRecord, "endpoint">>;
+  Partial<Pick<InstanceRecord, "endpoint" | "priceCap">>;
 
 /** The offer a creating record is about to rent. */
 export type OfferFacts = Pick<InstanceRecord, "offerId" | "gpuInfo" | "costPerHour">;
@@ -105,6 +107,7 @@ interface Row {
   max_cost: number | null;
   model_api_key: string | null;
   endpoint: string | null;
+  price_cap: number | null;
 }
 
 export function gpuInfoJson(info: GpuInfo) {
@@ -139,6 +142,7 @@ export function toRecord(row: Row): InstanceRecord {
     maxCost: row.max_cost,
     modelApiKey: row.model_api_key ?? null,
     endpoint: row.endpoint ?? null,
+    priceCap: row.price_cap ?? null,
   };
 }
 
@@ -201,6 +205,7 @@ export class InstanceStore {
         max_cost: record.maxCost,
         model_api_key: record.modelApiKey,
         endpoint: record.endpoint ?? null,
+        price_cap: record.priceCap ?? null,
       })
       .returning("*");
     return toRecord(row as Row);

@@ -45,6 +45,9 @@ function replica(id: string, kind: Kind): ReplicaFacts {
     failingSince: null,
     drainingSince: null,
     condemnedAt: null,
+    recordClaimedAt: ago(600_000),
+    destroyingAt: null,
+    destroyEvent: null,
     createdAt: ago(600_000),
   };
   let status: StoredStatus = "running_llm";

@@ -1,0 +1,127 @@
+import type { Knex } from "knex";
+import { ACTOR_SYSTEM } from "../../actor.js";
+import { messageOf, NotFoundError, UnavailableError } from "../../errors.js";
+import { anyOfferFits, createInstance } from "../creation/creation.js";
+import { findTemplate } from "../creation/templates.js";
+import type { GpuContext } from "../gpu-context.js";
+import { roundMoney } from "../money/cost.js";
+import type { EndpointEventStore } from "./endpoint-events.js";
+import type { EndpointRecord, EndpointStore } from "./endpoint-store.js";
+
+// One replica's launch (SPEC.md section 2, "Endpoints", Money, and "Control loops survive their
+// database"): the replica row first (the intent), then the creation, fenced twice: its record is
+// written only while the row stands (a new leader may have given the launch up), and the
+// marketplace is asked only while this process still leads. Launches that fail, and launches
+// the budget holds back, back off alike, so that neither loops on the marketplace's offer search.
+
+/** Launch failures back off from 10 s, doubling, to 10 min (SPEC.md: nothing loops faster). */
+export const LAUNCH_BACKOFF_MS = { first: 10_000, max: 600_000 } as const;
+
+export function launchBackoffMs(failures: number): number {
+  return Math.min(LAUNCH_BACKOFF_MS.first * 2 ** Math.max(0, failures - 1), LAUNCH_BACKOFF_MS.max);
+}
+
+export type LaunchOutcome =
+  | { kind: "launched"; costPerHour: number }
+  /** The budget leaves no room: nothing rented, the launch backs off. */
+  | { kind: "held"; detail: string }
+  /** Failed (event launch_failed, backoff), or its outcome is unknown (the reconciler settles it): the round launches no more. */
+  | { kind: "failed" };
+
+export interface LaunchDeps {
+  ctx: GpuContext;
+  endpoints: EndpointStore;
+  events: EndpointEventStore;
+  /** Whether this process still leads; false stops the rental before the marketplace is asked. */
+  confirmLead(): Promise<boolean>;
+}
+
+export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, priceCap: number): Promise<LaunchOutcome> {
+  const { ctx, endpoints } = deps;
+  const budgetText = `$${roundMoney(priceCap)}/h left of its $${endpoint.maxCostPerHour}/h budget`;
+  if (priceCap <= 0) return holdBack(deps, endpoint, `one replica held back: ${budgetText}`);
+  const instanceId = await ctx.instances.nextInstanceId();
+  // The intent first: should this process die from here on, the next round finds the row.
+  await endpoints.insertReplica(endpoint.id, instanceId);
+  const fence = {
+    claimRecord: (trx: Knex.Transaction) => endpoints.claimRecord(instanceId, trx),
+    async beforeRent() {
+      if (!(await deps.confirmLead())) throw new UnavailableError("this process no longer leads the endpoint controller; nothing is rented");
+    },
+  };
+  try {
+    await createInstance(ctx, {
+      templateName: endpoint.templateName,
+      customConfig: endpoint.customConfig,
+      actor: ACTOR_SYSTEM,
+      replicaOf: { instanceId, endpoint: endpoint.name, priceCap, fence },
+    });
+  } catch (err) {
+    return failedLaunch(deps, endpoint, instanceId, err, priceCap, budgetText);
+  }
+  const record = await ctx.instances.get(instanceId);
+  const costPerHour = record?.costPerHour ?? 0;
+  const machine = record ? `${record.gpuInfo.numGpus}x ${record.gpuInfo.gpuName} at $${costPerHour}/h` : "a machine";
+  await note(deps, endpoint, "launched", `${instanceId} launched on ${machine}`, instanceId);
+  return { kind: "launched", costPerHour };
+}
+
+async function failedLaunch(
+  deps: LaunchDeps,
+  endpoint: EndpointRecord,
+  instanceId: string,
+  err: unknown,
+  priceCap: number,
+  budgetText: string,
+): Promise<LaunchOutcome> {
+  const { ctx, endpoints } = deps;
+  const record = await ctx.instances.get(instanceId);
+  if (record?.status === "creating") {
+    // Outcome unknown: the reconciler adopts the machine or fails the record, and the row stays
+    // with it; a failure is counted once, when the plan sees the record failed.
+    ctx.logger.warn({ err, endpoint: endpoint.name, instance_id: instanceId }, "replica launch outcome unknown; the reconciler settles it");
+    return { kind: "failed" };
+  }
+  if (record === null) await endpoints.forgetReplica(instanceId);
+  else await endpoints.removeReplica(instanceId);
+  const templateMax = findTemplate(endpoint.templateName)?.config?.maxPrice ?? 0;
+  if (err instanceof NotFoundError && record === null && priceCap < templateMax) {
+    // Nothing fits what is left of the budget: a hold, unless nothing fits the template at all.
+    if (await anyOfferFits(ctx, endpoint.templateName, endpoint.customConfig)) {
+      return holdBack(deps, endpoint, `one replica held back: no offer fits the ${budgetText}`);
+    }
+  }
+  await launchFailed(deps, endpoint, `launch of ${instanceId} failed: ${failureText(err)}`, instanceId);
+  return { kind: "failed" };
+}
+
+/** A launch failed: an event, and the next launch waits (exponential backoff). */
+export async function launchFailed(deps: Pick<LaunchDeps, "endpoints" | "events">, endpoint: EndpointRecord, detail: string, instanceId?: string): Promise<void> {
+  const delay = await backOff(deps, endpoint);
+  await note(deps, endpoint, "launch_failed", `${detail}; next launch in ${delay / 1000} s`, instanceId);
+}
+
+async function holdBack(deps: LaunchDeps, endpoint: EndpointRecord, detail: string): Promise<LaunchOutcome> {
+  await backOff(deps, endpoint);
+  return { kind: "held", detail };
+}
+
+/** Counts one more launch that did not go through and closes the gate for the backoff; returns the delay. */
+async function backOff(deps: Pick<LaunchDeps, "endpoints">, endpoint: EndpointRecord): Promise<number> {
+  const failures = endpoint.launchFailures + 1;
+  const delay = launchBackoffMs(failures);
+  const nextLaunchAt = new Date(Date.now() + delay);
+  await deps.endpoints.setControl(endpoint.id, { launchFailures: failures, nextLaunchAt });
+  Object.assign(endpoint, { launchFailures: failures, nextLaunchAt });
+  return delay;
+}
+
+function note(deps: Pick<LaunchDeps, "events">, endpoint: EndpointRecord, kind: "launched" | "launch_failed", detail: string, instanceId?: string) {
+  return deps.events.append({ endpointId: endpoint.id, kind, detail, instanceId: instanceId ?? null });
+}
+
+/** An error's message, with its cause's (a marketplace's own words) when it wraps one. */
+function failureText(err: unknown): string {
+  const cause = err instanceof Error ? err.cause : undefined;
+  return cause instanceof Error ? `${messageOf(err)} (${cause.message})` : messageOf(err);
+}
