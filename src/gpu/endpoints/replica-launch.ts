@@ -75,6 +75,11 @@ async function failedLaunch(
   budgetText: string,
 ): Promise<LaunchOutcome> {
   const { ctx, endpoints } = deps;
+  if (!(await deps.confirmLead())) {
+    // The new leader sees the row (and its record, if any) and settles them; nothing more here.
+    ctx.logger.warn({ err, endpoint: endpoint.name, instance_id: instanceId }, "replica launch stopped: this process no longer leads");
+    return { kind: "failed" };
+  }
   const record = await ctx.instances.get(instanceId);
   if (record?.status === "creating") {
     // Outcome unknown: the reconciler adopts the machine or fails the record, and the row stays

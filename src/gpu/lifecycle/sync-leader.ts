@@ -10,14 +10,14 @@ import { createSessionLock, type SessionLock } from "../../db/session-lock.js";
 // its next round, within one interval.
 
 /** pg_try_advisory_lock key of the GPU sync loop ("gpu-sync" in ASCII). */
-const LOCK_KEY = "7526466839954025";
+export const SYNC_LEADER_LOCK_KEY = "7526466839954025";
 
 export type SyncLeader = SessionLock;
 
 export function createSyncLeader(knex: Knex, logger: Logger): SyncLeader {
   return createSessionLock({
     connectionString: databaseUrlOf(knex),
-    key: LOCK_KEY,
+    key: SYNC_LEADER_LOCK_KEY,
     applicationName: "gpu-sync-leader",
     logger,
     messages: {

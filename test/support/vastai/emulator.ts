@@ -51,6 +51,8 @@ export interface VastEmulator {
   answerCreatesAfter(ms: number): void;
   /** Runs when a create request arrives, before it is handled (e.g. to kill the caller meanwhile). */
   onCreate(hook: (() => Promise<void> | void) | undefined): void;
+  /** Runs when an offer search arrives, before it is answered (e.g. to hold it as a slow vast.ai would). */
+  onSearch(hook: (() => Promise<void> | void) | undefined): void;
   /** The next create rents the machine but its container fails to start (OCI runtime error). */
   failNextStart(): void;
   /**
@@ -86,6 +88,7 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     typeof options.minIntervalMs === "object" ? (options.minIntervalMs as Record<string, number | undefined>)[endpoint] ?? 0 : (options.minIntervalMs ?? 0);
   const shown = (i: EmulatedInstance) => Date.now() - i.createdAt >= switches.showLagMs;
   let createHook: (() => Promise<void> | void) | undefined;
+  let searchHook: (() => Promise<void> | void) | undefined;
 
   const isRentable = (ask: VastAsk) => ask.rentable && ![...instances.all.values()].some((i) => i.askId === ask.id);
   const offerView = (ask: VastAsk, storageGb: number) => ({
@@ -147,7 +150,7 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
 
   function routeOf(method: string, path: string): { endpoint: string; handle: Handler } | undefined {
     const id = (pattern: RegExp) => Number(pattern.exec(path)?.[1]);
-    if (method === "POST" && path === "/api/v0/bundles/") return { endpoint: "search", handle: search };
+    if (method === "POST" && path === "/api/v0/bundles/") return { endpoint: "search", handle: async (body) => (await searchHook?.(), search(body)) };
     if (method === "PUT" && /^\/api\/v0\/asks\/\d+\/$/.test(path)) {
       return { endpoint: "ask", handle: (body) => create(id(/asks\/(\d+)/), body) };
     }
@@ -253,6 +256,7 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     delay: (ms) => void (switches.delayMs = ms),
     answerCreatesAfter: (ms) => void (switches.createAnswerMs = ms),
     onCreate: (hook) => void (createHook = hook),
+    onSearch: (hook) => void (searchHook = hook),
     failNextStart: () => void (switches.failStart = true),
     refuseNextCreate: (why) => void (switches.refuseCreate = why),
     addForeignInstance: (label, askId) => instances.foreign(asks.find((a) => (askId === undefined ? isRentable(a) : a.id === askId))!, label).id,
