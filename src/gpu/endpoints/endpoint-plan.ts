@@ -154,7 +154,7 @@ function shedOverBudget(
     if (!canDestroy(f) || billedCost(f) === 0) continue;
     spend -= billedCost(f);
     const { instanceId } = f.row;
-    if (f.row.condemnedAt !== null) shed.push({ kind: "retire", instanceId, reason });
+    if (condemned.includes(f)) shed.push({ kind: "retire", instanceId, reason });
     else shed.push(f.row.readySince !== null ? { kind: "drain", instanceId, reason } : { kind: "scale_in", instanceId, reason });
   }
   const detail = `its machines cost $${round(total)}/h, over its budget of $${budget}/h: ${shed.length} replica(s) shed`;

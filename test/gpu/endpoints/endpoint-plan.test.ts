@@ -32,7 +32,19 @@ function endpoint(fields: Partial<EndpointRecord> = {}): EndpointRecord {
   };
 }
 
-type Kind = "ready" | "starting" | "provisioning" | "failing" | "unhealthy" | "never-ready" | "exited" | "draining" | "drained" | "missing" | "creating";
+type Kind =
+  | "ready"
+  | "starting"
+  | "provisioning"
+  | "failing"
+  | "unhealthy"
+  | "never-ready"
+  | "exited"
+  | "draining"
+  | "drained"
+  | "missing"
+  | "creating"
+  | "destroying";
 
 function replica(id: string, kind: Kind): ReplicaFacts {
   const row: ReplicaRow = {
@@ -87,8 +99,11 @@ function replica(id: string, kind: Kind): ReplicaFacts {
       Object.assign(row, { readySince: ago(300_000), draining: true, drainingSince: ago(31_000) });
       break;
     case "missing":
-      Object.assign(row, { createdAt: ago(61_000) });
+      Object.assign(row, { createdAt: ago(61_000), recordClaimedAt: null });
       return { row, record: null };
+    case "destroying":
+      Object.assign(row, { readySince: ago(300_000), destroyingAt: ago(1000), destroyEvent: { kind: "drained", detail: "b drained and destroyed" } });
+      break;
   }
   return { row, record: { instanceId: id, status, marketInstanceId: marketId, costPerHour: 1 } as InstanceRecord };
 }
@@ -122,6 +137,23 @@ describe("endpoint plan", () => {
     ["a draining replica keeps its in-flight requests meanwhile", { replicas: 1 }, [["a", "ready"], ["b", "draining"]], []],
     ["parked: every replica goes", { replicas: 0 }, [["a", "ready"], ["b", "starting"]], ["scale_in b", "drain a"]],
     ["a creation still waiting for the marketplace is not destroyed", { replicas: 0 }, [["a", "creating"]], []],
+    [
+      "scale down: a launch whose outcome is unknown is waited for, the ready replica keeps serving",
+      { replicas: 1 },
+      [["a", "ready"], ["b", "creating"]],
+      [],
+    ],
+    ["scale down: a replica that missed a probe may hold requests: it drains", { replicas: 1 }, [["a", "ready"], ["b", "failing"]], ["drain b"]],
+    ["scale down: the unhealthy before the ready, the starting before both", { replicas: 1 }, [["a", "ready"], ["b", "failing"], ["c", "starting"]], ["scale_in c", "drain b"]],
+    ["scale back up during a drain: the draining replica is taken back, nothing launched", { replicas: 2 }, [["a", "ready"], ["b", "draining"]], ["undrain b"]],
+    ["scale up past the draining ones: take them back, launch the rest", { replicas: 3 }, [["a", "ready"], ["b", "draining"]], ["undrain b", "launch"]],
+    ["a replica the controller is destroying is finished, and bills until then", { replicas: 1 }, [["a", "ready"], ["b", "destroying"]], ["finish b"]],
+    [
+      "a replica being destroyed leaves no room for a surge: the unhealthy one goes first",
+      { replicas: 1 },
+      [["b", "destroying"], ["c", "unhealthy"]],
+      ["finish b", "condemn c", "retire c", "launch"],
+    ],
   ])("%s", (_what, fields, replicas, expected) => {
     expect(plan(endpoint(fields), replicas.map(([id, kind]) => replica(id, kind)))).toEqual(expected);
   });
@@ -132,6 +164,31 @@ describe("endpoint plan", () => {
     newer.row.createdAt = ago(1000);
     expect(plan(endpoint({ replicas: 1 }), [newer, older])).toEqual(["drain b"]);
     expect(plan(endpoint({ replicas: 1 }), [older, newer])).toEqual(["drain b"]);
+  });
+
+  describe("a budget lowered below what runs", () => {
+    const priced = (id: string, kind: Kind, cost: number) => {
+      const facts = replica(id, kind);
+      facts.record = { ...facts.record!, costPerHour: cost };
+      return facts;
+    };
+    it("sheds the costliest replicas, draining the ready ones, and launches nothing", () => {
+      const replicas = [priced("a", "ready", 1), priced("b", "ready", 3), priced("c", "starting", 2)];
+      expect(plan(endpoint({ replicas: 3, maxCostPerHour: 2 }), replicas)).toEqual(["drain b", "scale_in c", "hold_budget"]);
+    });
+    it("sheds a replica judged for replacement before a serving one", () => {
+      const replicas = [priced("a", "ready", 1), priced("b", "unhealthy", 1), priced("c", "ready", 1)];
+      expect(plan(endpoint({ replicas: 2, maxCostPerHour: 2 }), replicas)).toEqual(["condemn b", "retire b", "hold_budget"]);
+    });
+    it("lets the shed replicas drain without taking them back, then launches only what fits", () => {
+      const shed = priced("b", "draining", 3);
+      const actions = planEndpoint(endpoint({ replicas: 2, maxCostPerHour: 2 }), [priced("a", "ready", 1), shed], NOW, SETTINGS);
+      expect(actions.map((a) => a.kind)).toEqual(["launch"]);
+    });
+    it("says why it holds the endpoint back", () => {
+      const actions = planEndpoint(endpoint({ replicas: 2, maxCostPerHour: 1.5 }), [priced("a", "ready", 1), priced("b", "ready", 1)], NOW, SETTINGS);
+      expect(actions.at(-1)).toEqual({ kind: "hold_budget", detail: "its machines cost $2/h, over its budget of $1.5/h: 1 replica(s) shed" });
+    });
   });
 
   it("never plans past replicas + 1 machines", () => {
