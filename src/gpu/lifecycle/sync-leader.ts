@@ -34,6 +34,15 @@ export interface SyncLeader {
   status(): LeadershipStatus;
 }
 
+/**
+ * Asked before each action of a control round that spends or destroys: false, and the round does
+ * nothing more (SPEC.md section 2, "Control loops survive their database").
+ */
+export type StillLeads = () => Promise<boolean>;
+
+/** For the actions taken outside a leader's round (a status read that syncs its record): not gated. */
+export const ungated: StillLeads = async () => true;
+
 /** The leadership over a session lock: records the rounds it lets run. */
 export function leadershipOver(lock: SessionLock): SyncLeader {
   let lastRoundAt: Date | undefined;
