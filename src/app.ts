@@ -47,6 +47,7 @@ export function createApp(deps: AppDeps): App {
         await elasticsearch.cluster.health({ timeout: "1s" }, { requestTimeout: 2000, maxRetries: 0 });
       },
     },
+    readinessDetails: { leadership: () => gpu.leadership() },
   });
   return {
     handler,

@@ -28,6 +28,8 @@ export interface SessionLock {
    * does nothing more.
    */
   confirm(): Promise<boolean>;
+  /** Whether the lock is held as this process last knew it, without a round trip: for status and metrics. */
+  held(): boolean;
   /** Gives the lock up (closes the session). */
   release(): Promise<void>;
 }
@@ -180,6 +182,7 @@ export function createSessionLock(options: SessionLockOptions): SessionLock {
         return false;
       }
     },
+    held: () => holding,
     release: () => drop(true),
   };
 }

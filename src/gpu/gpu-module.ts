@@ -11,13 +11,13 @@ import { EndpointStore } from "./endpoints/endpoint-store.js";
 import { createReadinessProbe } from "./endpoints/readiness-probe.js";
 import { ExecutionLogStore } from "./store/execution-log-store.js";
 import type { GpuContext } from "./gpu-context.js";
-import { registerGpuMetrics } from "./gpu-metrics.js";
+import { registerGpuMetrics, registerLeadershipMetrics } from "./gpu-metrics.js";
 import { createGpuService } from "./gpu-service.js";
 import { InstanceStore } from "./store/instance-store.js";
 import { withStatusCache } from "./marketplace/status-cache.js";
 import { createModelServerProbe } from "./lifecycle/probe.js";
 import { StatisticsStore } from "./store/statistics-store.js";
-import { createSyncLeader } from "./lifecycle/sync-leader.js";
+import { createSyncLeader, leadershipJson } from "./lifecycle/sync-leader.js";
 import { createSyncLoop, type SyncLoop } from "./lifecycle/sync-loop.js";
 
 export interface GpuModule extends ServiceModule {
@@ -27,6 +27,8 @@ export interface GpuModule extends ServiceModule {
   endpointLoop: EndpointLoop;
   /** Where the proxy finds an endpoint's ready replicas, from the database. */
   endpoints: EndpointDirectory;
+  /** Whether this process leads the control loops and when a round last ran: a /readyz detail. */
+  leadership(): ReturnType<typeof leadershipJson>;
 }
 
 /** How long a replica row waits for its instance record before its launch counts as lost, ms. */
@@ -80,6 +82,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
   });
   const statistics = StatisticsStore.create({ knex });
   registerGpuMetrics(deps.metrics.registry, statistics);
+  registerLeadershipMetrics(deps.metrics.registry, leader);
   registerEndpointMetrics(deps.metrics.registry, { ctx, endpoints });
   const service = createGpuService({ ctx, statistics, endpoints, events, creationHooks: deps.gpuCreationHooks });
   return {
@@ -87,6 +90,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     syncLoop,
     endpointLoop,
     endpoints: createEndpointDirectory({ ctx, endpoints }),
+    leadership: () => leadershipJson(leader.status()),
     async start() {
       await syncLoop.start();
       endpointLoop.start();

@@ -7,7 +7,7 @@ import { checkRpc, createAuthInterceptor } from "./auth/auth-interceptor.js";
 import { scopeOfHttpPath } from "./auth/scope-table.js";
 import type { TokenSource } from "./auth/token-source.js";
 import { createErrorInterceptor } from "./error-interceptor.js";
-import { createHealthHandler, type ReadinessChecks } from "./health.js";
+import { createHealthHandler, type ReadinessChecks, type ReadinessDetails } from "./health.js";
 import type { Metrics } from "./metrics.js";
 import type { ApiHints } from "./openapi/api-hints.js";
 import { createApiDocs } from "./openapi/api-docs.js";
@@ -26,6 +26,8 @@ export interface AppOptions {
   /** The accepted tokens and their scopes (server/auth/); a source with none turns auth off. */
   tokens: TokenSource;
   readiness: ReadinessChecks;
+  /** What /readyz reports besides its checks, never failing it (the GPU sync leadership). */
+  readinessDetails?: ReadinessDetails;
   maxBodyBytes: number;
   metrics: Metrics;
   /** What the services' code knows about their REST contract beyond the protos (OpenAPI document). */
@@ -50,7 +52,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
   const routes = (router: ConnectRouter) => {
     for (const service of services) service.route(router);
   };
-  const handleHealth = createHealthHandler(options.readiness);
+  const handleHealth = createHealthHandler(options.readiness, options.readinessDetails);
   const apiDocs = createApiDocs({
     services: services.map((s) => s.desc),
     hints: options.apiHints ?? {},

@@ -1,4 +1,5 @@
 import { connect, createServer, type AddressInfo, type Server, type Socket } from "node:net";
+import pg from "pg";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createSessionLock, type SessionLock, type SessionLockOptions } from "../../src/db/session-lock.js";
@@ -58,7 +59,55 @@ function lock(connectionString: string, logs: string[], options: Partial<Session
   return created;
 }
 
+/** Runs one query as a client of its own, on the server's maintenance database (never a session of the test database). */
+async function onServer<T extends pg.QueryResultRow>(sql: string, params: unknown[] = []): Promise<T[]> {
+  const url = new URL(db.url);
+  url.pathname = "/postgres";
+  const client = new pg.Client({ connectionString: url.toString() });
+  await client.connect();
+  try {
+    return (await client.query<T>(sql, params)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+/** The sessions of the test database opened under `applicationName`, with whether each holds `key`'s lock and when it last ran a query. */
+async function sessionsOf(applicationName: string, key: string) {
+  return onServer<{ pid: number; locked: boolean; idle_ms: number; query: string }>(
+    `select a.pid, a.query, (extract(epoch from now() - a.query_start) * 1000)::float8 as idle_ms,
+       exists (select 1 from pg_locks l where l.pid = a.pid and l.locktype = 'advisory' and l.granted
+               and ((l.classid::bigint << 32) | l.objid::bigint) = $3::bigint) as locked
+     from pg_stat_activity a where a.datname = $1 and a.application_name = $2`,
+    [db.name, applicationName, key],
+  );
+}
+
 describe("the session lock", () => {
+  it("after its session was dropped, opens one session for many callers at once, and holds the lock on the one it renews", async () => {
+    // The sync loop and the endpoint controller's two timers ask in the same tick after a
+    // database restart; each opening a session of its own left the lock on one nobody renewed.
+    const key = "444444444444";
+    const applicationName = "session-lock-concurrent";
+    const logs: string[] = [];
+    const holder = lock(db.url, logs, { key, applicationName, renewEveryMs: 100 });
+    expect(await holder.hold()).toBe(true);
+
+    await onServer(`select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and application_name = $2`, [db.name, applicationName]);
+    await waitFor(() => logs.includes("lost"), "the holder to take its session for lost", 5_000, 10);
+
+    const answers = await Promise.all(Array.from({ length: 6 }, () => holder.hold()));
+    expect(answers).toEqual(Array(6).fill(true));
+    // Several renewals later: one session, holding the lock, and that is the one renewed.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const sessions = await sessionsOf(applicationName, key);
+    expect(sessions).toHaveLength(1);
+    expect(sessions[0]).toMatchObject({ locked: true, query: "select 1" });
+    expect(sessions[0]!.idle_ms).toBeLessThan(400);
+    await holder.release();
+  });
+
+
   it("is freed by the server within its idle timeout when the holder is cut off, and the holder takes it for lost first", async () => {
     const proxy = await freezingProxy();
     const holderLogs: string[] = [];

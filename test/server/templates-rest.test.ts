@@ -103,6 +103,11 @@ describe("health", () => {
     expect((await get("/healthz")).body).toEqual({ status: "ok" });
     const ready = await get("/readyz");
     expect(ready.status).toBe(200);
-    expect(ready.body).toEqual({ status: "ready", checks: { database: "ok", search_engine: "ok" } });
+    expect(ready.body).toEqual({
+      status: "ready",
+      checks: { database: "ok", search_engine: "ok" },
+      // Information, not a check: a process that does not lead is as ready.
+      leadership: { leading: expect.any(Boolean), last_round_at: expect.toBeOneOf([null, expect.any(String)]) },
+    });
   });
 });

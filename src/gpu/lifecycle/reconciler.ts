@@ -6,6 +6,7 @@ import type { MarketInstance } from "../marketplace/port.js";
 import { isTerminal } from "../store/status.js";
 import { roundMoney } from "../money/cost.js";
 import { releaseMachine } from "./machine-release.js";
+import { ungated, type StillLeads } from "./sync-leader.js";
 
 // Nothing rented is ever forgotten. The reconciler matches the marketplace's instances carrying
 // this deployment's labels (deployment.ts) with the stored records: it adopts the instance of a creation interrupted
@@ -28,9 +29,15 @@ export interface ReconcilerOptions {
  * One reconciliation over the account's machines (listed by the caller, so that a sync round
  * lists them once; listed here when not given). Only this deployment's machines are looked at:
  * those carrying its label, and those carrying the label of one of its records (records from
- * before labels named the deployment). Anybody else's machine is never touched.
+ * before labels named the deployment). Anybody else's machine is never touched. Each action
+ * (adopt, destroy, fail) first asks `stillLeads`; a no ends the reconciliation there.
  */
-export async function reconcile(ctx: GpuContext, options: ReconcilerOptions, machines?: readonly MarketInstance[]): Promise<ReconcileReport> {
+export async function reconcile(
+  ctx: GpuContext,
+  options: ReconcilerOptions,
+  machines?: readonly MarketInstance[],
+  stillLeads: StillLeads = ungated,
+): Promise<ReconcileReport> {
   const report: ReconcileReport = { adopted: [], destroyed: [], failed: [] };
   const deployment = await ctx.deployment();
   const all = machines ?? (await ctx.marketplace.listInstances(""));
@@ -40,9 +47,12 @@ export async function reconcile(ctx: GpuContext, options: ReconcilerOptions, mac
     const record = records.get(market.label);
     const instanceId = record?.instanceId ?? deployment.instanceIdOf(market.label)!;
     if (ctx.inFlight.has(instanceId)) continue;
-    if (record && record.status === "creating" && record.marketInstanceId === null) {
+    const adopting = record && record.status === "creating" && record.marketInstanceId === null;
+    const orphaned = !record || record.marketInstanceId !== market.id || isTerminal(record.status);
+    if ((adopting || orphaned) && !(await stillLeads())) return report;
+    if (adopting) {
       if (await adopt(ctx, record, market)) report.adopted.push(record.instanceId);
-    } else if (!record || record.marketInstanceId !== market.id || isTerminal(record.status)) {
+    } else if (orphaned) {
       await destroyOrphan(ctx, instanceId, market, record);
       report.destroyed.push(instanceId);
     }
@@ -53,6 +63,7 @@ export async function reconcile(ctx: GpuContext, options: ReconcilerOptions, mac
     const stale = now - record.updatedAt.getTime() >= options.creationGraceMs;
     if (record.status !== "creating" || record.marketInstanceId !== null || labels.has(record.marketLabel)) continue;
     if (ctx.inFlight.has(record.instanceId) || !stale) continue;
+    if (!(await stillLeads())) return report;
     await failCreation(ctx, ACTOR_SYSTEM, record, `interrupted creation: the marketplace has no instance labelled ${record.marketLabel}`, record.createdAt.getTime());
     report.failed.push(record.instanceId);
   }

@@ -6,6 +6,7 @@ import { DEFAULT_CREATION_GRACE_MS, marketFactsOf, type GpuContext } from "../gp
 import type { InstanceRecord } from "../store/instance-store.js";
 import type { MarketInstance } from "../marketplace/port.js";
 import { modelServerUrl } from "./probe.js";
+import { ungated, type StillLeads } from "./sync-leader.js";
 import { isTerminal, storedStatusOf, type StoredStatus } from "../store/status.js";
 import { transition } from "./transition.js";
 
@@ -24,11 +25,14 @@ export interface SyncOutcome {
 
 /**
  * Syncs one record. `observed` is the instance as a listing of this round saw it; without it (or
- * when the listing did not have it, e.g. rented after the listing) the marketplace is asked.
+ * when the listing did not have it, e.g. rented after the listing) the marketplace is asked. A
+ * sync round passes `stillLeads`, asked before each destroy (a pending one retried, an exited
+ * auto_destroy instance, a machine given back): no, and the record is left for the next leader.
  */
-export async function syncRecord(ctx: GpuContext, record: InstanceRecord, observed?: MarketInstance): Promise<SyncOutcome> {
+export async function syncRecord(ctx: GpuContext, record: InstanceRecord, observed?: MarketInstance, stillLeads: StillLeads = ungated): Promise<SyncOutcome> {
   const idle = { record, market: undefined, llmAnswered: false };
   if (record.destroyRequestedAt !== null && record.status !== "destroyed") {
+    if (!(await stillLeads())) return idle;
     return { ...idle, record: await destroyRecord(ctx, ACTOR_SYSTEM, record, "destroy_instance") };
   }
   if (isTerminal(record.status) || record.marketInstanceId === null) return idle;
@@ -44,11 +48,13 @@ export async function syncRecord(ctx: GpuContext, record: InstanceRecord, observ
     if (record.status === "creating" && waited < (ctx.creationGraceMs ?? DEFAULT_CREATION_GRACE_MS)) return idle;
     return { ...idle, record: await markVanished(ctx, record) };
   }
-  if (market.failure !== undefined) return { ...idle, market, record: await failStart(ctx, record, market) };
+  if (market.failure !== undefined) {
+    return (await stillLeads()) ? { ...idle, market, record: await failStart(ctx, record, market) } : { ...idle, market };
+  }
   const url = modelServerUrl(market);
   const llmAnswered = market.status === "running" && record.templateName !== null && url !== undefined && (await ctx.probe(url, record.modelApiKey));
   let current = await applyStatus(ctx, record, storedStatusOf(market.status, llmAnswered, record.status), market);
-  if (current.status === "exited" && current.autoDestroy) {
+  if (current.status === "exited" && current.autoDestroy && (await stillLeads())) {
     current = await destroyRecord(ctx, ACTOR_SYSTEM, current, "auto_destroy");
   }
   return { record: current, market, llmAnswered };

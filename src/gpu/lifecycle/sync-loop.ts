@@ -8,13 +8,15 @@ import { reconcile, type ReconcilerOptions } from "./reconciler.js";
 import { createRepeatingTask } from "./repeating-task.js";
 import type { MarketInstance } from "../marketplace/port.js";
 import { syncRecord } from "./status-sync.js";
-import type { SyncLeader } from "./sync-leader.js";
+import type { StillLeads, SyncLeader } from "./sync-leader.js";
 
 // The background loop: each round lists the marketplace's instances once, reconciles labels with
 // them, then syncs every live record from the same list (and retries pending destroys) and
 // destroys those that reached their time or cost limit. A round costs one marketplace list call,
 // not one call per instance. Rounds never overlap: the next is scheduled when the previous one
-// has finished. With several processes on one database only the sync leader runs them.
+// has finished. With several processes on one database only the sync leader runs them, and each
+// destroy of a round first confirms that this process still leads: a round whose lead lapsed
+// (its lock's session dropped, another process may lead now) does nothing more.
 
 export interface SyncLoopOptions extends ReconcilerOptions {
   intervalMs: number;
@@ -46,23 +48,38 @@ export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncL
     }
   }
 
+  /** The round's check before each action: once it answered no, it answers no without asking again. */
+  function leadOfRound(): StillLeads & { lapsed(): boolean } {
+    let lapsed = false;
+    const stillLeads = async () => {
+      if (lapsed || !options.leader) return !lapsed;
+      if (!(await options.leader.confirm()) && !lapsed) {
+        lapsed = true;
+        ctx.logger.warn("sync leadership lapsed mid-round; this round does nothing more");
+      }
+      return !lapsed;
+    };
+    return Object.assign(stillLeads, { lapsed: () => lapsed });
+  }
+
   async function round(): Promise<void> {
     if (options.leader && !(await options.leader.hold())) return;
+    const stillLeads = leadOfRound();
     const machines = await listMachines();
     if (machines) {
       try {
-        await reconcile(ctx, options, machines);
+        await reconcile(ctx, options, machines, stillLeads);
       } catch (err) {
         ctx.logger.warn({ err }, "reconciliation failed; retrying next round");
       }
     }
     const byId = new Map((machines ?? []).map((m) => [m.id, m]));
-    const records = await ctx.instances.listLive();
+    const records = stillLeads.lapsed() ? [] : await ctx.instances.listLive();
     const queue = [...records];
     const worker = async () => {
-      for (let record = queue.shift(); record; record = queue.shift()) {
-        await syncRecord(ctx, record, byId.get(record.marketInstanceId ?? ""))
-          .then(({ record: synced }) => enforceLimits(ctx, synced))
+      for (let record = queue.shift(); record && !stillLeads.lapsed(); record = queue.shift()) {
+        await syncRecord(ctx, record, byId.get(record.marketInstanceId ?? ""), stillLeads)
+          .then(({ record: synced }) => enforceLimits(ctx, synced, stillLeads))
           .catch((err: unknown) => ctx.logger.warn({ err, instance_id: record.instanceId }, "status sync failed; retrying next round"));
       }
     };
@@ -84,9 +101,9 @@ export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncL
  * Destroys an instance that reached one of its limits, with one auto_destroy log record naming
  * it. A record still waiting for its marketplace instance is left for the next round.
  */
-async function enforceLimits(ctx: GpuContext, record: InstanceRecord): Promise<InstanceRecord> {
+async function enforceLimits(ctx: GpuContext, record: InstanceRecord, stillLeads: StillLeads): Promise<InstanceRecord> {
   if (isTerminal(record.status) || record.marketInstanceId === null) return record;
   const reached = reachedLimit(record, new Date());
-  if (!reached) return record;
+  if (!reached || !(await stillLeads())) return record;
   return destroyRecord(ctx, ACTOR_SYSTEM, record, "auto_destroy", reached);
 }
