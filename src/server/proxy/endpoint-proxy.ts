@@ -171,6 +171,10 @@ class Exchange {
       // Complete, or dropped because the caller left (onClientClose): nothing was cut by the replica.
       if (answer.complete || this.res.writableEnded || this.settled) return;
       this.shared.options.logger.warn({ endpoint: this.name, instance_id: this.target.instanceId }, "replica's answer cut off");
+      // Counted as the replica's failure (502, as when it cannot be reached), before the caller's
+      // side closes: that close would otherwise count the caller as having left (499).
+      this.settled = true;
+      this.count(502);
       this.res.destroy();
     });
     try {

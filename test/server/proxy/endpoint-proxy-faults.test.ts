@@ -147,10 +147,12 @@ describe("endpoint proxy under faults", () => {
     expect(loading.hits()).toBe(1);
   });
 
-  it("never retries once the answer has started: a replica dying mid-stream cuts the caller's stream", async () => {
+  it("never retries once the answer has started: a replica dying mid-stream cuts the caller's stream, counted 502 (not 499)", async () => {
     const dying = await replica("gpu-dying", 100);
     const other = await replica("gpu-other");
     proxy.endpoints.set("fd", [dying.target]);
+    const count = (code: number) => metricValue(proxy, "gpu_endpoint_requests_total", `endpoint="fd",code="${code}"`);
+    const [upstreamErrors, callersLeft] = [await count(502), await count(499)];
     const res = await callEndpoint(proxy, "/endpoints/fd/v1/chat/completions", { ...chat, stream: true, max_tokens: 50 });
     expect(res.headers.get("x-endpoint-instance")).toBe("gpu-dying");
     proxy.endpoints.set("fd", [dying.target, other.target]);
@@ -163,6 +165,9 @@ describe("endpoint proxy under faults", () => {
     await expect(drained).rejects.toThrow();
     expect(other.server.stats.completions).toBe(0);
     await waitFor(() => logged("replica's answer cut off") === 1, "the cut answer logged", 2000);
+    // The caller stayed: the replica failed it, and the count says so.
+    expect(await count(502)).toBe(upstreamErrors + 1);
+    expect(await count(499)).toBe(callersLeft);
   });
 
   it("gives up a connection attempt to a frozen machine after 5 s and retries on another replica", async () => {
