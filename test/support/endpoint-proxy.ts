@@ -22,10 +22,25 @@ export interface ProxyUnderTest {
   close(): Promise<void>;
 }
 
-/** `tokensFile`: an AUTH_TOKENS_FILE whose tokens are accepted besides CALLER_TOKEN (every scope). */
-export async function startProxy(options: { maxBodyBytes?: number; firstByteMs?: number; logger?: Logger; tokensFile?: string } = {}): Promise<ProxyUnderTest> {
+export interface ProxyOptions {
+  maxBodyBytes?: number;
+  firstByteMs?: number;
+  logger?: Logger;
+  /** An AUTH_TOKENS_FILE whose tokens are accepted besides CALLER_TOKEN (every scope). */
+  tokensFile?: string;
+  /** Awaited before each directory answer: a slow directory (the database under load). */
+  holdLookup?: (name: string) => Promise<void>;
+}
+
+export async function startProxy(options: ProxyOptions = {}): Promise<ProxyUnderTest> {
   const endpoints = new Map<string, RouteTarget[]>();
-  const directory: EndpointDirectory = { readyReplicas: async (name) => endpoints.get(name) };
+  const { holdLookup } = options;
+  const directory: EndpointDirectory = {
+    readyReplicas: async (name) => {
+      if (holdLookup !== undefined) await holdLookup(name);
+      return endpoints.get(name);
+    },
+  };
   const logger = options.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
   const handler = createAppHandler({
     services: [registration(GpuService, { listTemplates: () => ({ templates: [...listTemplates()] }) })],

@@ -53,12 +53,24 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
       sendJson(res, 413, { detail: `request body exceeds ${maxBodyBytes} bytes` }, closeAfter(req));
       return;
     }
+    // The directory may take a while (a database under load): a caller can leave meanwhile, and
+    // its response's 'close' is then over before any Exchange listens for it.
+    let left = false;
+    const onLeft = () => (left = true);
+    res.once("close", onLeft);
     let targets: RouteTarget[] | undefined;
     try {
       targets = await directory.readyReplicas(name);
     } catch (err) {
       logger.error({ err, endpoint: name }, "endpoint directory failed");
       sendJson(res, 503, { detail: "endpoint routing is unavailable" }, { "retry-after": String(RETRY_AFTER_SECONDS) });
+      return;
+    } finally {
+      res.off("close", onLeft);
+    }
+    if (left) {
+      // No replica is asked for nobody; counted as any caller that leaves (a known name only).
+      if (targets !== undefined) metrics.answered(name, 499);
       return;
     }
     // Unknown names are not counted per endpoint: the label would take any value a caller sends.

@@ -90,17 +90,20 @@ async function frozenTarget(instanceId: string): Promise<RouteTarget> {
 }
 
 /** A replica that answers every request with `status` (a model server still loading answers 503). */
-async function answeringTarget(instanceId: string, status: number): Promise<{ target: RouteTarget; hits: () => number }> {
+async function answeringTarget(instanceId: string, status: number): Promise<{ target: RouteTarget; hits: () => number; connections: () => number }> {
   let hits = 0;
+  let connections = 0;
   const server: Server = createHttpServer((req, res) => {
     hits += 1;
     req.resume();
     res.writeHead(status, { "content-type": "application/json" });
     res.end(JSON.stringify({ error: { message: "loading" } }));
   });
+  server.on("connection", () => (connections += 1));
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   opened.push({ close: () => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }) });
-  return { target: { instanceId, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: null }, hits: () => hits };
+  const target = { instanceId, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: null };
+  return { target, hits: () => hits, connections: () => connections };
 }
 
 describe("endpoint proxy under faults", () => {
@@ -219,6 +222,39 @@ describe("endpoint proxy under faults", () => {
     // The caller left: nothing to warn about, the replica cut nothing.
     expect(logLines.filter((line) => (line.level as number) >= 40 && line.endpoint === "ff")).toEqual([]);
     expect(await metricValue(proxy, "gpu_endpoint_requests_total", 'endpoint="ff",code="499"')).toBe(gone + 1);
+  });
+
+  it("never sends the request of a caller that left while the directory was being asked, and counts it 499", async () => {
+    let entered!: () => void;
+    let release!: () => void;
+    const asked = new Promise<void>((resolve) => (entered = resolve));
+    const slow = await startProxy({
+      holdLookup: () => {
+        entered();
+        return new Promise<void>((resolve) => (release = resolve));
+      },
+    });
+    opened.push(slow);
+    const recorder = await answeringTarget("gpu-rec", 200);
+    slow.endpoints.set("fj", [recorder.target]);
+    const req = request(`${slow.url}/endpoints/fj/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${CALLER_TOKEN}`, "content-type": "application/json" },
+    });
+    req.on("error", () => undefined);
+    req.end(JSON.stringify(chat));
+    await asked;
+    req.destroy();
+    // The proxy runs in this process: a loopback close reaches it within a few turns of the loop.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    release();
+    const left = () => metricValue(slow, "gpu_endpoint_requests_total", 'endpoint="fj",code="499"');
+    await waitFor(async () => recorder.connections() > 0 || (await left()) === 1, "the proxy to be done with the request", 3000);
+    // Not even a connection: a request sent for nobody would hold one, and count as outstanding
+    // on that replica, until GPU_ENDPOINT_FIRST_BYTE_MS.
+    expect(recorder.connections()).toBe(0);
+    expect(recorder.hits()).toBe(0);
+    expect(await left()).toBe(1);
   });
 
   it("sends each request to the replica with the fewest in flight, and spreads an idle endpoint's requests", async () => {
