@@ -176,6 +176,8 @@ class Exchange {
     const status = answer.statusCode ?? 502;
     if (RETRYABLE_STATUS.has(status) && this.retryTo(this.nextTarget(false))) return;
     this.answering = true;
+    // No retry from here on: the kept copy of the body is of no more use.
+    this.body.release();
     const { metrics } = this.shared.options;
     metrics.firstByte(this.name, Number(process.hrtime.bigint() - this.started) / 1e9);
     this.res.once("finish", () => this.count(status));
@@ -230,6 +232,7 @@ class Exchange {
     if (this.settled || this.finished) return;
     this.settled = true;
     clearTimeout(this.timer);
+    this.body.release();
     this.attempt?.destroy();
     this.count(499);
   }
@@ -240,7 +243,7 @@ class Exchange {
    * other replica the same one is asked again on a new connection.
    */
   private nextTarget(reusedSocket: boolean): RouteTarget | undefined {
-    if (this.retried || this.body.overflowed) return undefined;
+    if (this.retried || !this.body.replayable) return undefined;
     return this.shared.balancer.pick(this.targets, this.target) ?? (reusedSocket ? this.target : undefined);
   }
 
@@ -259,6 +262,7 @@ class Exchange {
     this.settled = true;
     clearTimeout(this.timer);
     this.body.detach();
+    this.body.release();
     this.attempt?.destroy();
     this.count(status);
     sendJson(this.res, status, { detail }, { ...headers, "x-endpoint-instance": this.target.instanceId });
