@@ -1,5 +1,6 @@
 import pino, { type Logger } from "pino";
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
+import type { ConnectionTimeouts } from "../../src/config.js";
 import { listTemplates } from "../../src/gpu/creation/templates.js";
 import { startModelServer, type ModelServer, type ModelServerOptions } from "../../src/gpu/marketplace/simulated/model-server.js";
 import type { EndpointDirectory, RouteTarget } from "../../src/module.js";
@@ -30,6 +31,8 @@ export interface ProxyOptions {
   tokensFile?: string;
   /** Awaited before each directory answer: a slow directory (the database under load). */
   holdLookup?: (name: string) => Promise<void>;
+  /** The connection timeouts of the proxy's port (the defaults without). */
+  timeouts?: ConnectionTimeouts;
 }
 
 export async function startProxy(options: ProxyOptions = {}): Promise<ProxyUnderTest> {
@@ -52,7 +55,7 @@ export async function startProxy(options: ProxyOptions = {}): Promise<ProxyUnder
     endpoints: directory,
     endpointFirstByteMs: options.firstByteMs,
   });
-  const server: RunningServer = await listen({ handler, host: "127.0.0.1", port: 0 });
+  const server: RunningServer = await listen({ handler, host: "127.0.0.1", port: 0, timeouts: options.timeouts });
   return { url: server.url, endpoints, close: () => server.close(500) };
 }
 

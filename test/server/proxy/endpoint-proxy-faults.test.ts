@@ -1,8 +1,10 @@
 import { spawn } from "node:child_process";
+import http2 from "node:http2";
 import { createServer as createHttpServer, request, type Server } from "node:http";
 import { connect, createServer as createTcpServer, type AddressInfo, type Server as TcpServer, type Socket } from "node:net";
 import { Writable } from "node:stream";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { DEFAULT_TIMEOUTS } from "../../../src/config.js";
 import { createLogger } from "../../../src/logger.js";
 import type { ModelServer } from "../../../src/gpu/marketplace/simulated/model-server.js";
 import type { RouteTarget } from "../../../src/module.js";
@@ -89,15 +91,24 @@ async function frozenTarget(instanceId: string): Promise<RouteTarget> {
   return { instanceId, url: `http://127.0.0.1:${port}`, apiKey: null };
 }
 
-/** A replica that answers every request with `status` (a model server still loading answers 503). */
-async function answeringTarget(instanceId: string, status: number): Promise<{ target: RouteTarget; hits: () => number; connections: () => number }> {
+/**
+ * A replica that answers every request with `status` (a model server still loading answers 503),
+ * after `delayMs` (a cold model's first token).
+ */
+async function answeringTarget(
+  instanceId: string,
+  status: number,
+  delayMs = 0,
+): Promise<{ target: RouteTarget; hits: () => number; connections: () => number }> {
   let hits = 0;
   let connections = 0;
   const server: Server = createHttpServer((req, res) => {
     hits += 1;
     req.resume();
-    res.writeHead(status, { "content-type": "application/json" });
-    res.end(JSON.stringify({ error: { message: "loading" } }));
+    setTimeout(() => {
+      res.writeHead(status, { "content-type": "application/json" });
+      res.end(JSON.stringify({ error: { message: "loading" } }));
+    }, delayMs);
   });
   server.on("connection", () => (connections += 1));
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -255,6 +266,27 @@ describe("endpoint proxy under faults", () => {
     expect(recorder.connections()).toBe(0);
     expect(recorder.hits()).toBe(0);
     expect(await left()).toBe(1);
+  });
+
+  it("gives an HTTP/2 caller its answer when the replica's first byte comes after HTTP2_IDLE_TIMEOUT_MS", async () => {
+    // The session has a stream open and no frame either way while the model thinks: not idle.
+    const patient = await startProxy({ firstByteMs: 5_000, timeouts: { ...DEFAULT_TIMEOUTS, http2IdleMs: 300 } });
+    opened.push(patient);
+    const thinking = await answeringTarget("gpu-cold", 200, 1_000);
+    patient.endpoints.set("fk", [thinking.target]);
+    const session = http2.connect(patient.url);
+    session.on("error", () => undefined);
+    opened.push({ close: () => void session.destroy() });
+    const stream = session.request({ ":method": "POST", ":path": "/endpoints/fk/v1/chat/completions", authorization: `Bearer ${CALLER_TOKEN}`, "content-type": "application/json" });
+    stream.on("error", () => undefined);
+    stream.end(JSON.stringify(chat));
+    let body = "";
+    let status: number | undefined;
+    stream.on("data", (chunk: Buffer) => (body += chunk.toString()));
+    stream.once("response", (headers) => (status = headers[":status"]));
+    await new Promise((resolve) => stream.once("close", resolve));
+    expect(status).toBe(200);
+    expect(JSON.parse(body)).toEqual({ error: { message: "loading" } });
   });
 
   it("sends each request to the replica with the fewest in flight, and spreads an idle endpoint's requests", async () => {
