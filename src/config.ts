@@ -12,7 +12,7 @@ export interface ConnectionTimeouts {
   requestMs: number;
   /** Idle HTTP/1.1 keep-alive connection, ms. */
   keepAliveMs: number;
-  /** HTTP/2 session with no activity, ms. */
+  /** HTTP/2 session with no stream open, ms (a quiet stream open is not idle). */
   http2IdleMs: number;
 }
 

@@ -39,11 +39,18 @@ export async function listen(options: ListenOptions): Promise<RunningServer> {
   let h2: http2.Http2Server | http2.Http2SecureServer;
 
   if (options.tls) {
-    h2 = http2.createSecureServer(
+    const secure = http2.createSecureServer(
       { cert: readFileSync(options.tls.certFile), key: readFileSync(options.tls.keyFile), allowHTTP1: true },
       handler,
     );
-    front = h2;
+    // Its HTTP/1.1 connections (ALPN said so) get the same limits as on the plain port.
+    Object.assign(secure, {
+      headersTimeout: timeouts.headersMs,
+      requestTimeout: timeouts.headersMs + timeouts.requestMs,
+      keepAliveTimeout: timeouts.keepAliveMs,
+      connectionsCheckingInterval: Math.min(1_000, timeouts.headersMs),
+    });
+    h2 = front = secure;
   } else {
     h1 = http.createServer(
       {
@@ -75,7 +82,7 @@ export async function listen(options: ListenOptions): Promise<RunningServer> {
       });
     });
   }
-  h2.setTimeout(timeouts.http2IdleMs);
+  closeIdleSessions(h2, timeouts.http2IdleMs);
   front.on("connection", (socket: net.Socket) => {
     // As node:http does for the sockets it accepts itself: without it, a streamed answer's small
     // writes wait for the caller's delayed ACK (Nagle), tens of milliseconds per event.
@@ -136,6 +143,34 @@ function sniffProtocol(socket: net.Socket, decide: (isHttp2: boolean) => void): 
     decide(matches);
   };
   socket.on("data", onData);
+}
+
+/**
+ * Closes an HTTP/2 session (GOAWAY, then the connection) that has had no stream open for `idleMs`.
+ * A session with a stream open is not idle, however quiet: a proxied request may wait minutes
+ * for a cold model's first byte (GPU_ENDPOINT_FIRST_BYTE_MS) with no frame either way. Node's own
+ * session timeout (`server.setTimeout`) counts frames, and would cut that request off. A stream
+ * has its own limits: HTTP_REQUEST_TIMEOUT_MS for its body, the proxy's first-byte wait.
+ */
+function closeIdleSessions(h2: http2.Http2Server | http2.Http2SecureServer, idleMs: number): void {
+  h2.on("session", (session: http2.Http2Session) => {
+    let open = 0;
+    let timer: NodeJS.Timeout | undefined;
+    const idle = () => {
+      timer = setTimeout(() => session.close(), idleMs);
+      timer.unref();
+    };
+    idle();
+    session.on("stream", (stream: http2.ServerHttp2Stream) => {
+      open += 1;
+      clearTimeout(timer);
+      stream.once("close", () => {
+        open -= 1;
+        if (open === 0 && !session.closed && !session.destroyed) idle();
+      });
+    });
+    session.once("close", () => clearTimeout(timer));
+  });
 }
 
 /**

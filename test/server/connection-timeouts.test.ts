@@ -6,7 +6,8 @@ import { createTemplatesOnlyHandler } from "../support/partial-app.js";
 
 // Slow and idle clients are cut off on the plain port (HTTP/1.1 and HTTP/2 sniffed on one port):
 // headers trickled a line at a time, bodies trickled a byte at a time, idle keep-alive connections
-// and idle HTTP/2 sessions. Short timeouts here; the defaults are in the README.
+// and idle HTTP/2 sessions (no stream open: a quiet stream is bounded by its own limits). Short
+// timeouts here; the defaults are in the README.
 
 const TIMEOUTS = { headersMs: 400, requestMs: 400, keepAliveMs: 300, http2IdleMs: 500 };
 // The timeouts above plus node:http's 1 s checking interval plus slack for a loaded machine.
@@ -78,6 +79,18 @@ describe("connection timeouts", () => {
     session.on("error", () => undefined);
     await new Promise((resolve) => session.once("close", resolve));
     expect(Date.now() - started).toBeLessThan(CUT_WITHIN_MS);
+  });
+
+  it("closes an HTTP/2 session once it is idle again after its last stream", async () => {
+    const session = http2.connect(server.url);
+    session.on("error", () => undefined);
+    const closed = new Promise((resolve) => session.once("close", resolve));
+    const stream = session.request({ ":path": "/api/gpu/templates" });
+    stream.resume();
+    await new Promise((resolve) => stream.once("close", resolve));
+    const answered = Date.now();
+    await closed;
+    expect(Date.now() - answered).toBeLessThan(CUT_WITHIN_MS);
   });
 
   it("answers 408 to an HTTP/2 body trickled a byte at a time", async () => {

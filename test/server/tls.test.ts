@@ -4,6 +4,7 @@ import https from "node:https";
 import http2 from "node:http2";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import tls from "node:tls";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { listen, type RunningServer } from "../../src/server/listen.js";
 import { createTemplatesOnlyHandler } from "../support/partial-app.js";
@@ -26,6 +27,30 @@ afterAll(async () => {
 });
 
 describe("TLS", () => {
+  it("closes an idle HTTP/1.1 keep-alive connection after HTTP_KEEP_ALIVE_TIMEOUT_MS, as on the plain port", async () => {
+    const short = await listen({
+      handler: createTemplatesOnlyHandler(),
+      host: "127.0.0.1",
+      port: 0,
+      tls: { certFile: join(dir, "cert.pem"), keyFile: join(dir, "key.pem") },
+      timeouts: { headersMs: 400, requestMs: 400, keepAliveMs: 300, http2IdleMs: 60_000 },
+    });
+    try {
+      const socket = tls.connect({ port: short.port, host: "127.0.0.1", rejectUnauthorized: false, ALPNProtocols: ["http/1.1"] });
+      socket.on("error", () => undefined);
+      let received = "";
+      socket.on("data", (chunk: Buffer) => (received += chunk.toString()));
+      const closed = new Promise((resolve) => socket.once("close", resolve));
+      socket.write("GET /api/gpu/templates HTTP/1.1\r\nHost: x\r\n\r\n");
+      const started = Date.now();
+      await closed;
+      expect(received).toMatch(/^HTTP\/1\.1 200 /);
+      expect(Date.now() - started).toBeLessThan(3_000);
+    } finally {
+      await short.close(500);
+    }
+  });
+
   it("serves HTTP/1.1 clients", async () => {
     expect(server.url).toMatch(/^https:/);
     const { status, version, body } = await new Promise<{ status: number; version: string; body: string }>((resolve, reject) => {

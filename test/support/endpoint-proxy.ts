@@ -1,5 +1,6 @@
 import pino, { type Logger } from "pino";
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
+import type { ConnectionTimeouts } from "../../src/config.js";
 import { listTemplates } from "../../src/gpu/creation/templates.js";
 import { startModelServer, type ModelServer, type ModelServerOptions } from "../../src/gpu/marketplace/simulated/model-server.js";
 import type { EndpointDirectory, RouteTarget } from "../../src/module.js";
@@ -22,10 +23,27 @@ export interface ProxyUnderTest {
   close(): Promise<void>;
 }
 
-/** `tokensFile`: an AUTH_TOKENS_FILE whose tokens are accepted besides CALLER_TOKEN (every scope). */
-export async function startProxy(options: { maxBodyBytes?: number; firstByteMs?: number; logger?: Logger; tokensFile?: string } = {}): Promise<ProxyUnderTest> {
+export interface ProxyOptions {
+  maxBodyBytes?: number;
+  firstByteMs?: number;
+  logger?: Logger;
+  /** An AUTH_TOKENS_FILE whose tokens are accepted besides CALLER_TOKEN (every scope). */
+  tokensFile?: string;
+  /** Awaited before each directory answer: a slow directory (the database under load). */
+  holdLookup?: (name: string) => Promise<void>;
+  /** The connection timeouts of the proxy's port (the defaults without). */
+  timeouts?: ConnectionTimeouts;
+}
+
+export async function startProxy(options: ProxyOptions = {}): Promise<ProxyUnderTest> {
   const endpoints = new Map<string, RouteTarget[]>();
-  const directory: EndpointDirectory = { readyReplicas: async (name) => endpoints.get(name) };
+  const { holdLookup } = options;
+  const directory: EndpointDirectory = {
+    readyReplicas: async (name) => {
+      if (holdLookup !== undefined) await holdLookup(name);
+      return endpoints.get(name);
+    },
+  };
   const logger = options.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
   const handler = createAppHandler({
     services: [registration(GpuService, { listTemplates: () => ({ templates: [...listTemplates()] }) })],
@@ -37,7 +55,7 @@ export async function startProxy(options: { maxBodyBytes?: number; firstByteMs?:
     endpoints: directory,
     endpointFirstByteMs: options.firstByteMs,
   });
-  const server: RunningServer = await listen({ handler, host: "127.0.0.1", port: 0 });
+  const server: RunningServer = await listen({ handler, host: "127.0.0.1", port: 0, timeouts: options.timeouts });
   return { url: server.url, endpoints, close: () => server.close(500) };
 }
 

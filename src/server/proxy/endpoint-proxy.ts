@@ -53,12 +53,24 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
       sendJson(res, 413, { detail: `request body exceeds ${maxBodyBytes} bytes` }, closeAfter(req));
       return;
     }
+    // The directory may take a while (a database under load): a caller can leave meanwhile, and
+    // its response's 'close' is then over before any Exchange listens for it.
+    let left = false;
+    const onLeft = () => (left = true);
+    res.once("close", onLeft);
     let targets: RouteTarget[] | undefined;
     try {
       targets = await directory.readyReplicas(name);
     } catch (err) {
       logger.error({ err, endpoint: name }, "endpoint directory failed");
       sendJson(res, 503, { detail: "endpoint routing is unavailable" }, { "retry-after": String(RETRY_AFTER_SECONDS) });
+      return;
+    } finally {
+      res.off("close", onLeft);
+    }
+    if (left) {
+      // No replica is asked for nobody; counted as any caller that leaves (a known name only).
+      if (targets !== undefined) metrics.answered(name, 499);
       return;
     }
     // Unknown names are not counted per endpoint: the label would take any value a caller sends.
@@ -164,6 +176,8 @@ class Exchange {
     const status = answer.statusCode ?? 502;
     if (RETRYABLE_STATUS.has(status) && this.retryTo(this.nextTarget(false))) return;
     this.answering = true;
+    // No retry from here on: the kept copy of the body is of no more use.
+    this.body.release();
     const { metrics } = this.shared.options;
     metrics.firstByte(this.name, Number(process.hrtime.bigint() - this.started) / 1e9);
     this.res.once("finish", () => this.count(status));
@@ -171,6 +185,10 @@ class Exchange {
       // Complete, or dropped because the caller left (onClientClose): nothing was cut by the replica.
       if (answer.complete || this.res.writableEnded || this.settled) return;
       this.shared.options.logger.warn({ endpoint: this.name, instance_id: this.target.instanceId }, "replica's answer cut off");
+      // Counted as the replica's failure (502, as when it cannot be reached), before the caller's
+      // side closes: that close would otherwise count the caller as having left (499).
+      this.settled = true;
+      this.count(502);
       this.res.destroy();
     });
     try {
@@ -214,6 +232,7 @@ class Exchange {
     if (this.settled || this.finished) return;
     this.settled = true;
     clearTimeout(this.timer);
+    this.body.release();
     this.attempt?.destroy();
     this.count(499);
   }
@@ -224,7 +243,7 @@ class Exchange {
    * other replica the same one is asked again on a new connection.
    */
   private nextTarget(reusedSocket: boolean): RouteTarget | undefined {
-    if (this.retried || this.body.overflowed) return undefined;
+    if (this.retried || !this.body.replayable) return undefined;
     return this.shared.balancer.pick(this.targets, this.target) ?? (reusedSocket ? this.target : undefined);
   }
 
@@ -243,6 +262,7 @@ class Exchange {
     this.settled = true;
     clearTimeout(this.timer);
     this.body.detach();
+    this.body.release();
     this.attempt?.destroy();
     this.count(status);
     sendJson(this.res, status, { detail }, { ...headers, "x-endpoint-instance": this.target.instanceId });

@@ -1,14 +1,25 @@
 import type { Writable } from "node:stream";
 import type { NodeRequest } from "../node-http.js";
 
+/** Bytes of request bodies kept for a retry in this process, now: memory the proxy holds. */
+let keptBytes = 0;
+
+export function keptBodyBytes(): number {
+  return keptBytes;
+}
+
 /**
  * A request body passed on as it arrives, and kept (up to `limit` bytes) so that a retry on
  * another replica can send it again. A body over the limit calls `onOverflow` once and is
- * dropped from then on: the caller answers 413.
+ * dropped from then on: the caller answers 413. Once no retry can come (the answer started, or
+ * the exchange is over), `release` lets the kept copy go: a long stream must not hold its
+ * request (up to MAX_BODY_BYTES) until its end.
  */
 export class KeptBody {
-  private readonly chunks: Buffer[] = [];
+  /** Undefined once released or overflowed: nothing is kept any more. */
+  private chunks: Buffer[] | undefined = [];
   private size = 0;
+  private kept = 0;
   private ended = false;
   private sink: Writable | undefined;
   overflowed = false;
@@ -19,11 +30,15 @@ export class KeptBody {
       this.size += chunk.length;
       if (this.size > limit) {
         this.overflowed = true;
-        this.chunks.length = 0;
+        this.release();
         onOverflow();
         return;
       }
-      this.chunks.push(chunk);
+      if (this.chunks !== undefined) {
+        this.chunks.push(chunk);
+        this.kept += chunk.length;
+        keptBytes += chunk.length;
+      }
       this.sink?.write(chunk);
     });
     req.once("end", () => {
@@ -32,8 +47,14 @@ export class KeptBody {
     });
   }
 
+  /** True while the whole body so far is kept: it can be sent again. */
+  get replayable(): boolean {
+    return this.chunks !== undefined;
+  }
+
   /** Sends what has arrived to `sink`, then the rest as it comes; ends `sink` with the body. */
   sendTo(sink: Writable): void {
+    if (this.chunks === undefined) throw new Error("a released body cannot be sent again");
     this.sink = sink;
     for (const chunk of this.chunks) sink.write(chunk);
     if (this.ended) sink.end();
@@ -42,5 +63,13 @@ export class KeptBody {
   /** Stops passing chunks to the current sink (it was abandoned for a retry or an error). */
   detach(): void {
     this.sink = undefined;
+  }
+
+  /** Drops the kept copy; the rest of the body still goes to the current sink as it comes. */
+  release(): void {
+    if (this.chunks === undefined) return;
+    keptBytes -= this.kept;
+    this.kept = 0;
+    this.chunks = undefined;
   }
 }

@@ -2,7 +2,10 @@ import { Counter, Histogram, type Registry } from "prom-client";
 
 /** The endpoint proxy's metrics (SPEC.md section 2, "Endpoints"), labelled by endpoint name. */
 export interface ProxyMetrics {
-  /** One request through the proxy, by the status the caller got (499: the caller left first). */
+  /**
+   * One request through the proxy, by the status the caller got (499: the caller left first;
+   * 502 also for an answer the replica cut off after it started).
+   */
   answered(endpoint: string, code: number): void;
   /** Time from the request's arrival to the replica's answer headers. */
   firstByte(endpoint: string, seconds: number): void;
@@ -15,7 +18,7 @@ const FIRST_BYTE_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 export function createProxyMetrics(registry: Registry): ProxyMetrics {
   const requests = new Counter({
     name: "gpu_endpoint_requests_total",
-    help: "Requests through the endpoint proxy by endpoint and the HTTP status the caller got (499: caller left before the end)",
+    help: "Requests through the endpoint proxy by endpoint and the HTTP status the caller got (499: caller left before the end; 502 also when the replica cut an answer off)",
     labelNames: ["endpoint", "code"],
     registers: [registry],
   });

@@ -1,8 +1,10 @@
 import { spawn } from "node:child_process";
+import http2 from "node:http2";
 import { createServer as createHttpServer, request, type Server } from "node:http";
 import { connect, createServer as createTcpServer, type AddressInfo, type Server as TcpServer, type Socket } from "node:net";
 import { Writable } from "node:stream";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { DEFAULT_TIMEOUTS } from "../../../src/config.js";
 import { createLogger } from "../../../src/logger.js";
 import type { ModelServer } from "../../../src/gpu/marketplace/simulated/model-server.js";
 import type { RouteTarget } from "../../../src/module.js";
@@ -89,18 +91,30 @@ async function frozenTarget(instanceId: string): Promise<RouteTarget> {
   return { instanceId, url: `http://127.0.0.1:${port}`, apiKey: null };
 }
 
-/** A replica that answers every request with `status` (a model server still loading answers 503). */
-async function answeringTarget(instanceId: string, status: number): Promise<{ target: RouteTarget; hits: () => number }> {
+/**
+ * A replica that answers every request with `status` (a model server still loading answers 503),
+ * after `delayMs` (a cold model's first token).
+ */
+async function answeringTarget(
+  instanceId: string,
+  status: number,
+  delayMs = 0,
+): Promise<{ target: RouteTarget; hits: () => number; connections: () => number }> {
   let hits = 0;
+  let connections = 0;
   const server: Server = createHttpServer((req, res) => {
     hits += 1;
     req.resume();
-    res.writeHead(status, { "content-type": "application/json" });
-    res.end(JSON.stringify({ error: { message: "loading" } }));
+    setTimeout(() => {
+      res.writeHead(status, { "content-type": "application/json" });
+      res.end(JSON.stringify({ error: { message: "loading" } }));
+    }, delayMs);
   });
+  server.on("connection", () => (connections += 1));
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   opened.push({ close: () => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }) });
-  return { target: { instanceId, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: null }, hits: () => hits };
+  const target = { instanceId, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: null };
+  return { target, hits: () => hits, connections: () => connections };
 }
 
 describe("endpoint proxy under faults", () => {
@@ -147,10 +161,12 @@ describe("endpoint proxy under faults", () => {
     expect(loading.hits()).toBe(1);
   });
 
-  it("never retries once the answer has started: a replica dying mid-stream cuts the caller's stream", async () => {
+  it("never retries once the answer has started: a replica dying mid-stream cuts the caller's stream, counted 502 (not 499)", async () => {
     const dying = await replica("gpu-dying", 100);
     const other = await replica("gpu-other");
     proxy.endpoints.set("fd", [dying.target]);
+    const count = (code: number) => metricValue(proxy, "gpu_endpoint_requests_total", `endpoint="fd",code="${code}"`);
+    const [upstreamErrors, callersLeft] = [await count(502), await count(499)];
     const res = await callEndpoint(proxy, "/endpoints/fd/v1/chat/completions", { ...chat, stream: true, max_tokens: 50 });
     expect(res.headers.get("x-endpoint-instance")).toBe("gpu-dying");
     proxy.endpoints.set("fd", [dying.target, other.target]);
@@ -163,6 +179,9 @@ describe("endpoint proxy under faults", () => {
     await expect(drained).rejects.toThrow();
     expect(other.server.stats.completions).toBe(0);
     await waitFor(() => logged("replica's answer cut off") === 1, "the cut answer logged", 2000);
+    // The caller stayed: the replica failed it, and the count says so.
+    expect(await count(502)).toBe(upstreamErrors + 1);
+    expect(await count(499)).toBe(callersLeft);
   });
 
   it("gives up a connection attempt to a frozen machine after 5 s and retries on another replica", async () => {
@@ -214,6 +233,60 @@ describe("endpoint proxy under faults", () => {
     // The caller left: nothing to warn about, the replica cut nothing.
     expect(logLines.filter((line) => (line.level as number) >= 40 && line.endpoint === "ff")).toEqual([]);
     expect(await metricValue(proxy, "gpu_endpoint_requests_total", 'endpoint="ff",code="499"')).toBe(gone + 1);
+  });
+
+  it("never sends the request of a caller that left while the directory was being asked, and counts it 499", async () => {
+    let entered!: () => void;
+    let release!: () => void;
+    const asked = new Promise<void>((resolve) => (entered = resolve));
+    const slow = await startProxy({
+      holdLookup: () => {
+        entered();
+        return new Promise<void>((resolve) => (release = resolve));
+      },
+    });
+    opened.push(slow);
+    const recorder = await answeringTarget("gpu-rec", 200);
+    slow.endpoints.set("fj", [recorder.target]);
+    const req = request(`${slow.url}/endpoints/fj/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${CALLER_TOKEN}`, "content-type": "application/json" },
+    });
+    req.on("error", () => undefined);
+    req.end(JSON.stringify(chat));
+    await asked;
+    req.destroy();
+    // The proxy runs in this process: a loopback close reaches it within a few turns of the loop.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    release();
+    const left = () => metricValue(slow, "gpu_endpoint_requests_total", 'endpoint="fj",code="499"');
+    await waitFor(async () => recorder.connections() > 0 || (await left()) === 1, "the proxy to be done with the request", 3000);
+    // Not even a connection: a request sent for nobody would hold one, and count as outstanding
+    // on that replica, until GPU_ENDPOINT_FIRST_BYTE_MS.
+    expect(recorder.connections()).toBe(0);
+    expect(recorder.hits()).toBe(0);
+    expect(await left()).toBe(1);
+  });
+
+  it("gives an HTTP/2 caller its answer when the replica's first byte comes after HTTP2_IDLE_TIMEOUT_MS", async () => {
+    // The session has a stream open and no frame either way while the model thinks: not idle.
+    const patient = await startProxy({ firstByteMs: 5_000, timeouts: { ...DEFAULT_TIMEOUTS, http2IdleMs: 300 } });
+    opened.push(patient);
+    const thinking = await answeringTarget("gpu-cold", 200, 1_000);
+    patient.endpoints.set("fk", [thinking.target]);
+    const session = http2.connect(patient.url);
+    session.on("error", () => undefined);
+    opened.push({ close: () => void session.destroy() });
+    const stream = session.request({ ":method": "POST", ":path": "/endpoints/fk/v1/chat/completions", authorization: `Bearer ${CALLER_TOKEN}`, "content-type": "application/json" });
+    stream.on("error", () => undefined);
+    stream.end(JSON.stringify(chat));
+    let body = "";
+    let status: number | undefined;
+    stream.on("data", (chunk: Buffer) => (body += chunk.toString()));
+    stream.once("response", (headers) => (status = headers[":status"]));
+    await new Promise((resolve) => stream.once("close", resolve));
+    expect(status).toBe(200);
+    expect(JSON.parse(body)).toEqual({ error: { message: "loading" } });
   });
 
   it("sends each request to the replica with the fewest in flight, and spreads an idle endpoint's requests", async () => {

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ModelServer } from "../../../src/gpu/marketplace/simulated/model-server.js";
 import type { RouteTarget } from "../../../src/module.js";
 import { CALLER_TOKEN, MODEL, callEndpoint, metricValue, startProxy, startReplica, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
+import { keptBodyBytes } from "../../../src/server/proxy/kept-body.js";
 import { createTokenFile } from "../../support/token-file.js";
 
 // The endpoint proxy on its happy paths and refusals: real model servers, real sockets.
@@ -49,6 +50,13 @@ afterAll(async () => {
 });
 
 const chat = { model: MODEL, messages: [{ role: "user", content: "hi" }] };
+
+/** A promise and the function that resolves it. */
+function gate(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
 
 describe("endpoint proxy", () => {
   it("answers a chat completion from a ready replica, naming it in x-endpoint-instance", async () => {
@@ -222,6 +230,43 @@ describe("endpoint proxy", () => {
     });
     expect(status).toBe(413);
     expect(replicas[0]!.server.stats.completions + replicas[1]!.server.stats.completions).toBe(before);
+  });
+
+  it("keeps the request body for a retry until the answer starts, then lets it go", async () => {
+    // A replica that reads the whole body, starts its answer when told, and ends it when told.
+    const steps = { bodyRead: gate(), answer: gate(), end: gate() };
+    const holder = createServer((req, res) => {
+      req.resume();
+      req.once("end", async () => {
+        steps.bodyRead.resolve();
+        await steps.answer.promise;
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.write("data: first\n\n");
+        await steps.end.promise;
+        res.end("data: [DONE]\n\n");
+      });
+    });
+    await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", resolve));
+    proxy.endpoints.set("held", [{ instanceId: "gpu-held", url: `http://127.0.0.1:${(holder.address() as AddressInfo).port}`, apiKey: null }]);
+    try {
+      const before = keptBodyBytes();
+      const body = { ...chat, messages: [{ role: "user", content: "x".repeat(3000) }] };
+      const answer = callEndpoint(proxy, "/endpoints/held/v1/chat/completions", body);
+      await steps.bodyRead.promise;
+      expect(keptBodyBytes() - before).toBe(Buffer.byteLength(JSON.stringify(body)));
+
+      steps.answer.resolve();
+      const res = await answer;
+      const reader = res.body!.getReader();
+      expect(new TextDecoder().decode((await reader.read()).value)).toBe("data: first\n\n");
+      // The answer is under way and not over: no retry can come, so nothing of the body is kept.
+      expect(keptBodyBytes() - before).toBe(0);
+      steps.end.resolve();
+      while (!(await reader.read()).done);
+    } finally {
+      holder.closeAllConnections();
+      await new Promise((resolve) => holder.close(resolve));
+    }
   });
 
   it("counts requests by endpoint and code, and first-byte times", async () => {
