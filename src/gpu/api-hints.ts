@@ -5,9 +5,9 @@ import { DEFAULT_LIMIT, MAX_LIMIT, OFFER_SORT_KEYS } from "./marketplace/offers.
 import { INSTANCE_SORT_KEYS } from "./store/page-token.js";
 import { STORED_STATUSES } from "./store/status.js";
 import { listTemplates } from "./creation/templates.js";
-import { EVENT_KINDS } from "./endpoints/endpoint-events.js";
-import { MAX_REPLICAS, NAME_PATTERN } from "./endpoints/endpoint-request.js";
-import { ENDPOINT_STATES, REPLICA_STATES } from "./endpoints/replica-state.js";
+import { EVENT_KINDS } from "./endpoints/resource/endpoint-events.js";
+import { MAX_REPLICAS, NAME_PATTERN } from "./endpoints/resource/endpoint-request.js";
+import { ENDPOINT_STATES, REPLICA_STATES } from "./endpoints/replicas/replica-state.js";
 
 // What GpuService's validation enforces beyond the protos, from the constants it enforces it with
 // (src/server/openapi/api-hints.ts).

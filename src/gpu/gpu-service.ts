@@ -12,9 +12,9 @@ import { DEFAULT_LIMIT, searchOffers, validateLimit } from "./marketplace/offers
 import type { StatisticsStore } from "./store/statistics-store.js";
 import { findTemplate, listTemplates } from "./creation/templates.js";
 import { roundMoney } from "./money/cost.js";
-import type { EndpointEventStore } from "./endpoints/endpoint-events.js";
-import { createEndpointRpcs } from "./endpoints/endpoint-service.js";
-import type { EndpointStore } from "./endpoints/endpoint-store.js";
+import type { EndpointEventStore } from "./endpoints/resource/endpoint-events.js";
+import { createEndpointRpcs } from "./endpoints/resource/endpoint-service.js";
+import type { EndpointStore } from "./endpoints/resource/endpoint-store.js";
 
 export interface GpuServiceOptions {
   ctx: GpuContext;

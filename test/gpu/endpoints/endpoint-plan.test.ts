@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { planEndpoint, type PlanSettings } from "../../../src/gpu/endpoints/endpoint-plan.js";
-import type { EndpointRecord, ReplicaRow } from "../../../src/gpu/endpoints/endpoint-store.js";
-import { probeOutcome } from "../../../src/gpu/endpoints/replica-probes.js";
-import { endpointState, type ReplicaFacts } from "../../../src/gpu/endpoints/replica-state.js";
-import { launchBackoffMs } from "../../../src/gpu/endpoints/endpoint-controller.js";
+import { planEndpoint, type PlanSettings } from "../../../src/gpu/endpoints/control/endpoint-plan.js";
+import type { EndpointRecord, ReplicaRow } from "../../../src/gpu/endpoints/resource/endpoint-store.js";
+import { probeOutcome } from "../../../src/gpu/endpoints/replicas/replica-probes.js";
+import { endpointState, type ReplicaFacts } from "../../../src/gpu/endpoints/replicas/replica-state.js";
+import { launchBackoffMs } from "../../../src/gpu/endpoints/control/endpoint-controller.js";
 import type { InstanceRecord } from "../../../src/gpu/store/instance-store.js";
 import type { StoredStatus } from "../../../src/gpu/store/status.js";
 

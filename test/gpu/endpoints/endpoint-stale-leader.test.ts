@@ -1,6 +1,6 @@
 import pg from "pg";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { EndpointStore } from "../../../src/gpu/endpoints/endpoint-store.js";
+import { EndpointStore } from "../../../src/gpu/endpoints/resource/endpoint-store.js";
 import { SYNC_LEADER_LOCK_KEY } from "../../../src/gpu/lifecycle/sync-leader.js";
 import { startVastService, type VastService } from "../../support/vastai/service.js";
 import { rest, waitFor } from "../helpers.js";

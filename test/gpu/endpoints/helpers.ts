@@ -1,6 +1,6 @@
 import type { Knex } from "knex";
-import { createEndpointDirectory } from "../../../src/gpu/endpoints/endpoint-directory.js";
-import { EndpointStore } from "../../../src/gpu/endpoints/endpoint-store.js";
+import { createEndpointDirectory } from "../../../src/gpu/endpoints/resource/endpoint-directory.js";
+import { EndpointStore } from "../../../src/gpu/endpoints/resource/endpoint-store.js";
 import { InstanceStore } from "../../../src/gpu/store/instance-store.js";
 import type { EndpointDirectory } from "../../../src/module.js";
 import { rest, waitFor } from "../helpers.js";

@@ -1,5 +1,5 @@
-import type { EndpointRecord } from "./endpoint-store.js";
-import { billedCost, endedReason, replicaState, type ReplicaFacts } from "./replica-state.js";
+import type { EndpointRecord } from "../resource/endpoint-store.js";
+import { billedCost, endedReason, replicaState, type ReplicaFacts } from "../replicas/replica-state.js";
 
 // The controller's decisions (SPEC.md section 2, "Endpoints"), as one pure function from the
 // stored endpoint and what was observed of its replicas to the actions of one round. The loop

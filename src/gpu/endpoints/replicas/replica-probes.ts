@@ -1,9 +1,9 @@
-import { findTemplate } from "../creation/templates.js";
-import { modelServerUrl } from "../lifecycle/probe.js";
-import type { InstanceRecord } from "../store/instance-store.js";
-import { isTerminal } from "../store/status.js";
-import type { EndpointEventStore } from "./endpoint-events.js";
-import type { EndpointRecord, EndpointStore, ReplicaProbeFields } from "./endpoint-store.js";
+import { findTemplate } from "../../creation/templates.js";
+import { modelServerUrl } from "../../lifecycle/probe.js";
+import type { InstanceRecord } from "../../store/instance-store.js";
+import { isTerminal } from "../../store/status.js";
+import type { EndpointEventStore } from "../resource/endpoint-events.js";
+import type { EndpointRecord, EndpointStore, ReplicaProbeFields } from "../resource/endpoint-store.js";
 import type { ReadinessProbe } from "./readiness-probe.js";
 import type { ReplicaFacts } from "./replica-state.js";
 

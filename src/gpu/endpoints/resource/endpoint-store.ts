@@ -1,6 +1,6 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { Knex } from "knex";
-import { ConflictError } from "../../errors.js";
+import { ConflictError } from "../../../errors.js";
 import type { EventKind } from "./endpoint-events.js";
 
 // Endpoints and their replicas (tables gpu_endpoints, gpu_endpoint_replicas). Rows map to the

@@ -1,16 +1,16 @@
-import { ACTOR_SYSTEM } from "../../actor.js";
-import type { EndpointConfig } from "../../config.js";
-import type { GpuContext } from "../gpu-context.js";
-import { destroyRecord } from "../lifecycle/destroy.js";
-import { isTerminal } from "../store/status.js";
-import type { EndpointEventStore, EventKind } from "./endpoint-events.js";
+import { ACTOR_SYSTEM } from "../../../actor.js";
+import type { EndpointConfig } from "../../../config.js";
+import type { GpuContext } from "../../gpu-context.js";
+import { destroyRecord } from "../../lifecycle/destroy.js";
+import { isTerminal } from "../../store/status.js";
+import type { EndpointEventStore, EventKind } from "../resource/endpoint-events.js";
 import { planEndpoint, type Action, type PlanSettings } from "./endpoint-plan.js";
-import type { EndpointRecord, EndpointStore } from "./endpoint-store.js";
-import { probeReplicas } from "./replica-probes.js";
-import { replicaFactsOf } from "./replica-facts.js";
+import type { EndpointRecord, EndpointStore } from "../resource/endpoint-store.js";
+import { probeReplicas } from "../replicas/replica-probes.js";
+import { replicaFactsOf } from "../replicas/replica-facts.js";
 import { launchFailed, launchReplica } from "./replica-launch.js";
-import type { ReadinessProbe } from "./readiness-probe.js";
-import { billedCost, type ReplicaFacts } from "./replica-state.js";
+import type { ReadinessProbe } from "../replicas/readiness-probe.js";
+import { billedCost, type ReplicaFacts } from "../replicas/replica-state.js";
 
 // The endpoint controller: probes (replica-probes.ts) and decisions (the plan, endpoint-plan.ts,
 // carried out here). Both run on the sync leader only, each on its own timer (endpoint-loop.ts),

@@ -1,9 +1,9 @@
-import type { EndpointDirectory, RouteTarget } from "../../module.js";
-import type { GpuContext } from "../gpu-context.js";
+import type { EndpointDirectory, RouteTarget } from "../../../module.js";
+import type { GpuContext } from "../../gpu-context.js";
 import type { EndpointStore } from "./endpoint-store.js";
-import { replicaFactsOf } from "./replica-facts.js";
-import { replicaKey, replicaUrl } from "./replica-probes.js";
-import { isRoutable } from "./replica-state.js";
+import { replicaFactsOf } from "../replicas/replica-facts.js";
+import { replicaKey, replicaUrl } from "../replicas/replica-probes.js";
+import { isRoutable } from "../replicas/replica-state.js";
 
 // Where the proxy finds an endpoint's ready replicas. Every service process answers from
 // PostgreSQL (the controller writes readiness there), leader or not. Answers are kept for

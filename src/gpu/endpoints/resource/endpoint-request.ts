@@ -1,7 +1,7 @@
 import type { JsonObject } from "@bufbuild/protobuf";
-import { excerpt, InvalidInputError } from "../../errors.js";
-import { parseCustomConfig } from "../creation/custom-config.js";
-import { findTemplate, listTemplates } from "../creation/templates.js";
+import { excerpt, InvalidInputError } from "../../../errors.js";
+import { parseCustomConfig } from "../../creation/custom-config.js";
+import { findTemplate, listTemplates } from "../../creation/templates.js";
 import type { NewEndpoint } from "./endpoint-store.js";
 
 // Validation of endpoint requests (SPEC.md section 2, "Endpoints"): bad input is a 400 naming

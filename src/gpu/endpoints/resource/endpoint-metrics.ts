@@ -1,8 +1,8 @@
 import { Gauge, type Registry } from "prom-client";
-import type { GpuContext } from "../gpu-context.js";
+import type { GpuContext } from "../../gpu-context.js";
 import type { EndpointStore } from "./endpoint-store.js";
-import { replicaFactsOf } from "./replica-facts.js";
-import { REPLICA_STATES, replicaState } from "./replica-state.js";
+import { replicaFactsOf } from "../replicas/replica-facts.js";
+import { REPLICA_STATES, replicaState } from "../replicas/replica-state.js";
 
 /**
  * `gpu_endpoint_instances{endpoint,state}`: each endpoint's replicas by state, read from the

@@ -1,6 +1,6 @@
 import type { Logger } from "pino";
-import { createRepeatingTask } from "../lifecycle/repeating-task.js";
-import type { SyncLeader } from "../lifecycle/sync-leader.js";
+import { createRepeatingTask } from "../../lifecycle/repeating-task.js";
+import type { SyncLeader } from "../../lifecycle/sync-leader.js";
 import type { EndpointController } from "./endpoint-controller.js";
 
 // The endpoint controller's timers, every GPU_ENDPOINT_PROBE_MS, independent of the status sync's

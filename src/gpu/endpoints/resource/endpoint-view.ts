@@ -1,11 +1,11 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import type { EndpointEventSchema, EndpointSchema } from "../../../gen/gpu/v1/gpu_service_pb.js";
-import { roundMoney } from "../money/cost.js";
+import type { EndpointEventSchema, EndpointSchema } from "../../../../gen/gpu/v1/gpu_service_pb.js";
+import { roundMoney } from "../../money/cost.js";
 import type { EndpointEventRecord } from "./endpoint-events.js";
 import type { EndpointRecord } from "./endpoint-store.js";
-import { replicaUrl } from "./replica-probes.js";
-import { billedCost, endpointState, isRoutable, replicaState, type ReplicaFacts } from "./replica-state.js";
+import { replicaUrl } from "../replicas/replica-probes.js";
+import { billedCost, endpointState, isRoutable, replicaState, type ReplicaFacts } from "../replicas/replica-state.js";
 
 // Endpoints and their events as response messages. Absent times stay unset (omitted in REST JSON).
 

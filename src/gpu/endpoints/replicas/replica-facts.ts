@@ -1,5 +1,5 @@
-import type { GpuContext } from "../gpu-context.js";
-import type { EndpointRecord, EndpointStore } from "./endpoint-store.js";
+import type { GpuContext } from "../../gpu-context.js";
+import type { EndpointRecord, EndpointStore } from "../resource/endpoint-store.js";
 import type { ReplicaFacts } from "./replica-state.js";
 
 /** An endpoint's replicas not removed, each with its instance record (null until written). */

@@ -1,13 +1,13 @@
 import type { ServiceImpl } from "@connectrpc/connect";
-import type { GpuService } from "../../../gen/gpu/v1/gpu_service_pb.js";
-import { excerpt, InvalidInputError, NotFoundError } from "../../errors.js";
-import type { GpuContext } from "../gpu-context.js";
-import { DEFAULT_LIMIT, validateLimit } from "../marketplace/offers.js";
+import type { GpuService } from "../../../../gen/gpu/v1/gpu_service_pb.js";
+import { excerpt, InvalidInputError, NotFoundError } from "../../../errors.js";
+import type { GpuContext } from "../../gpu-context.js";
+import { DEFAULT_LIMIT, validateLimit } from "../../marketplace/offers.js";
 import type { EndpointEventStore } from "./endpoint-events.js";
 import { newEndpointOf, validBudget, validReplicas } from "./endpoint-request.js";
 import type { EndpointRecord, EndpointStore } from "./endpoint-store.js";
 import { endpointMessage, eventMessage } from "./endpoint-view.js";
-import { replicaFactsOf } from "./replica-facts.js";
+import { replicaFactsOf } from "../replicas/replica-facts.js";
 
 // The endpoint RPCs. They write the resource and its events; the controller (on the sync
 // leader) does the machines. Each operation's event names its actor.

@@ -1,12 +1,12 @@
 import type { Knex } from "knex";
-import { ACTOR_SYSTEM } from "../../actor.js";
-import { messageOf, NotFoundError, UnavailableError } from "../../errors.js";
-import { anyOfferFits, createInstance } from "../creation/creation.js";
-import { findTemplate } from "../creation/templates.js";
-import type { GpuContext } from "../gpu-context.js";
-import { roundMoney } from "../money/cost.js";
-import type { EndpointEventStore } from "./endpoint-events.js";
-import type { EndpointRecord, EndpointStore } from "./endpoint-store.js";
+import { ACTOR_SYSTEM } from "../../../actor.js";
+import { messageOf, NotFoundError, UnavailableError } from "../../../errors.js";
+import { anyOfferFits, createInstance } from "../../creation/creation.js";
+import { findTemplate } from "../../creation/templates.js";
+import type { GpuContext } from "../../gpu-context.js";
+import { roundMoney } from "../../money/cost.js";
+import type { EndpointEventStore } from "../resource/endpoint-events.js";
+import type { EndpointRecord, EndpointStore } from "../resource/endpoint-store.js";
 
 // One replica's launch (SPEC.md section 2, "Endpoints", Money, and "Control loops survive their
 // database"): the replica row first (the intent), then the creation, fenced twice: its record is
