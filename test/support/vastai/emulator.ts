@@ -49,8 +49,8 @@ export interface VastEmulator {
   delay(ms: number): void;
   /** Creates rent the machine at once but answer only this much later (after the caller's timeout). */
   answerCreatesAfter(ms: number): void;
-  /** Runs when a create request arrives, before it is handled (e.g. to kill the caller meanwhile). */
-  onCreate(hook: (() => Promise<void> | void) | undefined): void;
+  /** Runs when a create request arrives, before it is handled (e.g. to kill the caller meanwhile), with its body. */
+  onCreate(hook: ((body: unknown) => Promise<void> | void) | undefined): void;
   /** Runs when an offer search arrives, before it is answered (e.g. to hold it as a slow vast.ai would). */
   onSearch(hook: (() => Promise<void> | void) | undefined): void;
   /** The next create rents the machine but its container fails to start (OCI runtime error). */
@@ -87,7 +87,7 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
   const intervalOf = (endpoint: string) =>
     typeof options.minIntervalMs === "object" ? (options.minIntervalMs as Record<string, number | undefined>)[endpoint] ?? 0 : (options.minIntervalMs ?? 0);
   const shown = (i: EmulatedInstance) => Date.now() - i.createdAt >= switches.showLagMs;
-  let createHook: (() => Promise<void> | void) | undefined;
+  let createHook: ((body: unknown) => Promise<void> | void) | undefined;
   let searchHook: (() => Promise<void> | void) | undefined;
 
   const isRentable = (ask: VastAsk) => ask.rentable && ![...instances.all.values()].some((i) => i.askId === ask.id);
@@ -179,7 +179,7 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
   }
 
   async function create(askId: number, body: unknown): Promise<[number, unknown]> {
-    await createHook?.();
+    await createHook?.(body);
     const invalid = createBodyProblem(body);
     if (invalid) return [400, { ...error("invalid_args", `error 400/3467: Invalid args: ${invalid}`), ask_id: askId }];
     const ask = asks.find((a) => a.id === askId);

@@ -1,4 +1,4 @@
-import { ConflictError, NotFoundError, OperationFailedError } from "../../../errors.js";
+import { ConflictError, NotFoundError, OperationFailedError, UnavailableError } from "../../../errors.js";
 import { createCatalogue, type CatalogueOptions } from "./catalogue.js";
 import { MODEL_API_KEY_ENV, type CreateMarketInstanceRequest, type Marketplace, type MarketInstance, type MarketOffer, type MarketStatus } from "../port.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
@@ -42,6 +42,8 @@ export interface SimulatedMarketplace extends Marketplace {
   startModelServer(id: string): Promise<void>;
   /** The next createInstance fails as a provisioning error would; the offer stays rentable. */
   failNextCreate(error?: Error): void;
+  /** The next destroyInstance fails, unconfirmed, as a marketplace that did not answer would; the instance stays. */
+  failNextDestroy(error?: Error): void;
 }
 
 interface SimInstance {
@@ -75,6 +77,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
   const instances = new Map<string, SimInstance>();
   let nextId = FIRST_INSTANCE_ID;
   let injectedFailure: Error | undefined;
+  let injectedDestroyFailure: Error | undefined;
   let closed = false;
 
   const isRented = (offerId: string) => [...instances.values()].some((i) => i.offer.id === offerId);
@@ -279,6 +282,9 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
     },
 
     async destroyInstance(id) {
+      const failure = injectedDestroyFailure;
+      injectedDestroyFailure = undefined;
+      if (failure) throw failure;
       await refresh();
       await store?.remove(id);
       const instance = instances.get(id);
@@ -328,6 +334,9 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
 
     failNextCreate(error) {
       injectedFailure = error ?? new OperationFailedError("The marketplace failed to provision the instance");
+    },
+    failNextDestroy(error) {
+      injectedDestroyFailure = error ?? new UnavailableError("The marketplace did not answer the destroy");
     },
   };
 }
