@@ -142,4 +142,24 @@ describe("the reconciler", () => {
     const orphan = await marketplace.createInstance({ offerId: await rentable(), label: deployment.labelOf("gpu-990003"), image: "x", startCommand: "", env: {} });
     await waitFor("orphan destroyed", async () => ((await marketplace.getInstance(orphan.id)) ? undefined : true));
   });
+
+  it("releases an interrupted creation whose machine rents above the creation's price cap instead of adopting it", async () => {
+    for (const previous of servers.splice(0)) await previous.close();
+    const crashed = await start({ GPU_STATUS_SYNC_MS: "86400000" }, true);
+    expect((await rest(crashed.url, "POST", "/api/gpu/instances/from-template?template_name=budget")).status).toBe(500);
+    await crashed.close();
+    servers.pop();
+    const [interrupted] = await db.knex("gpu_instances").where({ status: "creating" }).whereNull("market_instance_id");
+    const [leaked] = (await marketplace.listInstances("")).filter((m) => m.label === deployment.labelOf(interrupted.instance_id));
+    expect(interrupted.price_cap).toBe(0.5); // the template's max_price
+    // As an endpoint's replica would be: a cap tighter than the price the machine rents at.
+    await db.knex("gpu_instances").where({ instance_id: interrupted.instance_id }).update({ price_cap: leaked!.dphTotal / 2 });
+
+    await start({ GPU_STATUS_SYNC_MS: "86400000", GPU_CREATION_GRACE_MS: "60000" });
+    expect(await record(interrupted.instance_id)).toMatchObject({ status: "failed" });
+    expect(await marketplace.getInstance(leaked!.id)).toBeUndefined();
+    const creation = (await logsOf(interrupted.instance_id)).find((l) => l.operation === "create_instance");
+    expect(creation).toMatchObject({ success: false });
+    expect(creation.result).toContain("above the creation's cap");
+  });
 });
