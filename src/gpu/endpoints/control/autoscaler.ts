@@ -1,0 +1,89 @@
+// The autoscaler (SPEC.md section 2, "Endpoints that follow their load"), as one pure function:
+// the endpoint's settings, its target and what it remembers of its load, the load now, in; the
+// new target, what to remember and the event that tells a change, out. The plan calls it first
+// and plans the replicas for the target it gives (endpoint-plan.ts). The rules:
+// - wanted = ceil(load / target_in_flight) within [min_replicas, max_replicas], load being the
+//   requests in flight through every process's proxy plus those held there;
+// - the target rises once wanted has stayed above it for scale_up_after_s, to the least wanted
+//   in that time (what the load held up all along), and falls once wanted has stayed below it for
+//   scale_down_after_s, to the most wanted in that time: never faster, and never below what a
+//   request in that time needed (a request seen in the window counts as one replica wanted);
+// - at zero, a held request wakes the endpoint at once (event `woke`), to at least one replica;
+// - falling to zero is `idle`, any other change `scaled`.
+
+export interface AutoscaleSettings {
+  minReplicas: number;
+  maxReplicas: number;
+  targetInFlight: number;
+  scaleUpAfterS: number;
+  scaleDownAfterS: number;
+}
+
+/** What the autoscaler remembers between rounds: the way wanted has stood from its target, since when, and its bound. */
+export interface AutoscaleMemory {
+  direction: "up" | "down" | null;
+  since: Date | null;
+  /** Up: the least wanted since `since`; down: the most. */
+  bound: number | null;
+}
+
+export const NO_MEMORY: AutoscaleMemory = { direction: null, since: null, bound: null };
+
+/** An endpoint's load summed over every service process (the proxies publish it). */
+export interface LoadNow {
+  inFlight: number;
+  held: number;
+  /** When a request last arrived at any proxy; null: none known. */
+  lastRequestAt: Date | null;
+}
+
+export interface TargetChange {
+  from: number;
+  to: number;
+  kind: "scaled" | "woke" | "idle";
+  why: string;
+}
+
+export interface AutoscaleDecision {
+  target: number;
+  memory: AutoscaleMemory;
+  change?: TargetChange;
+}
+
+export function autoscale(settings: AutoscaleSettings, target: number, memory: AutoscaleMemory, load: LoadNow, now: Date): AutoscaleDecision {
+  const demand = load.inFlight + load.held;
+  const wanted = clamp(Math.ceil(demand / settings.targetInFlight), settings);
+  const why = `load ${demand} (${load.inFlight} in flight, ${load.held} held), ${settings.targetInFlight} per replica`;
+  if (target === 0 && load.held > 0) {
+    const to = Math.max(1, wanted);
+    return { target: to, memory: NO_MEMORY, change: { from: 0, to, kind: "woke", why: `${why}: a request is held` } };
+  }
+  const inRange = clamp(target, settings);
+  if (inRange !== target) {
+    // Settings changed under the target: it moves into the new range at once.
+    return changed(target, inRange, `${why}: the range is now ${settings.minReplicas}..${settings.maxReplicas}`);
+  }
+  if (wanted === target) return { target, memory: NO_MEMORY };
+  const direction = wanted > target ? "up" : "down";
+  const continuing = memory.direction === direction && memory.since !== null && memory.bound !== null;
+  const since = continuing ? memory.since! : now;
+  let bound = continuing ? (direction === "up" ? Math.min(memory.bound!, wanted) : Math.max(memory.bound!, wanted)) : wanted;
+  // A request that came and went between two samples still needed a replica.
+  if (direction === "down" && load.lastRequestAt !== null && load.lastRequestAt >= since) bound = Math.max(bound, clamp(1, settings));
+  const after = (direction === "up" ? settings.scaleUpAfterS : settings.scaleDownAfterS) * 1000;
+  const waited = now.getTime() - since.getTime();
+  if (waited < after || bound === target) return { target, memory: { direction, since, bound } };
+  const seconds = Math.round(waited / 1000);
+  const decision = changed(target, bound, `${why}: wanted ${direction === "up" ? "above" : "below"} ${target} for ${seconds} s`);
+  // Wanted still away from the new target: the next window starts now.
+  if (wanted !== bound) decision.memory = { direction: wanted > bound ? "up" : "down", since: now, bound: wanted };
+  return decision;
+}
+
+function changed(from: number, to: number, why: string): AutoscaleDecision {
+  return { target: to, memory: NO_MEMORY, change: { from, to, kind: to === 0 ? "idle" : "scaled", why } };
+}
+
+function clamp(n: number, settings: AutoscaleSettings): number {
+  return Math.min(settings.maxReplicas, Math.max(settings.minReplicas, n));
+}
