@@ -1,5 +1,6 @@
 import { ScalarType, type DescEnum, type DescField, type DescMessage, type JsonObject } from "@bufbuild/protobuf";
 import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
+import { updateMaskField } from "../rest/update-mask.js";
 import type { ProtoComments } from "./proto-comments.js";
 
 // JSON Schemas (2020-12, as OpenAPI 3.1 uses them) of proto messages in the REST JSON form:
@@ -29,6 +30,7 @@ const WELL_KNOWN: Record<string, JsonObject> = {
   "google.protobuf.Value": {},
   "google.protobuf.ListValue": { type: "array" },
   "google.protobuf.Empty": { type: "object", additionalProperties: false },
+  "google.protobuf.FieldMask": { type: "string", description: "Field names, comma-separated." },
 };
 
 export function createSchemaRegistry(options: SchemaRegistryOptions): SchemaRegistry {
@@ -51,7 +53,12 @@ export function createSchemaRegistry(options: SchemaRegistryOptions): SchemaRegi
   const messageSchema = (message: DescMessage): JsonObject => {
     const isRequest = requestMessages.has(message.typeName);
     const properties: JsonObject = {};
-    for (const field of message.fields) properties[field.name] = fieldSchema(field);
+    // A PATCH with an update mask clears a message field given as null (rest/update-mask.ts).
+    const clearable = isRequest && updateMaskField(message) !== undefined;
+    for (const field of message.fields) {
+      const schema = fieldSchema(field);
+      properties[field.name] = clearable && field.fieldKind === "message" && field.name !== "update_mask" ? orNull(schema) : schema;
+    }
     // Responses always carry fields without presence (lists, maps, plain scalars), even when empty.
     const required = isRequest ? [] : message.fields.filter(alwaysEmitted).map((f) => f.name);
     return {
@@ -99,6 +106,10 @@ export function createSchemaRegistry(options: SchemaRegistryOptions): SchemaRegi
   });
 
   return { refOf, fieldSchema, schemas };
+}
+
+function orNull({ description, ...schema }: JsonObject): JsonObject {
+  return { anyOf: [schema, { type: "null" }], ...(description !== undefined ? { description } : {}) };
 }
 
 function alwaysEmitted(field: DescField): boolean {
