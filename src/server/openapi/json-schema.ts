@@ -53,12 +53,7 @@ export function createSchemaRegistry(options: SchemaRegistryOptions): SchemaRegi
   const messageSchema = (message: DescMessage): JsonObject => {
     const isRequest = requestMessages.has(message.typeName);
     const properties: JsonObject = {};
-    // A PATCH with an update mask clears a message field given as null (rest/update-mask.ts).
-    const clearable = isRequest && updateMaskField(message) !== undefined;
-    for (const field of message.fields) {
-      const schema = fieldSchema(field);
-      properties[field.name] = clearable && field.fieldKind === "message" && field.name !== "update_mask" ? orNull(schema) : schema;
-    }
+    for (const field of message.fields) properties[field.name] = fieldSchema(field);
     // Responses always carry fields without presence (lists, maps, plain scalars), even when empty.
     const required = isRequest ? [] : message.fields.filter(alwaysEmitted).map((f) => f.name);
     return {
@@ -72,7 +67,8 @@ export function createSchemaRegistry(options: SchemaRegistryOptions): SchemaRegi
 
   const fieldSchema = (field: DescField): JsonObject => {
     const qualified = `${field.parent.typeName}.${field.name}`;
-    return { ...valueSchema(field), ...describe(comments.get(qualified)), ...fieldHints[qualified] };
+    const schema = { ...valueSchema(field), ...describe(comments.get(qualified)), ...fieldHints[qualified] };
+    return isClearable(field) ? orNull(schema) : schema;
   };
 
   const valueSchema = (field: DescField): JsonObject => {
@@ -104,6 +100,12 @@ export function createSchemaRegistry(options: SchemaRegistryOptions): SchemaRegi
     enum: desc.values.map((v) => v.name),
     ...describe(comments.get(desc.typeName)),
   });
+
+  // A request with an update mask clears a message field given as null (rest/update-mask.ts).
+  const isClearable = (field: DescField): boolean => {
+    const mask = updateMaskField(field.parent);
+    return requestMessages.has(field.parent.typeName) && mask !== undefined && field !== mask && field.fieldKind === "message";
+  };
 
   return { refOf, fieldSchema, schemas };
 }
