@@ -1421,7 +1421,7 @@ export type CreateEndpointRequest = Message<"gpu.v1.CreateEndpointRequest"> & {
   templateName: string;
 
   /**
-   * 0..16.
+   * 0..16; required unless autoscale is given.
    *
    * @generated from field: optional int32 replicas = 3;
    */
@@ -1720,10 +1720,10 @@ export type UpdateEndpointRequest = Message<"gpu.v1.UpdateEndpointRequest"> & {
   autoscale?: EndpointAutoscale | undefined;
 
   /**
-   * The fields to change (replicas, max_cost_per_hour, autoscale). A field named here but not
-   * set is cleared: `autoscale` turns autoscaling off and keeps the current target as the fixed
-   * replicas. Unset: the fields that are set. REST fills it from the body's keys, so that
-   * `{"autoscale": null}` turns autoscaling off.
+   * The fields to change: replicas, max_cost_per_hour, autoscale. `autoscale` named but not set
+   * turns autoscaling off, keeping the current target as the fixed replicas (the other two
+   * cannot be cleared). Unset: the fields that are set. REST fills it from the body's keys, so
+   * that `{"autoscale": null}` turns autoscaling off.
    *
    * @generated from field: google.protobuf.FieldMask update_mask = 5;
    */
