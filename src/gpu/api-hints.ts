@@ -6,7 +6,7 @@ import { INSTANCE_SORT_KEYS } from "./store/page-token.js";
 import { STORED_STATUSES } from "./store/status.js";
 import { listTemplates } from "./creation/templates.js";
 import { EVENT_KINDS } from "./endpoints/resource/endpoint-events.js";
-import { MAX_REPLICAS, NAME_PATTERN } from "./endpoints/resource/endpoint-request.js";
+import { AUTOSCALE_BOUNDS, MAX_REPLICAS, NAME_PATTERN } from "./endpoints/resource/endpoint-request.js";
 import { ENDPOINT_STATES, REPLICA_STATES } from "./endpoints/replicas/replica-state.js";
 
 // What GpuService's validation enforces beyond the protos, from the constants it enforces it with
@@ -18,6 +18,10 @@ const templateNames: JsonObject = { examples: listTemplates().map((t) => t.name)
 const endpointName: JsonObject = { pattern: NAME_PATTERN.source };
 const replicas: JsonObject = { minimum: 0, maximum: MAX_REPLICAS };
 const budget: JsonObject = { exclusiveMinimum: 0 };
+const autoscale = (key: keyof typeof AUTOSCALE_BOUNDS): JsonObject => {
+  const bounds: { min: number; max: number; default?: number } = AUTOSCALE_BOUNDS[key];
+  return { minimum: bounds.min, maximum: bounds.max, ...(bounds.default !== undefined ? { default: bounds.default } : {}) };
+};
 
 /** The keys custom_config accepts (custom-config.ts), with the bounds it checks. */
 export const CUSTOM_CONFIG_SCHEMA: JsonObject = {
@@ -62,6 +66,12 @@ export const GPU_API_HINTS: ApiHints = {
     "gpu.v1.CreateEndpointRequest.custom_config": CUSTOM_CONFIG_SCHEMA,
     "gpu.v1.UpdateEndpointRequest.replicas": replicas,
     "gpu.v1.UpdateEndpointRequest.max_cost_per_hour": budget,
+    "gpu.v1.UpdateEndpointRequest.update_mask": { examples: ["autoscale", "replicas,maxCostPerHour"] },
+    "gpu.v1.EndpointAutoscale.min_replicas": autoscale("min_replicas"),
+    "gpu.v1.EndpointAutoscale.max_replicas": autoscale("max_replicas"),
+    "gpu.v1.EndpointAutoscale.target_in_flight": autoscale("target_in_flight"),
+    "gpu.v1.EndpointAutoscale.scale_up_after_s": autoscale("scale_up_after_s"),
+    "gpu.v1.EndpointAutoscale.scale_down_after_s": autoscale("scale_down_after_s"),
     "gpu.v1.ListEndpointEventsRequest.limit": limit,
     "gpu.v1.Endpoint.state": { enum: [...ENDPOINT_STATES] },
     "gpu.v1.EndpointInstance.state": { enum: [...REPLICA_STATES] },

@@ -83,6 +83,28 @@ describe("GET /openapi.json", () => {
     expect(fromTemplate.requestBody!.content["application/json"].schema).toMatchObject({ $ref: "#/components/schemas/gpu.v1.FromTemplateBody" });
   });
 
+  it("documents endpoint autoscaling: its bounds and defaults, the update mask, null to turn it off", () => {
+    const schemas = doc.components.schemas;
+    expect(schemas["gpu.v1.EndpointAutoscale"]!.properties).toMatchObject({
+      min_replicas: { type: "integer", minimum: 0, maximum: 16 },
+      max_replicas: { type: "integer", minimum: 1, maximum: 16 },
+      target_in_flight: { minimum: 1, maximum: 1000, default: 4 },
+      scale_up_after_s: { minimum: 0, maximum: 3600, default: 30 },
+      scale_down_after_s: { minimum: 30, maximum: 86400, default: 600 },
+    });
+    const ref = { $ref: "#/components/schemas/gpu.v1.EndpointAutoscale" };
+    expect(schemas["gpu.v1.CreateEndpointRequest"]!.properties!.autoscale).toMatchObject(ref);
+    expect(schemas["gpu.v1.Endpoint"]!.properties!.autoscale).toMatchObject(ref);
+    expect(schemas["gpu.v1.Endpoint"]!.properties!.state).toMatchObject({ enum: expect.arrayContaining(["parked", "idle"]) });
+    const body = doc.paths["/api/gpu/endpoints/{name}"]!.patch!.requestBody!.content["application/json"].schema;
+    const update = body.properties as Record<string, JsonObject>;
+    expect(update.autoscale).toMatchObject({ anyOf: [ref, { type: "null" }], description: expect.stringContaining("autoscaling on") });
+    expect(update.update_mask).toMatchObject({ type: "string" });
+    expectValid(body, { autoscale: null }, "autoscale off");
+    expectValid(body, { autoscale: { min_replicas: 0, max_replicas: 2 } }, "autoscale on");
+    expect(() => expectValid(body, { autoscale: { min_replicas: 0, max_replicas: 17 } }, "misfit")).toThrow();
+  });
+
   it("gives every operation the {detail} error answers with their status codes", () => {
     for (const { path, op } of operations()) {
       for (const status of ["400", "500", "503"]) expect(op.responses[status]?.$ref).toBe(`#/components/responses/Error${status}`);

@@ -1,5 +1,6 @@
 import { ScalarType, type DescEnum, type DescField, type DescMessage, type JsonObject } from "@bufbuild/protobuf";
 import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
+import { updateMaskField } from "../rest/update-mask.js";
 import type { ProtoComments } from "./proto-comments.js";
 
 // JSON Schemas (2020-12, as OpenAPI 3.1 uses them) of proto messages in the REST JSON form:
@@ -29,6 +30,7 @@ const WELL_KNOWN: Record<string, JsonObject> = {
   "google.protobuf.Value": {},
   "google.protobuf.ListValue": { type: "array" },
   "google.protobuf.Empty": { type: "object", additionalProperties: false },
+  "google.protobuf.FieldMask": { type: "string", description: "Field names, comma-separated." },
 };
 
 export function createSchemaRegistry(options: SchemaRegistryOptions): SchemaRegistry {
@@ -65,7 +67,8 @@ export function createSchemaRegistry(options: SchemaRegistryOptions): SchemaRegi
 
   const fieldSchema = (field: DescField): JsonObject => {
     const qualified = `${field.parent.typeName}.${field.name}`;
-    return { ...valueSchema(field), ...describe(comments.get(qualified)), ...fieldHints[qualified] };
+    const schema = { ...valueSchema(field), ...describe(comments.get(qualified)), ...fieldHints[qualified] };
+    return isClearable(field) ? orNull(schema) : schema;
   };
 
   const valueSchema = (field: DescField): JsonObject => {
@@ -98,7 +101,17 @@ export function createSchemaRegistry(options: SchemaRegistryOptions): SchemaRegi
     ...describe(comments.get(desc.typeName)),
   });
 
+  // A request with an update mask clears a message field given as null (rest/update-mask.ts).
+  const isClearable = (field: DescField): boolean => {
+    const mask = updateMaskField(field.parent);
+    return requestMessages.has(field.parent.typeName) && mask !== undefined && field !== mask && field.fieldKind === "message";
+  };
+
   return { refOf, fieldSchema, schemas };
+}
+
+function orNull({ description, ...schema }: JsonObject): JsonObject {
+  return { anyOf: [schema, { type: "null" }], ...(description !== undefined ? { description } : {}) };
 }
 
 function alwaysEmitted(field: DescField): boolean {

@@ -2,11 +2,12 @@ import { ScalarType, type DescField, type DescMessage } from "@bufbuild/protobuf
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { InvalidInputError } from "../../errors.js";
 import type { RouteMatch } from "./http-rules.js";
+import { withDerivedMask } from "./update-mask.js";
 
 /**
  * Builds the protobuf JSON of a request message from a REST call: the body (bound to "*" or to
  * one field), path parameters and query parameters, converted by field type with messages that
- * name the parameter. Query parameters that name no field are rejected, so that a typo never
+ * name the parameter. A PATCH body's keys become its update mask (update-mask.ts). Query parameters that name no field are rejected, so that a typo never
  * silently widens a filter.
  */
 export function requestJsonOf(
@@ -22,6 +23,7 @@ export function requestJsonOf(
     }
     rejectUnknownKeys(schema, body, "");
     Object.assign(json, body);
+    if (route.verb === "PATCH") withDerivedMask(schema, json, body, Object.keys(params));
   } else if (route.body !== "" && body !== undefined) {
     const field = fieldNamed(schema, route.body);
     if (field?.fieldKind === "message" && body !== null && typeof body === "object" && !Array.isArray(body)) {

@@ -21,6 +21,7 @@ function endpoint(fields: Partial<EndpointRecord> = {}): EndpointRecord {
     replicas: 2,
     maxCostPerHour: 10,
     customConfig: {},
+    autoscale: null,
     phase: "active",
     everReady: true,
     budgetHeld: false,

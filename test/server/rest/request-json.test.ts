@@ -115,3 +115,19 @@ describe("request JSON from path, query and body", () => {
     }
   });
 });
+
+describe("PATCH bodies and their update mask", () => {
+  it("names the body's keys in update_mask, null ones included, but not the path's", () => {
+    expect(build("PATCH", "/api/gpu/endpoints/chat", { autoscale: null }).json).toEqual({ autoscale: null, name: "chat", update_mask: "autoscale" });
+    expect(build("PATCH", "/api/gpu/endpoints/chat", { replicas: 2, maxCostPerHour: 1, max_cost_per_hour: 1, name: "other" }).json).toMatchObject({
+      name: "chat",
+      update_mask: "replicas,maxCostPerHour",
+    });
+  });
+
+  it("keeps a mask the body gives, and adds none to an empty body or another verb", () => {
+    expect(build("PATCH", "/api/gpu/endpoints/chat", { updateMask: "replicas", replicas: 1 }).json).toEqual({ updateMask: "replicas", replicas: 1, name: "chat" });
+    expect(build("PATCH", "/api/gpu/endpoints/chat", {}).json).toEqual({ name: "chat" });
+    expect(build("POST", "/api/gpu/endpoints", { name: "x", autoscale: null }).json).toEqual({ name: "x", autoscale: null });
+  });
+});

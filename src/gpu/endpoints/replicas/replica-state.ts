@@ -9,7 +9,7 @@ import type { EndpointRecord, ReplicaRow } from "../resource/endpoint-store.js";
 export const REPLICA_STATES = ["provisioning", "starting", "ready", "unhealthy", "draining"] as const;
 export type ReplicaState = (typeof REPLICA_STATES)[number];
 
-export const ENDPOINT_STATES = ["starting", "ready", "degraded", "parked", "deleting", "deleted"] as const;
+export const ENDPOINT_STATES = ["starting", "ready", "degraded", "parked", "idle", "deleting", "deleted"] as const;
 export type EndpointState = (typeof ENDPOINT_STATES)[number];
 
 /** A replica as the controller sees it: its row, and its instance record (null until written). */
@@ -66,7 +66,9 @@ export function endedReason({ row, record }: ReplicaFacts, now: Date, missingGra
 
 export function endpointState(endpoint: EndpointRecord, replicas: readonly ReplicaFacts[]): EndpointState {
   if (endpoint.phase !== "active") return endpoint.phase;
-  if (endpoint.replicas === 0) return "parked";
+  // At 0, a fixed endpoint stays down until a caller raises it (parked); an autoscaled one is
+  // woken by its next request (idle).
+  if (endpoint.replicas === 0) return endpoint.autoscale ? "idle" : "parked";
   const ready = replicas.filter(isRoutable).length;
   if (ready >= endpoint.replicas) return "ready";
   return endpoint.everReady || endpoint.budgetHeld ? "degraded" : "starting";

@@ -2,7 +2,7 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import { excerpt, InvalidInputError } from "../../../errors.js";
 import { parseCustomConfig } from "../../creation/custom-config.js";
 import { findTemplate, listTemplates } from "../../creation/templates.js";
-import type { NewEndpoint } from "./endpoint-store.js";
+import type { AutoscaleSettings, NewEndpoint } from "./endpoint-store.js";
 
 // Validation of endpoint requests (SPEC.md section 2, "Endpoints"): bad input is a 400 naming
 // the field, and changes nothing.
@@ -23,7 +23,7 @@ export function validName(name: string): string {
 
 export function validReplicas(replicas: number | undefined, required: boolean): number | undefined {
   if (replicas === undefined) {
-    if (required) throw bad("replicas", `replicas is required (0..${MAX_REPLICAS})`);
+    if (required) throw bad("replicas", `replicas is required (0..${MAX_REPLICAS}), or autoscale`);
     return undefined;
   }
   if (!Number.isInteger(replicas) || replicas < 0 || replicas > MAX_REPLICAS) {
@@ -43,12 +43,67 @@ export function validBudget(maxCostPerHour: number | undefined, required: boolea
   return maxCostPerHour;
 }
 
+/** The bounds of each autoscale setting, and the default of those that have one (SPEC.md). */
+export const AUTOSCALE_BOUNDS = {
+  min_replicas: { min: 0, max: MAX_REPLICAS },
+  max_replicas: { min: 1, max: MAX_REPLICAS },
+  target_in_flight: { min: 1, max: 1000, default: 4 },
+  scale_up_after_s: { min: 0, max: 3600, default: 30 },
+  scale_down_after_s: { min: 30, max: 86_400, default: 600 },
+} as const satisfies Record<string, { min: number; max: number; default?: number }>;
+
+type AutoscaleKey = keyof typeof AUTOSCALE_BOUNDS;
+
+/** The autoscale settings as a request gives them: each optional. */
+export interface AutoscaleInput {
+  minReplicas?: number;
+  maxReplicas?: number;
+  targetInFlight?: number;
+  scaleUpAfterS?: number;
+  scaleDownAfterS?: number;
+}
+
+function setting(key: AutoscaleKey, value: number | undefined): number {
+  const bounds: { min: number; max: number; default?: number } = AUTOSCALE_BOUNDS[key];
+  const field = `autoscale.${key}`;
+  if (value === undefined) {
+    if (bounds.default === undefined) throw bad(field, `${field} is required (${bounds.min}..${bounds.max})`);
+    return bounds.default;
+  }
+  if (!Number.isInteger(value) || value < bounds.min || value > bounds.max) {
+    throw bad(field, `${field} must be an integer from ${bounds.min} to ${bounds.max}, got ${value}`);
+  }
+  return value;
+}
+
+/** Validates autoscale settings, filling in the defaults of those omitted. */
+export function validAutoscale(input: AutoscaleInput): AutoscaleSettings {
+  const minReplicas = setting("min_replicas", input.minReplicas);
+  const maxReplicas = setting("max_replicas", input.maxReplicas);
+  if (maxReplicas < minReplicas) {
+    throw bad("autoscale.max_replicas", `autoscale.max_replicas must be >= autoscale.min_replicas (${minReplicas}), got ${maxReplicas}`);
+  }
+  return {
+    minReplicas,
+    maxReplicas,
+    targetInFlight: setting("target_in_flight", input.targetInFlight),
+    scaleUpAfterS: setting("scale_up_after_s", input.scaleUpAfterS),
+    scaleDownAfterS: setting("scale_down_after_s", input.scaleDownAfterS),
+  };
+}
+
+/** With autoscale, replicas is the autoscaler's to set: a caller who gives both meant two things. */
+export function replicasWithAutoscale(): InvalidInputError {
+  return bad("replicas", "replicas is the autoscaler's target while autoscale is on: give autoscale (min_replicas, max_replicas) or replicas, not both");
+}
+
 export function newEndpointOf(request: {
   name: string;
   templateName: string;
   replicas?: number;
   maxCostPerHour?: number;
   customConfig?: JsonObject;
+  autoscale?: AutoscaleInput;
 }): NewEndpoint {
   const name = validName(request.name);
   if (!request.templateName) throw bad("template_name", "template_name is required");
@@ -57,9 +112,12 @@ export function newEndpointOf(request: {
     const names = listTemplates().map((t) => t.name).join(", ");
     throw bad("template_name", `Template '${excerpt(request.templateName)}' not found; templates: ${names}`);
   }
-  const replicas = validReplicas(request.replicas, true)!;
+  if (request.autoscale && request.replicas !== undefined) throw replicasWithAutoscale();
+  const autoscale = request.autoscale ? validAutoscale(request.autoscale) : null;
+  // An autoscaled endpoint starts at its minimum: the load raises it from there.
+  const replicas = autoscale ? autoscale.minReplicas : validReplicas(request.replicas, true)!;
   const maxCostPerHour = validBudget(request.maxCostPerHour, true)!;
   const customConfig = request.customConfig ?? {};
   parseCustomConfig(customConfig, true);
-  return { name, templateName: template.name, replicas, maxCostPerHour, customConfig };
+  return { name, templateName: template.name, replicas, maxCostPerHour, customConfig, autoscale };
 }

@@ -1,12 +1,13 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { GpuService } from "../../../../gen/gpu/v1/gpu_service_pb.js";
-import { excerpt, InvalidInputError, NotFoundError } from "../../../errors.js";
+import { excerpt, NotFoundError } from "../../../errors.js";
 import type { GpuContext } from "../../gpu-context.js";
 import { DEFAULT_LIMIT, validateLimit } from "../../marketplace/offers.js";
 import type { EndpointEventStore } from "./endpoint-events.js";
-import { newEndpointOf, validBudget, validReplicas } from "./endpoint-request.js";
+import { checkPatch, patchOf } from "./endpoint-patch.js";
+import { newEndpointOf } from "./endpoint-request.js";
 import type { EndpointRecord, EndpointStore } from "./endpoint-store.js";
-import { endpointMessage, eventMessage } from "./endpoint-view.js";
+import { autoscaleSummary, endpointMessage, eventMessage } from "./endpoint-view.js";
 import { replicaFactsOf } from "../replicas/replica-facts.js";
 
 // The endpoint RPCs. They write the resource and its events; the controller (on the sync
@@ -48,7 +49,9 @@ export function createEndpointRpcs(options: EndpointServiceOptions): EndpointRpc
           {
             endpointId: created.id,
             kind: "scaled",
-            detail: `created with ${created.replicas} replica(s) of '${created.templateName}' within $${created.maxCostPerHour}/h`,
+            detail:
+              `created with ${created.replicas} replica(s) of '${created.templateName}' within $${created.maxCostPerHour}/h` +
+              (created.autoscale ? `, autoscale ${autoscaleSummary(created.autoscale)}` : ""),
             actor: actorOf(context),
           },
           trx,
@@ -64,21 +67,15 @@ export function createEndpointRpcs(options: EndpointServiceOptions): EndpointRpc
       return view(await requireEndpoint(name));
     },
     async updateEndpoint(req, context) {
-      const replicas = validReplicas(req.replicas, false);
-      const maxCostPerHour = validBudget(req.maxCostPerHour, false);
-      if (replicas === undefined && maxCostPerHour === undefined) {
-        throw new InvalidInputError("Nothing to change: give replicas and/or max_cost_per_hour", { extra: { field: "replicas" } });
-      }
+      const change = patchOf(req);
       const current = await requireEndpoint(req.name);
       if (current.phase !== "active") throw new NotFoundError(`Endpoint '${excerpt(req.name)}' is ${current.phase}`);
+      checkPatch(change, current);
       const updated = await ctx.knex.transaction(async (trx) => {
-        const changed = await endpoints.update(current.id, { replicas, maxCostPerHour }, trx);
+        const changed = await endpoints.update(current.id, change, trx);
         if (!changed) return null;
-        const parts = [
-          replicas !== undefined ? `replicas ${current.replicas} -> ${changed.replicas}` : undefined,
-          maxCostPerHour !== undefined ? `max_cost_per_hour $${current.maxCostPerHour}/h -> $${changed.maxCostPerHour}/h` : undefined,
-        ].filter(Boolean);
-        await events.append({ endpointId: current.id, kind: "scaled", detail: parts.join(", "), actor: actorOf(context) }, trx);
+        const detail = changeDetail(current, changed, { replicas: change.replicas !== undefined, budget: change.maxCostPerHour !== undefined });
+        if (detail) await events.append({ endpointId: current.id, kind: "scaled", detail, actor: actorOf(context) }, trx);
         return changed;
       });
       if (!updated) throw new NotFoundError(`Endpoint '${excerpt(req.name)}' is being deleted`);
@@ -102,4 +99,16 @@ export function createEndpointRpcs(options: EndpointServiceOptions): EndpointRpc
       return { events: (await events.list(endpoint.id, limit ?? DEFAULT_LIMIT)).map(eventMessage) };
     },
   };
+}
+
+/** What a PATCH changed, in the words of its `scaled` event; empty when it changed nothing. */
+function changeDetail(before: EndpointRecord, after: EndpointRecord, given: { replicas: boolean; budget: boolean }): string {
+  const parts: string[] = [];
+  if (after.autoscale && !before.autoscale) parts.push(`autoscale on: ${autoscaleSummary(after.autoscale)}`);
+  else if (after.autoscale && before.autoscale && autoscaleSummary(after.autoscale) !== autoscaleSummary(before.autoscale)) {
+    parts.push(`autoscale changed: ${autoscaleSummary(after.autoscale)}`);
+  } else if (!after.autoscale && before.autoscale) parts.push(`autoscale off: fixed at ${after.replicas} replica(s)`);
+  if (given.replicas || after.replicas !== before.replicas) parts.push(`replicas ${before.replicas} -> ${after.replicas}`);
+  if (given.budget) parts.push(`max_cost_per_hour $${before.maxCostPerHour}/h -> $${after.maxCostPerHour}/h`);
+  return parts.join(", ");
 }

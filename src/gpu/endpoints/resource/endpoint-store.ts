@@ -9,16 +9,31 @@ import type { EventKind } from "./endpoint-events.js";
 const ENDPOINTS = "gpu_endpoints";
 const REPLICAS = "gpu_endpoint_replicas";
 
-/** The stored part of an endpoint's state; starting, ready, degraded and parked are computed. */
+/** The stored part of an endpoint's state; starting, ready, degraded, parked and idle are computed. */
 export type EndpointPhase = "active" | "deleting" | "deleted";
+
+/** How an endpoint follows its load (SPEC.md section 2, "autoscaling"); every setting filled in. */
+export interface AutoscaleSettings {
+  minReplicas: number;
+  maxReplicas: number;
+  /** Requests in flight per replica it aims at. */
+  targetInFlight: number;
+  /** Seconds more replicas must be wanted before the target rises. */
+  scaleUpAfterS: number;
+  /** Seconds fewer replicas must be wanted before the target falls. */
+  scaleDownAfterS: number;
+}
 
 export interface EndpointRecord {
   id: string;
   name: string;
   templateName: string;
+  /** The count the controller keeps: the caller's, or with autoscale the autoscaler's target. */
   replicas: number;
   maxCostPerHour: number;
   customConfig: JsonObject;
+  /** The autoscaler's settings; null: a fixed count (`replicas` set by the caller). */
+  autoscale: AutoscaleSettings | null;
   phase: EndpointPhase;
   /** Whether any replica has ever been ready (starting vs degraded). */
   everReady: boolean;
@@ -32,7 +47,14 @@ export interface EndpointRecord {
   deletedAt: Date | null;
 }
 
-export type NewEndpoint = Pick<EndpointRecord, "name" | "templateName" | "replicas" | "maxCostPerHour" | "customConfig">;
+export type NewEndpoint = Pick<EndpointRecord, "name" | "templateName" | "replicas" | "maxCostPerHour" | "customConfig" | "autoscale">;
+
+/** A PATCH: undefined leaves a field as it is; autoscale null turns autoscaling off. */
+export interface EndpointChange {
+  replicas?: number;
+  maxCostPerHour?: number;
+  autoscale?: AutoscaleSettings | null;
+}
 
 /** What the controller wrote down and observed about one replica. */
 export interface ReplicaRow {
@@ -64,6 +86,11 @@ interface EndpointRow {
   replicas: number;
   max_cost_per_hour: number;
   custom_config: JsonObject;
+  autoscale_min_replicas: number | null;
+  autoscale_max_replicas: number | null;
+  autoscale_target_in_flight: number | null;
+  autoscale_scale_up_after_s: number | null;
+  autoscale_scale_down_after_s: number | null;
   phase: EndpointPhase;
   ever_ready: boolean;
   budget_held: boolean;
@@ -98,6 +125,7 @@ function toEndpoint(row: EndpointRow): EndpointRecord {
     replicas: row.replicas,
     maxCostPerHour: row.max_cost_per_hour,
     customConfig: row.custom_config ?? {},
+    autoscale: toAutoscale(row),
     phase: row.phase,
     everReady: row.ever_ready,
     budgetHeld: row.budget_held,
@@ -105,6 +133,28 @@ function toEndpoint(row: EndpointRow): EndpointRecord {
     nextLaunchAt: row.next_launch_at,
     createdAt: row.created_at,
     deletedAt: row.deleted_at,
+  };
+}
+
+// The migration's check keeps the five columns all set or all null.
+function toAutoscale(row: EndpointRow): AutoscaleSettings | null {
+  if (row.autoscale_min_replicas === null) return null;
+  return {
+    minReplicas: row.autoscale_min_replicas,
+    maxReplicas: row.autoscale_max_replicas!,
+    targetInFlight: row.autoscale_target_in_flight!,
+    scaleUpAfterS: row.autoscale_scale_up_after_s!,
+    scaleDownAfterS: row.autoscale_scale_down_after_s!,
+  };
+}
+
+function autoscaleColumns(settings: AutoscaleSettings | null) {
+  return {
+    autoscale_min_replicas: settings?.minReplicas ?? null,
+    autoscale_max_replicas: settings?.maxReplicas ?? null,
+    autoscale_target_in_flight: settings?.targetInFlight ?? null,
+    autoscale_scale_up_after_s: settings?.scaleUpAfterS ?? null,
+    autoscale_scale_down_after_s: settings?.scaleDownAfterS ?? null,
   };
 }
 
@@ -153,6 +203,7 @@ export class EndpointStore {
           replicas: endpoint.replicas,
           max_cost_per_hour: endpoint.maxCostPerHour,
           custom_config: JSON.stringify(endpoint.customConfig),
+          ...autoscaleColumns(endpoint.autoscale),
         })
         .returning("*");
       return toEndpoint(row as EndpointRow);
@@ -184,14 +235,39 @@ export class EndpointStore {
     return (rows as EndpointRow[]).map(toEndpoint);
   }
 
-  /** Changes replicas and/or the budget; a new target opens the launch gate at once. */
-  async update(id: string, change: { replicas?: number; maxCostPerHour?: number }, trx?: Knex.Transaction): Promise<EndpointRecord | null> {
+  /**
+   * A PATCH: replicas, the budget, autoscaling on (the target kept within its new [min, max],
+   * in the same statement so that a target the controller moved meanwhile is the one clamped),
+   * changed, or off (the target stays as the fixed count). It opens the launch gate at once, as
+   * a caller who changes an endpoint expects to see it act.
+   */
+  async update(id: string, change: EndpointChange, trx?: Knex.Transaction): Promise<EndpointRecord | null> {
+    const { autoscale } = change;
     const [row] = await (trx ?? this.knex)(ENDPOINTS)
       .where({ id, phase: "active" })
       .update({
         ...(change.replicas !== undefined ? { replicas: change.replicas } : {}),
         ...(change.maxCostPerHour !== undefined ? { max_cost_per_hour: change.maxCostPerHour } : {}),
+        ...(autoscale !== undefined ? autoscaleColumns(autoscale) : {}),
+        ...(autoscale ? { replicas: this.knex.raw("least(greatest(replicas, ?), ?)", [autoscale.minReplicas, autoscale.maxReplicas]) } : {}),
         next_launch_at: null,
+        updated_at: this.knex.fn.now(),
+      })
+      .returning("*");
+    return row ? toEndpoint(row as EndpointRow) : null;
+  }
+
+  /**
+   * The autoscaler moves the target of an active endpoint; null when it is not active. A rise
+   * opens the launch gate at once (as a PATCH does); a fall or no change keeps the backoff.
+   */
+  async setTarget(id: string, replicas: number, trx?: Knex.Transaction): Promise<EndpointRecord | null> {
+    const [row] = await (trx ?? this.knex)(ENDPOINTS)
+      .where({ id, phase: "active" })
+      .update({
+        replicas,
+        // The right side reads the row as it was before this update.
+        next_launch_at: this.knex.raw("case when ? > replicas then null else next_launch_at end", [replicas]),
         updated_at: this.knex.fn.now(),
       })
       .returning("*");

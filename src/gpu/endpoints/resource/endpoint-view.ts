@@ -3,7 +3,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { EndpointEventSchema, EndpointSchema } from "../../../../gen/gpu/v1/gpu_service_pb.js";
 import { roundMoney } from "../../money/cost.js";
 import type { EndpointEventRecord } from "./endpoint-events.js";
-import type { EndpointRecord } from "./endpoint-store.js";
+import type { AutoscaleSettings, EndpointRecord } from "./endpoint-store.js";
 import { replicaUrl } from "../replicas/replica-probes.js";
 import { billedCost, endpointState, isRoutable, replicaState, type ReplicaFacts } from "../replicas/replica-state.js";
 
@@ -28,6 +28,7 @@ export function endpointMessage(endpoint: EndpointRecord, replicas: readonly Rep
     totalCost: roundMoney(totalCost),
     url: endpointUrl(endpoint.name),
     createdAt: timestampFromDate(endpoint.createdAt),
+    autoscale: endpoint.autoscale ?? undefined,
     // A launch shows once its creation has chosen an offer and written the record; before that
     // (milliseconds, or a budget recheck that finds nothing) there is nothing to show.
     instances: replicas.filter((f) => f.record !== null).map((f) => ({
@@ -39,6 +40,11 @@ export function endpointMessage(endpoint: EndpointRecord, replicas: readonly Rep
       failedProbes: f.row.failedProbes,
     })),
   };
+}
+
+/** Autoscale settings in an event's words: "0..3, target 4 in flight, up after 30 s, down after 600 s". */
+export function autoscaleSummary(a: AutoscaleSettings): string {
+  return `${a.minReplicas}..${a.maxReplicas}, target ${a.targetInFlight} in flight, up after ${a.scaleUpAfterS} s, down after ${a.scaleDownAfterS} s`;
 }
 
 export function eventMessage(event: EndpointEventRecord): MessageInitShape<typeof EndpointEventSchema> {

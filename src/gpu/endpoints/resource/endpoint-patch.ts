@@ -1,0 +1,71 @@
+import type { UpdateEndpointRequest } from "../../../../gen/gpu/v1/gpu_service_pb.js";
+import { excerpt, InvalidInputError } from "../../../errors.js";
+import { MAX_REPLICAS, replicasWithAutoscale, validAutoscale, validBudget, validReplicas } from "./endpoint-request.js";
+import type { EndpointChange, EndpointRecord } from "./endpoint-store.js";
+
+// A PATCH of an endpoint (SPEC.md section 2, "Endpoints" and "autoscaling"). proto3 cannot tell
+// a field set to null from one left out, so the fields to change are those named in
+// update_mask (REST fills it from the body's keys), or without one those that are set; a field
+// named but not set is cleared, which only autoscale allows (off, keeping the target as the
+// fixed count).
+
+const FIELDS = ["replicas", "max_cost_per_hour", "autoscale"] as const;
+type Field = (typeof FIELDS)[number];
+
+const JSON_NAMES: Readonly<Record<string, Field>> = { maxCostPerHour: "max_cost_per_hour" };
+
+function bad(field: string, message: string): InvalidInputError {
+  return new InvalidInputError(message, { extra: { field } });
+}
+
+function isSet(req: UpdateEndpointRequest, field: Field): boolean {
+  if (field === "replicas") return req.replicas !== undefined;
+  if (field === "max_cost_per_hour") return req.maxCostPerHour !== undefined;
+  return req.autoscale !== undefined;
+}
+
+/** The fields the PATCH changes; a set field the mask leaves out is refused, never dropped unseen. */
+function namedFields(req: UpdateEndpointRequest): Set<Field> {
+  const paths = req.updateMask?.paths ?? [];
+  if (paths.length === 0) return new Set(FIELDS.filter((f) => isSet(req, f)));
+  const named = new Set<Field>();
+  for (const path of paths) {
+    const field = (FIELDS as readonly string[]).includes(path) ? (path as Field) : JSON_NAMES[path];
+    if (!field) throw bad("update_mask", `update_mask names '${excerpt(path)}', which cannot be changed; fields: ${FIELDS.join(", ")}`);
+    named.add(field);
+  }
+  for (const field of FIELDS) {
+    if (isSet(req, field) && !named.has(field)) throw bad(field, `${field} is set but update_mask does not name it`);
+  }
+  return named;
+}
+
+/** Validates a PATCH on its own, before the endpoint is read: bad input is a 400 whatever the endpoint. */
+export function patchOf(req: UpdateEndpointRequest): EndpointChange {
+  const named = namedFields(req);
+  if (named.size === 0) {
+    throw bad("replicas", "Nothing to change: give replicas, max_cost_per_hour and/or autoscale");
+  }
+  const change: EndpointChange = {};
+  if (named.has("replicas")) {
+    if (req.replicas === undefined) throw bad("replicas", `replicas cannot be cleared: give a count (0..${MAX_REPLICAS})`);
+    change.replicas = validReplicas(req.replicas, true);
+  }
+  if (named.has("max_cost_per_hour")) {
+    if (req.maxCostPerHour === undefined) throw bad("max_cost_per_hour", "max_cost_per_hour cannot be cleared: give dollars per hour (> 0)");
+    change.maxCostPerHour = validBudget(req.maxCostPerHour, true);
+  }
+  if (named.has("autoscale")) change.autoscale = req.autoscale ? validAutoscale(req.autoscale) : null;
+  if (change.autoscale && change.replicas !== undefined) throw replicasWithAutoscale();
+  return change;
+}
+
+/** The rules that depend on the endpoint: its autoscaler owns replicas until turned off. */
+export function checkPatch(change: EndpointChange, current: EndpointRecord): void {
+  if (change.replicas !== undefined && current.autoscale && change.autoscale === undefined) {
+    throw bad(
+      "replicas",
+      `replicas of '${current.name}' is its autoscaler's target: change autoscale (min_replicas, max_replicas), or turn autoscaling off with "autoscale": null`,
+    );
+  }
+}
