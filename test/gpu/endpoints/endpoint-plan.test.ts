@@ -24,6 +24,7 @@ function endpoint(fields: Partial<EndpointRecord> = {}): EndpointRecord {
     phase: "active",
     everReady: true,
     budgetHeld: false,
+    autoscale: null,
     launchFailures: 0,
     nextLaunchAt: null,
     createdAt: ago(3_600_000),

@@ -12,6 +12,15 @@ const REPLICAS = "gpu_endpoint_replicas";
 /** The stored part of an endpoint's state; starting, ready, degraded and parked are computed. */
 export type EndpointPhase = "active" | "deleting" | "deleted";
 
+/** How an autoscaled endpoint follows its load (SPEC.md section 2, "Endpoints that follow their load"). */
+export interface AutoscaleSettings {
+  minReplicas: number;
+  maxReplicas: number;
+  targetInFlight: number;
+  scaleUpAfterS: number;
+  scaleDownAfterS: number;
+}
+
 export interface EndpointRecord {
   id: string;
   name: string;
@@ -24,6 +33,8 @@ export interface EndpointRecord {
   everReady: boolean;
   /** Whether its budget holds a replica back right now. */
   budgetHeld: boolean;
+  /** Null: a fixed count (`replicas`); else the autoscaler sets `replicas`, and 0 is idle (a request wakes it). */
+  autoscale: AutoscaleSettings | null;
   /** Launch failures in a row, for the backoff; reset when a replica becomes ready. */
   launchFailures: number;
   /** No launch before this instant (backoff); null: now. */
@@ -101,6 +112,7 @@ function toEndpoint(row: EndpointRow): EndpointRecord {
     phase: row.phase,
     everReady: row.ever_ready,
     budgetHeld: row.budget_held,
+    autoscale: (row as { autoscale?: AutoscaleSettings | null }).autoscale ?? null,
     launchFailures: row.launch_failures,
     nextLaunchAt: row.next_launch_at,
     createdAt: row.created_at,
