@@ -74,7 +74,7 @@ async function child(role: string, arg: string, firstTokenMs?: string): Promise<
     readiness: {},
     maxBodyBytes: 1024 * 1024,
     metrics: createMetrics(),
-    endpoints: { readyReplicas: async (name) => endpoints[name] },
+    endpoints: { route: async (name) => (endpoints[name] ? { endpointId: name, targets: endpoints[name], coming: false } : undefined) },
   });
   const server = await listen({ handler, host: "127.0.0.1", port: 0 });
   console.log(JSON.stringify({ port: server.port }));

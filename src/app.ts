@@ -5,6 +5,7 @@ import { createIndexingModule } from "./indexing/indexing-module.js";
 import type { AppDeps, ModuleDeps } from "./module.js";
 import { createAppHandler } from "./server/app.js";
 import { createTokenSource } from "./server/auth/token-source.js";
+import { createProxyLoad } from "./server/proxy/proxy-load.js";
 import type { NodeHandler } from "./server/node-http.js";
 import { createMetrics } from "./server/metrics.js";
 import { mergeApiHints } from "./server/openapi/api-hints.js";
@@ -25,7 +26,11 @@ export interface App {
 export function createApp(deps: AppDeps): App {
   const { config, logger, knex, elasticsearch } = deps;
   const metrics = createMetrics();
-  const moduleDeps: ModuleDeps = { ...deps, metrics };
+  // Counted by the endpoint proxy, published by the GPU module for the controller on the leader.
+  const proxyLoad = createProxyLoad();
+  // Stopping answers the proxy's held requests at once, before the modules stop.
+  const stopping = new AbortController();
+  const moduleDeps: ModuleDeps = { ...deps, metrics, proxyLoad };
   // First, so that a bad AUTH_TOKENS_FILE stops the start before any module is built.
   const tokens = createTokenSource({ envTokens: config.authTokens, file: config.authTokensFile, logger });
   const gpu = createGpuModule(moduleDeps);
@@ -39,6 +44,9 @@ export function createApp(deps: AppDeps): App {
     apiHints: mergeApiHints(GPU_API_HINTS, INDEXING_API_HINTS),
     endpoints: gpu.endpoints,
     endpointFirstByteMs: config.gpu.endpoints.firstByteMs,
+    endpointHold: { ms: config.gpu.endpoints.holdMs, max: config.gpu.endpoints.holdMax },
+    endpointLoad: proxyLoad,
+    shutdown: stopping.signal,
     readiness: {
       database: async () => {
         await knex.raw("select 1");
@@ -56,6 +64,7 @@ export function createApp(deps: AppDeps): App {
       for (const module of modules) await module.start();
     },
     async stop() {
+      stopping.abort();
       tokens.close();
       for (const module of modules) await module.stop();
     },

@@ -76,6 +76,10 @@ export interface EndpointConfig {
   readonly drainMs: number;
   /** GPU_ENDPOINT_FIRST_BYTE_MS: how long the proxy waits for a replica's answer headers before a 504, ms (a slow first token is normal). */
   readonly firstByteMs: number;
+  /** GPU_ENDPOINT_HOLD_MS: how long a request waits in the proxy for a replica to become ready before a 503, ms; 0: never held. */
+  readonly holdMs: number;
+  /** GPU_ENDPOINT_HOLD_MAX: how many requests may wait per endpoint in one service process; more get 503 at once. */
+  readonly holdMax: number;
 }
 
 /** Which marketplace GpuService rents from, and how it is reached or simulated. */
@@ -200,6 +204,8 @@ export function loadConfig(env: Env = process.env): Config {
         startTimeoutMs: integer(env, "GPU_ENDPOINT_START_TIMEOUT_MS", 1_200_000, 1_000, 86_400_000),
         drainMs: integer(env, "GPU_ENDPOINT_DRAIN_MS", 30_000, 0, 3_600_000),
         firstByteMs: integer(env, "GPU_ENDPOINT_FIRST_BYTE_MS", 300_000, 1, 3_600_000),
+        holdMs: integer(env, "GPU_ENDPOINT_HOLD_MS", 300_000, 0, 3_600_000),
+        holdMax: integer(env, "GPU_ENDPOINT_HOLD_MAX", 1000, 0, 100_000),
       }),
     }),
   };

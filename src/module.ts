@@ -20,8 +20,11 @@ export interface AppDeps {
   gpuCreationHooks?: CreationHooks;
 }
 
-/** What each service module is built from: the app's dependencies and the metrics registry. */
-export type ModuleDeps = AppDeps & { metrics: Metrics };
+/**
+ * What each service module is built from: the app's dependencies, the metrics registry, and the
+ * endpoint proxy's counts in this process (which the GPU module publishes).
+ */
+export type ModuleDeps = AppDeps & { metrics: Metrics; proxyLoad: ProxyLoad };
 
 /** A service with the background work it owns. */
 export interface ServiceModule {
@@ -40,8 +43,52 @@ export interface RouteTarget {
   apiKey: string | null;
 }
 
-/** Where the proxy finds an endpoint's ready replicas. */
+/** What the proxy learns of an endpoint when it routes a request to it. */
+export interface EndpointRoute {
+  /** The endpoint's id: what its load is counted and published under (a name can be reused). */
+  endpointId: string;
+  /** Its ready replicas now; [] when none is. */
+  targets: RouteTarget[];
+  /**
+   * With no ready replica: whether one is coming (starting, a launch under way or allowed, an
+   * autoscaled endpoint that a request wakes), so that the request is held rather than refused.
+   */
+  coming: boolean;
+  /** Why nothing is coming, when that is known: the 503's detail names it. */
+  refusal?: "parked" | "deleting" | "budget";
+}
+
+/** Where the proxy finds an endpoint's ready replicas, and whether one is coming. */
 export interface EndpointDirectory {
-  /** undefined: no such endpoint (or deleted) -> 404; []: none ready -> 503. */
-  readyReplicas(name: string): Promise<RouteTarget[] | undefined>;
+  /** undefined: no such endpoint (or deleted) -> 404. */
+  route(name: string): Promise<EndpointRoute | undefined>;
+}
+
+/** One endpoint's requests in the proxy of this process, as the load publisher reads them. */
+export interface ProxyLoadEntry {
+  endpointId: string;
+  /** Requests sent to a replica whose answer has not ended. */
+  inFlight: number;
+  /** Requests waiting in the proxy for a replica to become ready. */
+  held: number;
+  /** inFlight by replica (instance id); replicas with none are left out. */
+  byReplica: Record<string, number>;
+  /** When the last request for the endpoint arrived here; null when none has. */
+  lastRequestAt: Date | null;
+}
+
+/**
+ * The endpoint proxy's counts in this process (SPEC.md section 2, "Endpoints that follow their
+ * load"): the proxy (server/proxy/) counts, the GPU module publishes them through PostgreSQL for
+ * the controller. The app creates one and hands it to both, which then need not know each other.
+ */
+export interface ProxyLoad {
+  /** A request for the endpoint arrived (it wakes an idle endpoint; it resets scale to zero's clock). */
+  arrived(endpointId: string): void;
+  /** One request more (+1) or fewer (-1) held for the endpoint. */
+  held(endpointId: string, delta: 1 | -1): void;
+  /** One request more (+1) or fewer (-1) in flight to the endpoint's replica `instanceId`. */
+  sent(endpointId: string, instanceId: string, delta: 1 | -1): void;
+  /** The endpoints with requests now, or with any change within the last `recentMs`. */
+  entries(recentMs: number): ProxyLoadEntry[];
 }

@@ -51,6 +51,13 @@ describe("loadConfig", () => {
     expect(() => loadConfig({ GPU_ENDPOINT_FIRST_BYTE_MS: "0" })).toThrow(/GPU_ENDPOINT_FIRST_BYTE_MS must be an integer/);
   });
 
+  it("holds requests for a coming replica up to 300 s, 1000 per endpoint, unless GPU_ENDPOINT_HOLD_MS and _MAX say otherwise", () => {
+    expect(loadConfig({}).gpu.endpoints).toMatchObject({ holdMs: 300_000, holdMax: 1000 });
+    expect(loadConfig({ GPU_ENDPOINT_HOLD_MS: "0", GPU_ENDPOINT_HOLD_MAX: "5" }).gpu.endpoints).toMatchObject({ holdMs: 0, holdMax: 5 });
+    expect(() => loadConfig({ GPU_ENDPOINT_HOLD_MS: "-1" })).toThrow(/GPU_ENDPOINT_HOLD_MS must be an integer/);
+    expect(() => loadConfig({ GPU_ENDPOINT_HOLD_MAX: "x" })).toThrow(/GPU_ENDPOINT_HOLD_MAX must be an integer/);
+  });
+
   it("takes a comma-separated list of Elasticsearch nodes, each checked", () => {
     expect(loadConfig({ ELASTICSEARCH_URL: "http://es1:9200, http://es2:9200" }).elasticsearchUrl).toBe("http://es1:9200,http://es2:9200");
     expect(() => loadConfig({ ELASTICSEARCH_URL: "http://es1:9200,ftp://es2" })).toThrow(/ELASTICSEARCH_URL must start with http:\/\/ or https:\/\//);

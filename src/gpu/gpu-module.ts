@@ -8,6 +8,9 @@ import { EndpointEventStore } from "./endpoints/resource/endpoint-events.js";
 import { createEndpointLoop, type EndpointLoop } from "./endpoints/control/endpoint-loop.js";
 import { registerEndpointMetrics } from "./endpoints/resource/endpoint-metrics.js";
 import { EndpointStore } from "./endpoints/resource/endpoint-store.js";
+import { createLoadPublisher } from "./endpoints/load/load-publisher.js";
+import { registerLoadMetrics } from "./endpoints/load/load-metrics.js";
+import { LoadStore } from "./endpoints/load/load-store.js";
 import { createReadinessProbe } from "./endpoints/replicas/readiness-probe.js";
 import { ExecutionLogStore } from "./store/execution-log-store.js";
 import type { GpuContext } from "./gpu-context.js";
@@ -80,10 +83,14 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     leader,
     logger: ctx.logger,
   });
+  // Every process publishes its proxy's load, leader or not; the controller on the leader sums it.
+  const load = LoadStore.create({ knex });
+  const loadPublisher = createLoadPublisher({ store: load, load: deps.proxyLoad, logger: ctx.logger });
   const statistics = StatisticsStore.create({ knex });
   registerGpuMetrics(deps.metrics.registry, statistics);
   registerLeadershipMetrics(deps.metrics.registry, leader);
   registerEndpointMetrics(deps.metrics.registry, { ctx, endpoints });
+  registerLoadMetrics(deps.metrics.registry, { endpoints, load });
   const service = createGpuService({ ctx, statistics, endpoints, events, creationHooks: deps.gpuCreationHooks });
   return {
     service: registration(GpuService, service),
@@ -92,12 +99,14 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     endpoints: createEndpointDirectory({ ctx, endpoints }),
     leadership: () => leadershipJson(leader.status()),
     async start() {
+      loadPublisher.start();
       await syncLoop.start();
       endpointLoop.start();
     },
     async stop() {
       await endpointLoop.stop();
       await syncLoop.stop();
+      await loadPublisher.stop();
     },
   };
 }

@@ -1,7 +1,7 @@
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { excerpt } from "../errors.js";
 import type { Logger } from "pino";
-import type { EndpointDirectory } from "../module.js";
+import type { EndpointDirectory, ProxyLoad } from "../module.js";
 import { createAccessCheck, sendRefusal } from "./auth/access-check.js";
 import { checkRpc, createAuthInterceptor } from "./auth/auth-interceptor.js";
 import { scopeOfHttpPath } from "./auth/scope-table.js";
@@ -36,6 +36,12 @@ export interface AppOptions {
   endpoints?: EndpointDirectory;
   /** The endpoint proxy's wait for a replica's first answer byte, ms (GPU_ENDPOINT_FIRST_BYTE_MS). */
   endpointFirstByteMs?: number;
+  /** How long and how many requests may wait for a replica (GPU_ENDPOINT_HOLD_MS, GPU_ENDPOINT_HOLD_MAX). */
+  endpointHold?: { ms: number; max: number };
+  /** Where the proxy counts its requests in flight and held, for the load publisher. */
+  endpointLoad?: ProxyLoad;
+  /** Aborted when the service stops: requests held by the proxy are answered 503 at once. */
+  shutdown?: AbortSignal;
 }
 
 
@@ -123,6 +129,10 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     directory: options.endpoints,
     maxBodyBytes: options.maxBodyBytes,
     firstByteMs: options.endpointFirstByteMs ?? 300_000,
+    holdMs: options.endpointHold?.ms,
+    holdMax: options.endpointHold?.max,
+    load: options.endpointLoad,
+    shutdown: options.shutdown,
     metrics: createProxyMetrics(metrics.registry),
     logger,
   });

@@ -3,11 +3,12 @@ import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
 import type { ConnectionTimeouts } from "../../src/config.js";
 import { listTemplates } from "../../src/gpu/creation/templates.js";
 import { startModelServer, type ModelServer, type ModelServerOptions } from "../../src/gpu/marketplace/simulated/model-server.js";
-import type { EndpointDirectory, RouteTarget } from "../../src/module.js";
+import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from "../../src/module.js";
 import { createAppHandler } from "../../src/server/app.js";
 import { createTokenSource } from "../../src/server/auth/token-source.js";
 import { listen, type RunningServer } from "../../src/server/listen.js";
 import { createMetrics } from "../../src/server/metrics.js";
+import { createProxyLoad } from "../../src/server/proxy/proxy-load.js";
 import { registration } from "../../src/server/service-registration.js";
 
 // The product's handler serving the endpoint proxy over a directory that is just a list, as the
@@ -20,6 +21,11 @@ export interface ProxyUnderTest {
   readonly url: string;
   /** Endpoint name -> its ready replicas; a name absent is an unknown endpoint. */
   readonly endpoints: Map<string, RouteTarget[]>;
+  /** Endpoint name -> whether a replica is coming (held requests wait) and why not; absent: none coming. */
+  readonly coming: Map<string, Pick<EndpointRoute, "coming" | "refusal">>;
+  /** The proxy's counts (endpoint ids are the names here). */
+  readonly load: ProxyLoad;
+  /** Stops the proxy's holding (the service stopping), then closes its port. */
   close(): Promise<void>;
 }
 
@@ -33,17 +39,26 @@ export interface ProxyOptions {
   holdLookup?: (name: string) => Promise<void>;
   /** The connection timeouts of the proxy's port (the defaults without). */
   timeouts?: ConnectionTimeouts;
+  /** GPU_ENDPOINT_HOLD_MS and GPU_ENDPOINT_HOLD_MAX (the defaults without). */
+  hold?: { ms: number; max: number };
+  /** The proxy's counts (a new one without). */
+  load?: ProxyLoad;
 }
 
 export async function startProxy(options: ProxyOptions = {}): Promise<ProxyUnderTest> {
   const endpoints = new Map<string, RouteTarget[]>();
+  const coming = new Map<string, Pick<EndpointRoute, "coming" | "refusal">>();
   const { holdLookup } = options;
   const directory: EndpointDirectory = {
-    readyReplicas: async (name) => {
+    route: async (name) => {
       if (holdLookup !== undefined) await holdLookup(name);
-      return endpoints.get(name);
+      const targets = endpoints.get(name);
+      // A copy, as the real directory's answers are.
+      return targets === undefined ? undefined : { endpointId: name, targets: [...targets], coming: false, ...coming.get(name) };
     },
   };
+  const load = options.load ?? createProxyLoad();
+  const shutdown = new AbortController();
   const logger = options.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
   const handler = createAppHandler({
     services: [registration(GpuService, { listTemplates: () => ({ templates: [...listTemplates()] }) })],
@@ -54,9 +69,21 @@ export async function startProxy(options: ProxyOptions = {}): Promise<ProxyUnder
     metrics: createMetrics(),
     endpoints: directory,
     endpointFirstByteMs: options.firstByteMs,
+    endpointHold: options.hold,
+    endpointLoad: load,
+    shutdown: shutdown.signal,
   });
   const server: RunningServer = await listen({ handler, host: "127.0.0.1", port: 0, timeouts: options.timeouts });
-  return { url: server.url, endpoints, close: () => server.close(500) };
+  return {
+    url: server.url,
+    endpoints,
+    coming,
+    load,
+    close: () => {
+      shutdown.abort();
+      return server.close(500);
+    },
+  };
 }
 
 /** A simulated model server for instance `instanceId`, and the route to it. */

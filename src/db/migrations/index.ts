@@ -15,6 +15,7 @@ import * as gpuModelApiKey from "./20261126000100_gpu_model_api_key.js";
 import * as gpuEndpoints from "./20261126010000_gpu_endpoints.js";
 import * as gpuEndpointFaults from "./20261126020000_gpu_endpoint_faults.js";
 import * as gpuEndpointAutoscale from "./20261126030000_gpu_endpoint_autoscale.js";
+import * as gpuEndpointLoad from "./20261126030100_gpu_endpoint_load.js";
 
 // Migrations are listed here, in order, rather than found on disk, so that they run the same
 // under tsx, vitest and compiled output. A shipped migration is never edited: add a new one.
@@ -35,6 +36,7 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261126010000_gpu_endpoints", gpuEndpoints],
   ["20261126020000_gpu_endpoint_faults", gpuEndpointFaults],
   ["20261126030000_gpu_endpoint_autoscale", gpuEndpointAutoscale],
+  ["20261126030100_gpu_endpoint_load", gpuEndpointLoad],
 ];
 
 export const migrationSource: Knex.MigrationSource<string> = {

@@ -1,17 +1,20 @@
 import http, { type ClientRequest, type IncomingMessage } from "node:http";
 import https from "node:https";
 import type { Logger } from "pino";
-import type { EndpointDirectory, RouteTarget } from "../../module.js";
+import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from "../../module.js";
 import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
 import { downstreamHeaders, upstreamHeaders } from "./forward-headers.js";
+import { HoldQueues, RETRY_AFTER_SECONDS, refusalDetail, refuse, type Held } from "./hold-queue.js";
 import { KeptBody } from "./kept-body.js";
 import type { ProxyMetrics } from "./proxy-metrics.js";
+import { createProxyLoad } from "./proxy-load.js";
 import { ReplicaBalancer } from "./replica-balancer.js";
 
 // The endpoint proxy (SPEC.md section 2, "Endpoints", Routing): one request to one ready replica,
 // chosen by least outstanding requests; the answer is passed on as it arrives, never parsed nor
 // buffered; a connection error or a 502/503/504 before any answer byte is sent once more to
-// another ready replica. docs/endpoints.md tells the rules an operator sees.
+// another ready replica. With no ready replica while one is coming, the request waits in the hold
+// queue (hold-queue.ts). docs/endpoints.md tells the rules an operator sees.
 
 export interface EndpointProxyOptions {
   directory: EndpointDirectory;
@@ -21,6 +24,14 @@ export interface EndpointProxyOptions {
   firstByteMs: number;
   metrics: ProxyMetrics;
   logger: Logger;
+  /** How long a request may wait for a replica to become ready, ms (GPU_ENDPOINT_HOLD_MS); 0: never held. */
+  holdMs?: number;
+  /** How many requests may wait per endpoint in this process (GPU_ENDPOINT_HOLD_MAX). */
+  holdMax?: number;
+  /** Where the requests in flight and held are counted for the load publisher; a count of its own without. */
+  load?: ProxyLoad;
+  /** Aborted when the service stops: held requests are answered 503 at once. */
+  shutdown?: AbortSignal;
 }
 
 export interface EndpointProxy {
@@ -30,9 +41,6 @@ export interface EndpointProxy {
    */
   handle(req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): void;
 }
-
-/** What a caller is told to wait when no replica is ready: about one readiness probe. */
-export const RETRY_AFTER_SECONDS = 10;
 
 /**
  * A new connection to a replica must be up within this long. A machine gone from the network
@@ -45,7 +53,21 @@ const RETRYABLE_STATUS = new Set([502, 503, 504]);
 
 export function createEndpointProxy(options: EndpointProxyOptions): EndpointProxy {
   const { directory, maxBodyBytes, logger, metrics } = options;
-  const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map() };
+  const load = options.load ?? createProxyLoad();
+  const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map(), load };
+  const holds = new HoldQueues({
+    directory,
+    holdMs: options.holdMs ?? 300_000,
+    holdMax: options.holdMax ?? 1000,
+    maxBodyBytes,
+    load,
+    metrics,
+    logger,
+    shutdown: options.shutdown,
+    // The first-byte clock (and metric) of a held request starts here: its wait is gpu_endpoint_hold_seconds.
+    dispatch: (held: Held, route: EndpointRoute) =>
+      new Exchange(shared, held.req, held.res, held.name, route.endpointId, held.path, route.targets, process.hrtime.bigint(), held.body).start(),
+  });
 
   const handle = async (req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): Promise<void> => {
     const started = process.hrtime.bigint();
@@ -58,9 +80,9 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     let left = false;
     const onLeft = () => (left = true);
     res.once("close", onLeft);
-    let targets: RouteTarget[] | undefined;
+    let route: EndpointRoute | undefined;
     try {
-      targets = await directory.readyReplicas(name);
+      route = await directory.route(name);
     } catch (err) {
       logger.error({ err, endpoint: name }, "endpoint directory failed");
       sendJson(res, 503, { detail: "endpoint routing is unavailable" }, { "retry-after": String(RETRY_AFTER_SECONDS) });
@@ -70,20 +92,26 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     }
     if (left) {
       // No replica is asked for nobody; counted as any caller that leaves (a known name only).
-      if (targets !== undefined) metrics.answered(name, 499);
+      if (route !== undefined) metrics.answered(name, 499);
       return;
     }
     // Unknown names are not counted per endpoint: the label would take any value a caller sends.
-    if (targets === undefined) {
+    if (route === undefined) {
       sendJson(res, 404, { detail: `endpoint '${name}' not found` });
       return;
     }
-    if (targets.length === 0) {
-      metrics.answered(name, 503);
-      sendJson(res, 503, { detail: `endpoint '${name}' has no ready replica` }, { "retry-after": String(RETRY_AFTER_SECONDS) });
+    load.arrived(route.endpointId);
+    if (route.targets.length > 0) {
+      // Requests held before this one go first (a replica just became ready): first in first out.
+      holds.release(name, route);
+      new Exchange(shared, req, res, name, route.endpointId, upstreamPath, route.targets, started).start();
       return;
     }
-    new Exchange(shared, req, res, name, upstreamPath, targets, started).start();
+    if (!route.coming) {
+      refuse(res, metrics, name, refusalDetail(name, route.refusal));
+      return;
+    }
+    holds.hold(req, res, name, upstreamPath, route);
   };
 
   return {
@@ -101,6 +129,7 @@ interface Shared {
   options: EndpointProxyOptions;
   /** Parsed replica URLs, by URL text. */
   addresses: Map<string, Address>;
+  load: ProxyLoad;
 }
 
 interface Address {
@@ -127,11 +156,18 @@ class Exchange {
     private readonly req: NodeRequest,
     private readonly res: NodeResponse,
     private readonly name: string,
+    private readonly endpointId: string,
     private readonly path: string,
     private readonly targets: RouteTarget[],
     private readonly started: bigint,
+    /** A held request's body, read while it waited. */
+    body?: KeptBody,
   ) {
-    this.body = new KeptBody(req, shared.options.maxBodyBytes, () => this.onOverflow());
+    if (body === undefined) this.body = new KeptBody(req, shared.options.maxBodyBytes, () => this.onOverflow());
+    else {
+      this.body = body;
+      body.onOverflow = () => this.onOverflow();
+    }
     res.once("finish", () => (this.finished = true));
     res.once("close", () => this.onClientClose());
   }
@@ -159,7 +195,11 @@ class Exchange {
       socket.once("connect", () => clearTimeout(timer));
       attempt.once("close", () => clearTimeout(timer));
     });
-    attempt.once("close", () => balancer.end(target));
+    this.shared.load.sent(this.endpointId, target.instanceId, 1);
+    attempt.once("close", () => {
+      balancer.end(target);
+      this.shared.load.sent(this.endpointId, target.instanceId, -1);
+    });
     attempt.once("response", (answer) => this.onResponse(attempt, answer));
     attempt.on("error", (err) => this.onUpstreamError(attempt, err));
     this.timer = setTimeout(() => this.onFirstByteTimeout(attempt), options.firstByteMs);

@@ -24,14 +24,21 @@ export class KeptBody {
   private sink: Writable | undefined;
   overflowed = false;
 
+  /**
+   * Called once when the body goes over the limit; replaceable, as a held request's body is read
+   * (HTTP_REQUEST_TIMEOUT_MS bounds its upload) before the exchange that sends it exists.
+   */
+  onOverflow: () => void;
+
   constructor(req: NodeRequest, private readonly limit: number, onOverflow: () => void) {
+    this.onOverflow = onOverflow;
     req.on("data", (chunk: Buffer) => {
       if (this.overflowed) return;
       this.size += chunk.length;
       if (this.size > limit) {
         this.overflowed = true;
         this.release();
-        onOverflow();
+        this.onOverflow();
         return;
       }
       if (this.chunks !== undefined) {

@@ -10,10 +10,15 @@ export interface ProxyMetrics {
   /** Time from the request's arrival to the replica's answer headers. */
   firstByte(endpoint: string, seconds: number): void;
   retried(endpoint: string): void;
+  /** How long a request waited for a ready replica, however its wait ended (sent, 503, caller gone). */
+  held(endpoint: string, seconds: number): void;
 }
 
 // From a cached one-token answer to a cold model's first token after minutes.
 const FIRST_BYTE_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+
+// From a replica that became ready at once to GPU_ENDPOINT_HOLD_MS (300 s by default) and more.
+const HOLD_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
 
 export function createProxyMetrics(registry: Registry): ProxyMetrics {
   const requests = new Counter({
@@ -35,9 +40,17 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
     labelNames: ["endpoint"],
     registers: [registry],
   });
+  const hold = new Histogram({
+    name: "gpu_endpoint_hold_seconds",
+    help: "Time requests waited in this process's proxy for a ready replica (sent, refused, or their caller left)",
+    labelNames: ["endpoint"],
+    buckets: HOLD_BUCKETS,
+    registers: [registry],
+  });
   return {
     answered: (endpoint, code) => requests.inc({ endpoint, code: String(code) }),
     firstByte: (endpoint, seconds) => firstByte.observe({ endpoint }, seconds),
     retried: (endpoint) => retries.inc({ endpoint }),
+    held: (endpoint, seconds) => hold.observe({ endpoint }, seconds),
   };
 }

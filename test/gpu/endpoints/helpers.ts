@@ -2,7 +2,7 @@ import type { Knex } from "knex";
 import { createEndpointDirectory } from "../../../src/gpu/endpoints/resource/endpoint-directory.js";
 import { EndpointStore } from "../../../src/gpu/endpoints/resource/endpoint-store.js";
 import { InstanceStore } from "../../../src/gpu/store/instance-store.js";
-import type { EndpointDirectory } from "../../../src/module.js";
+import type { RouteTarget } from "../../../src/module.js";
 import { rest, waitFor } from "../helpers.js";
 
 // REST helpers for the endpoint tests: the endpoint and its events as clients see them.
@@ -74,9 +74,13 @@ export function readyIds(endpoint: EndpointJson): string[] {
   return (endpoint.instances ?? []).filter((i) => i.state === "ready").map((i) => i.instance_id);
 }
 
-/** The proxy's view of the endpoints, built as the service builds it, on the test's database. */
-export function directoryOn(knex: Knex): EndpointDirectory {
-  return createEndpointDirectory({ ctx: { instances: InstanceStore.create({ knex }) }, endpoints: EndpointStore.create({ knex }) }, 0);
+/**
+ * The proxy's view of the endpoints, built as the service builds it, on the test's database:
+ * an endpoint's ready replicas (undefined: unknown or deleted).
+ */
+export function directoryOn(knex: Knex): { readyReplicas(name: string): Promise<RouteTarget[] | undefined> } {
+  const directory = createEndpointDirectory({ ctx: { instances: InstanceStore.create({ knex }) }, endpoints: EndpointStore.create({ knex }) }, 0);
+  return { readyReplicas: async (name) => (await directory.route(name))?.targets };
 }
 
 /** Instances of the endpoint's template that are live in the database. */

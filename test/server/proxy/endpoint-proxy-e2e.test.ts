@@ -32,6 +32,21 @@ const marketIdOf = async (instanceId: string) =>
   ((await db.knex("gpu_instances").where({ instance_id: instanceId }).first()) as { market_instance_id: string }).market_instance_id;
 
 describe("the endpoint proxy on the service", () => {
+  it("holds a request sent while the endpoint starts, and answers it from its first ready replica", async () => {
+    await createEndpoint(server.url, { name: "early", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
+    const res = await post("/endpoints/early/v1/chat/completions", chat);
+    expect(res.status).toBe(200);
+    const ready = await waitForEndpoint(server.url, "early", "ready", (e) => e.state === "ready");
+    expect(readyIds(ready)).toContain(res.headers.get("x-endpoint-instance"));
+    expect(((await res.json()) as { object: string }).object).toBe("chat.completion");
+    // A parked endpoint has nothing coming: 503 at once.
+    expect((await rest(server.url, "PATCH", "/api/gpu/endpoints/early", { replicas: 0 })).status).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, 1_100)); // the directory's cached answer expires
+    const parked = await post("/endpoints/early/v1/chat/completions", chat);
+    expect(parked.status).toBe(503);
+    expect(((await parked.json()) as { detail: string }).detail).toMatch(/parked/);
+  });
+
   it("serves a ready endpoint's model, streamed, from both replicas, each with its own key", async () => {
     await createEndpoint(server.url, { name: "e2e", template_name: "budget", replicas: 2, max_cost_per_hour: 5 });
     const ready = await waitForEndpoint(server.url, "e2e", "ready", (e) => e.state === "ready");

@@ -1,32 +1,35 @@
-import type { EndpointDirectory, RouteTarget } from "../../../module.js";
+import type { EndpointDirectory, EndpointRoute, RouteTarget } from "../../../module.js";
 import type { GpuContext } from "../../gpu-context.js";
-import type { EndpointStore } from "./endpoint-store.js";
+import type { EndpointRecord, EndpointStore } from "./endpoint-store.js";
 import { replicaFactsOf } from "../replicas/replica-facts.js";
 import { replicaKey, replicaUrl } from "../replicas/replica-probes.js";
-import { isRoutable } from "../replicas/replica-state.js";
+import { isRoutable, replicaState, type ReplicaFacts } from "../replicas/replica-state.js";
 
-// Where the proxy finds an endpoint's ready replicas. Every service process answers from
-// PostgreSQL (the controller writes readiness there), leader or not. Answers are kept for
-// cacheMs (about a second) so that a busy proxy does not query the database per request; a
-// ready replica that fails a probe is out of routing within one probe and that second.
+// Where the proxy finds an endpoint's ready replicas, and whether one is coming (so that a
+// request waits for it rather than hearing 503). Every service process answers from PostgreSQL
+// (the controller writes readiness there), leader or not. Answers are kept for cacheMs (about a
+// second) so that a busy proxy, or one polling for its held requests, does not query the
+// database per request; a ready replica that fails a probe is out of routing within one probe
+// and that second.
 
 export function createEndpointDirectory(deps: { ctx: Pick<GpuContext, "instances">; endpoints: EndpointStore }, cacheMs = 1000): EndpointDirectory {
-  const cache = new Map<string, { at: number; answer: Promise<RouteTarget[] | undefined> }>();
+  const cache = new Map<string, { at: number; answer: Promise<EndpointRoute | undefined> }>();
 
-  async function lookUp(name: string): Promise<RouteTarget[] | undefined> {
+  async function lookUp(name: string): Promise<EndpointRoute | undefined> {
     const endpoint = await deps.endpoints.getByName(name);
     if (!endpoint || endpoint.phase === "deleted") return undefined;
-    if (endpoint.phase === "deleting") return [];
+    if (endpoint.phase === "deleting") return { endpointId: endpoint.id, targets: [], coming: false, refusal: "deleting" };
+    const facts = await replicaFactsOf(deps, endpoint);
     const targets: RouteTarget[] = [];
-    for (const facts of await replicaFactsOf(deps, endpoint)) {
-      const url = facts.record && isRoutable(facts) ? replicaUrl(facts.record) : undefined;
-      if (facts.record && url !== undefined) targets.push({ instanceId: facts.row.instanceId, url, apiKey: replicaKey(facts.record) });
+    for (const replica of facts) {
+      const url = replica.record && isRoutable(replica) ? replicaUrl(replica.record) : undefined;
+      if (replica.record && url !== undefined) targets.push({ instanceId: replica.row.instanceId, url, apiKey: replicaKey(replica.record) });
     }
-    return targets;
+    return { endpointId: endpoint.id, targets, ...comingOf(endpoint, facts) };
   }
 
   return {
-    readyReplicas(name) {
+    route(name) {
       const now = Date.now();
       const cached = cache.get(name);
       if (cached && now - cached.at < cacheMs) return cached.answer;
@@ -39,4 +42,23 @@ export function createEndpointDirectory(deps: { ctx: Pick<GpuContext, "instances
       return answer;
     },
   };
+}
+
+/**
+ * Whether a replica of an active endpoint is coming, so that a request finding none ready waits
+ * for it (SPEC.md section 2, Holding): one is on its way (provisioning, starting, or ready but
+ * out of routing for a missed probe), or a launch is allowed (its budget does not hold it back)
+ * and wanted: a fixed count above 0, or an autoscaled endpoint, which a held request wakes or
+ * scales. Otherwise why not: parked (a fixed count of 0: nothing comes) or its budget.
+ */
+export function comingOf(endpoint: Pick<EndpointRecord, "replicas" | "autoscale" | "budgetHeld">, replicas: readonly ReplicaFacts[]): Pick<EndpointRoute, "coming" | "refusal"> {
+  // A parked endpoint's replicas are on their way out, whatever their state.
+  if (endpoint.autoscale === null && endpoint.replicas === 0) return { coming: false, refusal: "parked" };
+  const onItsWay = replicas.some((r) => {
+    const state = replicaState(r);
+    return (state === "provisioning" || state === "starting" || state === "unhealthy") && r.row.condemnedAt === null;
+  });
+  if (onItsWay) return { coming: true };
+  if (endpoint.budgetHeld) return { coming: false, refusal: "budget" };
+  return { coming: true };
 }

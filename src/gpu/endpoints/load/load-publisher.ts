@@ -1,0 +1,76 @@
+import { randomUUID } from "node:crypto";
+import type { Logger } from "pino";
+import type { ProxyLoad } from "../../../module.js";
+import type { LoadStore } from "./load-store.js";
+
+// Every service process, leader or not, publishes its proxy's load through PostgreSQL about every
+// second (one upsert per tick, only while it has or just had requests), so that the controller on
+// the sync leader scales on load that arrives at any process. No server of its own.
+
+export interface LoadPublisher {
+  /** This process's id in the table: random per start. */
+  readonly processId: string;
+  start(): void;
+  /** Stops ticking and writes this process's counts as zero: its requests are being answered or cut. */
+  stop(): Promise<void>;
+  /** One tick now (tests). */
+  publish(): Promise<void>;
+}
+
+export const PUBLISH_EVERY_MS = 1_000;
+const PRUNE_EVERY_MS = 60_000;
+
+export function createLoadPublisher(deps: { store: LoadStore; load: ProxyLoad; logger: Logger; intervalMs?: number; processId?: string }): LoadPublisher {
+  const { store, load, logger } = deps;
+  const intervalMs = deps.intervalMs ?? PUBLISH_EVERY_MS;
+  const processId = deps.processId ?? randomUUID();
+  // An endpoint whose load just ended is written a few more times, so that its zero lands even
+  // when one write fails.
+  const recentMs = 3 * intervalMs;
+  let timer: NodeJS.Timeout | undefined;
+  let running: Promise<void> | undefined;
+  let stopped = true;
+  let failing = false;
+  let prunedAt = 0;
+
+  async function publish(): Promise<void> {
+    try {
+      await store.publish(processId, load.entries(recentMs));
+      if (Date.now() - prunedAt > PRUNE_EVERY_MS) {
+        prunedAt = Date.now();
+        await store.prune();
+      }
+      if (failing) logger.info("endpoint load published again");
+      failing = false;
+    } catch (err) {
+      // Stale counts are ignored by the reader: a failed write under-counts for a while, nothing worse.
+      if (!failing) logger.warn({ err }, "endpoint load could not be published");
+      failing = true;
+    }
+  }
+
+  const tick = () => {
+    running = publish().finally(() => {
+      running = undefined;
+      if (!stopped) timer = setTimeout(tick, intervalMs).unref();
+    });
+  };
+
+  return {
+    processId,
+    publish,
+    start() {
+      if (!stopped) return;
+      stopped = false;
+      timer = setTimeout(tick, intervalMs).unref();
+    },
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      clearTimeout(timer);
+      await running;
+      const zero = load.entries(recentMs).map((e) => ({ ...e, inFlight: 0, held: 0, byReplica: {} }));
+      await store.publish(processId, zero).catch((err: unknown) => logger.warn({ err }, "endpoint load could not be cleared"));
+    },
+  };
+}

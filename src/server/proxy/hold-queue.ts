@@ -1,0 +1,183 @@
+import type { Logger } from "pino";
+import type { EndpointDirectory, EndpointRoute, ProxyLoad } from "../../module.js";
+import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
+import { KeptBody } from "./kept-body.js";
+import type { ProxyMetrics } from "./proxy-metrics.js";
+
+// Requests that found no ready replica while one is coming wait here, first in first out, per
+// endpoint (SPEC.md section 2, "Endpoints that follow their load", Holding): bounded in time
+// (holdMs) and in count (holdMax per endpoint in this process), dropped at once when their caller
+// leaves, and sent to the first replica that becomes ready. Held requests are counted as the
+// endpoint's load (ProxyLoad): they are what wakes and scales it.
+
+/** What a caller is told to wait before asking again: about one readiness probe. */
+export const RETRY_AFTER_SECONDS = 10;
+
+/** How often an endpoint with held requests asks the directory again (which caches about a second). */
+export const HOLD_POLL_MS = 250;
+
+export interface HoldOptions {
+  directory: EndpointDirectory;
+  holdMs: number;
+  holdMax: number;
+  maxBodyBytes: number;
+  load: ProxyLoad;
+  metrics: ProxyMetrics;
+  logger: Logger;
+  /** Aborted when the service stops: held requests are answered 503 at once, none is held anew. */
+  shutdown?: AbortSignal;
+  /** Sends a request that waited to one of `route`'s ready replicas; the first-byte limit starts there. */
+  dispatch(held: Held, route: EndpointRoute): void;
+}
+
+/** A request waiting for a replica, with its body read (and kept) meanwhile. */
+export interface Held {
+  req: NodeRequest;
+  res: NodeResponse;
+  name: string;
+  endpointId: string;
+  path: string;
+  body: KeptBody;
+}
+
+interface Entry extends Held {
+  since: bigint;
+  timer: NodeJS.Timeout;
+  onClose: () => void;
+}
+
+interface Queue {
+  entries: Entry[];
+  poll: NodeJS.Timeout | undefined;
+}
+
+/** The 503's detail for an endpoint with no ready replica and none coming. */
+export function refusalDetail(name: string, refusal: EndpointRoute["refusal"]): string {
+  switch (refusal) {
+    case "parked":
+      return `endpoint '${name}' is parked (replicas 0): no replica is coming`;
+    case "deleting":
+      return `endpoint '${name}' is being deleted`;
+    case "budget":
+      return `endpoint '${name}' has no ready replica, and its budget (max_cost_per_hour) holds every launch back`;
+    default:
+      return `endpoint '${name}' has no ready replica`;
+  }
+}
+
+export class HoldQueues {
+  private readonly queues = new Map<string, Queue>();
+
+  constructor(private readonly options: HoldOptions) {
+    options.shutdown?.addEventListener("abort", () => {
+      for (const name of [...this.queues.keys()]) this.endAll(name, 503, "the service is stopping");
+    });
+  }
+
+  /** Requests held for `name` in this process now. */
+  waiting(name: string): number {
+    return this.queues.get(name)?.entries.length ?? 0;
+  }
+
+  /** Holds the request, or answers 503 at once when the queue is full or the service stops. */
+  hold(req: NodeRequest, res: NodeResponse, name: string, path: string, route: EndpointRoute): void {
+    const { holdMs, holdMax, shutdown, metrics } = this.options;
+    if (shutdown?.aborted) return refuse(res, metrics, name, "the service is stopping");
+    if (holdMs === 0) return refuse(res, metrics, name, refusalDetail(name, undefined));
+    if (this.waiting(name) >= holdMax) {
+      return refuse(res, metrics, name, `endpoint '${name}' has no ready replica, and ${this.waiting(name)} requests already wait for one here (GPU_ENDPOINT_HOLD_MAX)`);
+    }
+    let queue = this.queues.get(name);
+    if (queue === undefined) {
+      queue = { entries: [], poll: undefined };
+      this.queues.set(name, queue);
+    }
+    const entry: Entry = {
+      req,
+      res,
+      name,
+      endpointId: route.endpointId,
+      path,
+      since: process.hrtime.bigint(),
+      // Read while held: the upload must end within HTTP_REQUEST_TIMEOUT_MS, whatever the wait.
+      body: new KeptBody(req, this.options.maxBodyBytes, () => {
+        if (!this.leave(entry)) return;
+        metrics.answered(name, 413);
+        sendJson(res, 413, { detail: `request body exceeds ${this.options.maxBodyBytes} bytes` }, req.httpVersionMajor === 1 ? { connection: "close" } : {});
+      }),
+      timer: setTimeout(() => {
+        if (this.leave(entry)) refuse(res, metrics, name, `no replica of endpoint '${name}' became ready within ${holdMs} ms`);
+      }, holdMs),
+      onClose: () => {
+        // The caller left: dropped at once, no count left behind.
+        if (this.leave(entry)) metrics.answered(name, 499);
+      },
+    };
+    res.once("close", entry.onClose);
+    queue.entries.push(entry);
+    this.options.load.held(entry.endpointId, 1);
+    this.schedule(name, queue);
+  }
+
+  /** Sends every request held for `name` to `route`'s ready replicas, first in first out. */
+  release(name: string, route: EndpointRoute): void {
+    const queue = this.queues.get(name);
+    if (queue === undefined) return;
+    for (const entry of [...queue.entries]) if (this.leave(entry)) this.options.dispatch(entry, route);
+  }
+
+  private schedule(name: string, queue: Queue): void {
+    if (queue.poll !== undefined) return;
+    queue.poll = setTimeout(() => void this.poll(name, queue), HOLD_POLL_MS);
+    queue.poll.unref();
+  }
+
+  private async poll(name: string, queue: Queue): Promise<void> {
+    queue.poll = undefined;
+    let route: EndpointRoute | undefined | null = null;
+    try {
+      route = await this.options.directory.route(name);
+    } catch (err) {
+      // The database away is not the caller's fault: the request keeps waiting, up to holdMs.
+      this.options.logger.warn({ err, endpoint: name }, "endpoint directory failed while requests are held");
+    }
+    if (route === undefined) this.endAll(name, 404, `endpoint '${name}' not found`);
+    else if (route !== null && route.targets.length > 0) this.release(name, route);
+    else if (route !== null && !route.coming) this.endAll(name, 503, refusalDetail(name, route.refusal));
+    if (queue.entries.length > 0) this.schedule(name, queue);
+    else if (this.queues.get(name) === queue) this.queues.delete(name);
+  }
+
+  private endAll(name: string, status: number, detail: string): void {
+    const queue = this.queues.get(name);
+    if (queue === undefined) return;
+    for (const entry of [...queue.entries]) {
+      if (!this.leave(entry)) continue;
+      if (status === 503) refuse(entry.res, this.options.metrics, name, detail);
+      else sendJson(entry.res, status, { detail });
+    }
+  }
+
+  /** Takes the entry out of its queue; false when it already was (each way out runs once). */
+  private leave(entry: Entry): boolean {
+    const queue = this.queues.get(entry.name);
+    const index = queue?.entries.indexOf(entry) ?? -1;
+    if (queue === undefined || index < 0) return false;
+    queue.entries.splice(index, 1);
+    clearTimeout(entry.timer);
+    entry.res.off("close", entry.onClose);
+    this.options.load.held(entry.endpointId, -1);
+    this.options.metrics.held(entry.name, Number(process.hrtime.bigint() - entry.since) / 1e9);
+    if (queue.entries.length === 0 && queue.poll !== undefined) {
+      clearTimeout(queue.poll);
+      this.queues.delete(entry.name);
+    }
+    return true;
+  }
+}
+
+/** 503 with Retry-After: the caller may come back; counted per endpoint. */
+export function refuse(res: NodeResponse, metrics: ProxyMetrics, name: string, detail: string): void {
+  metrics.answered(name, 503);
+  sendJson(res, 503, { detail }, { "retry-after": String(RETRY_AFTER_SECONDS) });
+}

@@ -1,0 +1,59 @@
+import type { ProxyLoad, ProxyLoadEntry } from "../../module.js";
+
+// The proxy's requests in flight and held, per endpoint, in this process: counted here as they
+// come and go, read by the GPU module's load publisher (module.ts, ProxyLoad).
+
+interface Counts {
+  inFlight: number;
+  held: number;
+  byReplica: Map<string, number>;
+  lastRequestAt: Date | null;
+  /** Last change of any count, ms: an endpoint whose load just ended is still published a while, so its zero is written. */
+  changedAt: number;
+}
+
+export function createProxyLoad(): ProxyLoad {
+  const endpoints = new Map<string, Counts>();
+  const countsOf = (endpointId: string): Counts => {
+    let counts = endpoints.get(endpointId);
+    if (counts === undefined) {
+      counts = { inFlight: 0, held: 0, byReplica: new Map(), lastRequestAt: null, changedAt: Date.now() };
+      endpoints.set(endpointId, counts);
+    }
+    return counts;
+  };
+  return {
+    arrived(endpointId) {
+      const counts = countsOf(endpointId);
+      counts.lastRequestAt = new Date();
+      counts.changedAt = Date.now();
+    },
+    held(endpointId, delta) {
+      const counts = countsOf(endpointId);
+      counts.held += delta;
+      counts.changedAt = Date.now();
+    },
+    sent(endpointId, instanceId, delta) {
+      const counts = countsOf(endpointId);
+      counts.inFlight += delta;
+      const now = (counts.byReplica.get(instanceId) ?? 0) + delta;
+      if (now === 0) counts.byReplica.delete(instanceId);
+      else counts.byReplica.set(instanceId, now);
+      counts.changedAt = Date.now();
+    },
+    entries(recentMs) {
+      const now = Date.now();
+      const entries: ProxyLoadEntry[] = [];
+      for (const [endpointId, c] of endpoints) {
+        const busy = c.inFlight !== 0 || c.held !== 0;
+        if (!busy && now - c.changedAt >= recentMs) {
+          // Quiet long enough to have been published at zero: forgotten (endpoints come and go).
+          endpoints.delete(endpointId);
+          continue;
+        }
+        entries.push({ endpointId, inFlight: c.inFlight, held: c.held, byReplica: Object.fromEntries(c.byReplica), lastRequestAt: c.lastRequestAt });
+      }
+      return entries;
+    },
+  };
+}
