@@ -70,6 +70,8 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
   });
   const endpoints = EndpointStore.create({ knex });
   const events = EndpointEventStore.create({ knex });
+  // Every process publishes its proxy's load, leader or not; the controller on the leader sums it.
+  const load = LoadStore.create({ knex });
   const endpointLoop = createEndpointLoop({
     controller: createEndpointController({
       ctx,
@@ -78,13 +80,12 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
       probe: createReadinessProbe(config.gpu.probeTimeoutMs),
       settings: { ...config.gpu.endpoints, missingGraceMs: REPLICA_RECORD_GRACE_MS },
       leader,
+      load,
     }),
     intervalMs: config.gpu.endpoints.probeMs,
     leader,
     logger: ctx.logger,
   });
-  // Every process publishes its proxy's load, leader or not; the controller on the leader sums it.
-  const load = LoadStore.create({ knex });
   const loadPublisher = createLoadPublisher({ store: load, load: deps.proxyLoad, logger: ctx.logger });
   const statistics = StatisticsStore.create({ knex });
   registerGpuMetrics(deps.metrics.registry, statistics);

@@ -1789,7 +1789,7 @@ export type EndpointEvent = Message<"gpu.v1.EndpointEvent"> & {
 
   /**
    * launched, ready, not_ready, unhealthy, replaced, ended, launch_failed, budget_held, scaled,
-   * drained or deleted.
+   * drained, deleted, woke (a held request woke it from zero) or idle (scaled to zero).
    *
    * @generated from field: string kind = 2;
    */

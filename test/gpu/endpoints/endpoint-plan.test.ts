@@ -22,6 +22,7 @@ function endpoint(fields: Partial<EndpointRecord> = {}): EndpointRecord {
     maxCostPerHour: 10,
     customConfig: {},
     autoscale: null,
+    autoscaleMemory: { direction: null, since: null, bound: null },
     phase: "active",
     everReady: true,
     budgetHeld: false,
@@ -165,6 +166,38 @@ describe("endpoint plan", () => {
     newer.row.createdAt = ago(1000);
     expect(plan(endpoint({ replicas: 1 }), [newer, older])).toEqual(["drain b"]);
     expect(plan(endpoint({ replicas: 1 }), [older, newer])).toEqual(["drain b"]);
+  });
+
+  describe("an autoscaled endpoint", () => {
+    const autoscale = { minReplicas: 0, maxReplicas: 3, targetInFlight: 4, scaleUpAfterS: 30, scaleDownAfterS: 600 };
+    const load = (inFlight: number, held = 0, byReplica: Record<string, number> = {}) => ({
+      inFlight,
+      held,
+      byReplica: new Map(Object.entries(byReplica)),
+      lastRequestAt: null,
+    });
+    const kinds = (actions: ReturnType<typeof planEndpoint>) => actions.map((a) => (a.kind === "retarget" ? `${a.change.kind} ${a.change.from}->${a.change.to}` : a.kind));
+    it("wakes at a held request and launches for the new target in the same round", () => {
+      const actions = planEndpoint(endpoint({ autoscale, replicas: 0 }), [], NOW, SETTINGS, load(0, 1));
+      expect(kinds(actions)).toEqual(["woke 0->1", "launch"]);
+    });
+    it("remembers since when the load wants more, and launches nothing before scale_up_after_s", () => {
+      const actions = planEndpoint(endpoint({ autoscale, replicas: 1 }), [replica("a", "ready")], NOW, SETTINGS, load(9));
+      expect(actions).toEqual([{ kind: "remember", memory: { direction: "up", since: NOW, bound: 3 } }]);
+    });
+    it("scales up once the load stayed above for scale_up_after_s", () => {
+      const stored = endpoint({ autoscale, replicas: 1, autoscaleMemory: { direction: "up", since: ago(30_000), bound: 2 } });
+      const actions = planEndpoint(stored, [replica("a", "ready")], NOW, SETTINGS, load(9));
+      expect(kinds(actions)).toEqual(["scaled 1->2", "remember", "launch"]);
+    });
+    it("scales in the replica with the fewest requests in flight, draining it", () => {
+      const stored = endpoint({ autoscale, replicas: 2, autoscaleMemory: { direction: "down", since: ago(600_000), bound: 1 } });
+      const [a, b] = [replica("a", "ready"), replica("b", "ready")];
+      b.row.createdAt = ago(1000); // the newest, but busier
+      const actions = planEndpoint(stored, [a, b], NOW, SETTINGS, load(2, 0, { a: 0, b: 2 }));
+      expect(kinds(actions)).toEqual(["scaled 2->1", "remember", "drain"]);
+      expect(actions.at(-1)).toMatchObject({ kind: "drain", instanceId: "a" });
+    });
   });
 
   describe("a budget lowered below what runs", () => {

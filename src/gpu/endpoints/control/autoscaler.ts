@@ -1,3 +1,5 @@
+import type { AutoscaleMemory, AutoscaleSettings } from "../resource/endpoint-store.js";
+
 // The autoscaler (SPEC.md section 2, "Endpoints that follow their load"), as one pure function:
 // the endpoint's settings, its target and what it remembers of its load, the load now, in; the
 // new target, what to remember and the event that tells a change, out. The plan calls it first
@@ -11,21 +13,7 @@
 // - at zero, a held request wakes the endpoint at once (event `woke`), to at least one replica;
 // - falling to zero is `idle`, any other change `scaled`.
 
-export interface AutoscaleSettings {
-  minReplicas: number;
-  maxReplicas: number;
-  targetInFlight: number;
-  scaleUpAfterS: number;
-  scaleDownAfterS: number;
-}
-
-/** What the autoscaler remembers between rounds: the way wanted has stood from its target, since when, and its bound. */
-export interface AutoscaleMemory {
-  direction: "up" | "down" | null;
-  since: Date | null;
-  /** Up: the least wanted since `since`; down: the most. */
-  bound: number | null;
-}
+export type { AutoscaleMemory, AutoscaleSettings };
 
 export const NO_MEMORY: AutoscaleMemory = { direction: null, since: null, bound: null };
 

@@ -4,6 +4,8 @@ import type { GpuContext } from "../../gpu-context.js";
 import { destroyRecord } from "../../lifecycle/destroy.js";
 import { isTerminal } from "../../store/status.js";
 import type { EndpointEventStore, EventKind } from "../resource/endpoint-events.js";
+import type { EndpointLoad, LoadStore } from "../load/load-store.js";
+import type { TargetChange } from "./autoscaler.js";
 import { planEndpoint, type Action, type PlanSettings } from "./endpoint-plan.js";
 import type { EndpointRecord, EndpointStore } from "../resource/endpoint-store.js";
 import { probeReplicas } from "../replicas/replica-probes.js";
@@ -30,6 +32,8 @@ export interface EndpointControllerDeps {
   settings: EndpointConfig & Pick<PlanSettings, "missingGraceMs">;
   /** The sync leadership, asked before every action that spends or destroys; absent: this process always leads. */
   leader?: { confirm(): Promise<boolean> };
+  /** The load every proxy publishes, for the autoscaler and for scale-in; absent: no load known. */
+  load?: Pick<LoadStore, "readLoad">;
 }
 
 export interface EndpointController {
@@ -79,10 +83,10 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
   const note = (endpoint: EndpointRecord, kind: EventKind, detail: string, instanceId?: string) =>
     events.append({ endpointId: endpoint.id, kind, detail, instanceId: instanceId ?? null });
 
-  async function decide(endpoint: EndpointRecord): Promise<void> {
+  async function decide(endpoint: EndpointRecord, load: EndpointLoad | undefined): Promise<void> {
     if (endpoint.phase === "deleting") return finishDelete(endpoint);
     const facts = await replicaFactsOf(deps, endpoint);
-    await execute(endpoint, facts, planEndpoint(endpoint, facts, new Date(), settings));
+    await execute(endpoint, facts, planEndpoint(endpoint, facts, new Date(), settings, load));
   }
 
   /**
@@ -131,6 +135,8 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
 
   async function apply(endpoint: EndpointRecord, round: Round, action: Action): Promise<void> {
     if (action.kind === "launch") return launch(endpoint, round, action.makeRoom);
+    if (action.kind === "retarget") return retarget(endpoint, action.change);
+    if (action.kind === "remember") return endpoints.setAutoscaleMemory(endpoint.id, action.memory);
     if (action.kind === "hold_budget") {
       round.held = action.detail;
       round.blocked = true;
@@ -159,6 +165,14 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
         round.spend -= round.costOf(action.instanceId);
         return destroyReplica(endpoint, facts, action.instanceId, "scaled", `${action.instanceId} destroyed before it was ready (${action.reason})`);
     }
+  }
+
+  /** The autoscaler's new target: the rest of the round plans for it. */
+  async function retarget(endpoint: EndpointRecord, change: TargetChange): Promise<void> {
+    if (!(await endpoints.setTarget(endpoint.id, change.to))) return;
+    endpoint.replicas = change.to;
+    if (change.to > change.from) endpoint.nextLaunchAt = null;
+    await note(endpoint, change.kind, `replicas ${change.from} -> ${change.to}: ${change.why}`);
   }
 
   /** A machine that ended by itself: what remains of it is destroyed and the replica dropped. */
@@ -234,10 +248,10 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
   }
 
   /** One round for the endpoint unless its last one is still under way. */
-  function startRound(endpoint: EndpointRecord): Promise<void> {
+  function startRound(endpoint: EndpointRecord, load: EndpointLoad | undefined): Promise<void> {
     const under = running.get(endpoint.id);
     if (under) return under;
-    const round = decide(endpoint)
+    const round = decide(endpoint, load)
       .catch((err: unknown) => ctx.logger.warn({ err, endpoint: endpoint.name }, "endpoint round failed; retrying next round"))
       .finally(() => running.delete(endpoint.id));
     running.set(endpoint.id, round);
@@ -256,7 +270,13 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
       );
     },
     async decideOnce() {
-      await Promise.all((await endpoints.listLive()).map(startRound));
+      const live = await endpoints.listLive();
+      // The load every proxy published, summed; without it (database trouble) nobody scales on it this round.
+      const loads = await deps.load?.readLoad(live.filter((e) => e.autoscale).map((e) => e.id)).catch((err: unknown) => {
+        ctx.logger.warn({ err }, "endpoint load not read; the autoscaler waits for the next round");
+        return undefined;
+      });
+      await Promise.all(live.map((e) => (e.autoscale && !loads ? Promise.resolve() : startRound(e, loads?.get(e.id)))));
     },
     async settle() {
       await Promise.all(running.values());

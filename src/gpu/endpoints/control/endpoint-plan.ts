@@ -1,9 +1,14 @@
-import type { EndpointRecord } from "../resource/endpoint-store.js";
+import type { EndpointLoad } from "../load/load-store.js";
+import type { AutoscaleMemory, EndpointRecord } from "../resource/endpoint-store.js";
 import { billedCost, endedReason, replicaState, type ReplicaFacts } from "../replicas/replica-state.js";
+import { autoscale, type TargetChange } from "./autoscaler.js";
 
-// The controller's decisions (SPEC.md section 2, "Endpoints"), as one pure function from the
-// stored endpoint and what was observed of its replicas to the actions of one round. The loop
-// around it (endpoint-controller.ts) does the I/O. The rules:
+// The controller's decisions (SPEC.md section 2, "Endpoints", "Endpoints that follow their
+// load"), as one pure function from the stored endpoint, what was observed of its replicas and
+// the load summed over every proxy to the actions of one round. The loop around it
+// (endpoint-controller.ts) does the I/O. The rules:
+// - an autoscaled endpoint's target comes first, from the autoscaler (autoscaler.ts): the rules
+//   below keep that many replicas;
 // - a replica the controller already decided to destroy is finished (destroyed, its event
 //   written), whoever confirmed the destroy; it bills until then;
 // - a replica whose machine ended by itself is removed (and replaced by the launches below);
@@ -14,9 +19,9 @@ import { billedCost, endedReason, replicaState, type ReplicaFacts } from "../rep
 // - spend over the budget (it was lowered) sheds replicas, the condemned first, then the
 //   costliest, each draining if it may hold a request; nothing launches meanwhile;
 // - surplus replicas (scale down) go those not serving yet first, then the unhealthy, then the
-//   ready; one whose creation still waits for the marketplace is waited for, never swapped for
-//   a ready one; every replica that may still hold a request (it was ever ready) drains for
-//   drainMs first;
+//   ready, each group the fewest requests in flight first; one whose creation still waits for the
+//   marketplace is waited for, never swapped for a ready one; every replica that may still hold
+//   a request (it was ever ready) drains for drainMs first;
 // - a gap is filled by taking draining replicas back first, then by launches, never past
 //   replicas + 1 machines; the executor checks the budget against the prices actually rented.
 
@@ -47,13 +52,27 @@ export type Action =
   /** One more replica; `makeRoom` is a condemned replica to retire instead when no launch fits beside it. */
   | { kind: "launch"; makeRoom?: string }
   /** The budget holds the endpoint back (it was lowered below what runs). */
-  | { kind: "hold_budget"; detail: string };
+  | { kind: "hold_budget"; detail: string }
+  /** The autoscaler moves the target (events scaled, woke, idle). */
+  | { kind: "retarget"; change: TargetChange }
+  /** What the autoscaler remembers of the load until the next round. */
+  | { kind: "remember"; memory: AutoscaleMemory };
+
+/** The load of an endpoint as the proxies published it; none: nothing in flight, nothing held. */
+export const NO_LOAD: EndpointLoad = { inFlight: 0, held: 0, byReplica: new Map(), lastRequestAt: null };
 
 /** Order in which surplus replicas go: those not serving yet first, the newest first. */
 const SCALE_IN_ORDER = { provisioning: 0, starting: 1, unhealthy: 2, ready: 3, draining: 4 } as const;
 
-export function planEndpoint(endpoint: EndpointRecord, replicas: readonly ReplicaFacts[], now: Date, settings: PlanSettings): Action[] {
+export function planEndpoint(
+  stored: EndpointRecord,
+  replicas: readonly ReplicaFacts[],
+  now: Date,
+  settings: PlanSettings,
+  load: EndpointLoad = NO_LOAD,
+): Action[] {
   const actions: Action[] = [];
+  const endpoint = { ...stored, replicas: target(stored, load, now, actions) };
   const live: ReplicaFacts[] = [];
   const leaving: ReplicaFacts[] = [];
   for (const facts of replicas) {
@@ -97,7 +116,7 @@ export function planEndpoint(endpoint: EndpointRecord, replicas: readonly Replic
   const overBudget = shedOverBudget(endpoint, [...serving, ...condemned, ...draining], serving, condemned, draining);
   if (overBudget.length > 0) return [...actions, ...overBudget];
 
-  actions.push(...scaleIn(serving, endpoint.replicas));
+  actions.push(...scaleIn(serving, endpoint.replicas, load));
   const ready = serving.filter((f) => replicaState(f) === "ready").length;
   const retirable = condemned.filter((f) => canDestroy(f));
   if (ready >= endpoint.replicas) {
@@ -129,6 +148,19 @@ export function planEndpoint(endpoint: EndpointRecord, replicas: readonly Replic
     machines++;
   }
   return actions;
+}
+
+/** The replicas to keep: the caller's count, or the autoscaler's target (its actions added). */
+function target(endpoint: EndpointRecord, load: EndpointLoad, now: Date, actions: Action[]): number {
+  if (!endpoint.autoscale) return endpoint.replicas;
+  const decision = autoscale(endpoint.autoscale, endpoint.replicas, endpoint.autoscaleMemory, load, now);
+  if (decision.change) actions.push({ kind: "retarget", change: decision.change });
+  if (!sameMemory(decision.memory, endpoint.autoscaleMemory)) actions.push({ kind: "remember", memory: decision.memory });
+  return decision.target;
+}
+
+function sameMemory(a: AutoscaleMemory, b: AutoscaleMemory): boolean {
+  return a.direction === b.direction && a.bound === b.bound && a.since?.getTime() === b.since?.getTime();
 }
 
 /**
@@ -190,11 +222,15 @@ function newestFirst(replicas: readonly ReplicaFacts[]): ReplicaFacts[] {
   return [...replicas].sort((a, b) => b.row.createdAt.getTime() - a.row.createdAt.getTime());
 }
 
-function scaleIn(serving: readonly ReplicaFacts[], replicas: number): Action[] {
+function scaleIn(serving: readonly ReplicaFacts[], replicas: number, load: EndpointLoad): Action[] {
   const surplus = serving.length - replicas;
   if (surplus <= 0) return [];
+  const inFlight = (f: ReplicaFacts) => load.byReplica.get(f.row.instanceId) ?? 0;
   const order = [...serving].sort(
-    (a, b) => SCALE_IN_ORDER[replicaState(a)] - SCALE_IN_ORDER[replicaState(b)] || b.row.createdAt.getTime() - a.row.createdAt.getTime(),
+    (a, b) =>
+      SCALE_IN_ORDER[replicaState(a)] - SCALE_IN_ORDER[replicaState(b)] ||
+      inFlight(a) - inFlight(b) ||
+      b.row.createdAt.getTime() - a.row.createdAt.getTime(),
   );
   const reason = `scale down to ${replicas}`;
   // The chosen ones whose creation still waits for the marketplace go once it answers; a ready

@@ -17,6 +17,8 @@ export const EVENT_KINDS = [
   "scaled",
   "drained",
   "deleted",
+  "woke",
+  "idle",
 ] as const;
 export type EventKind = (typeof EVENT_KINDS)[number];
 

@@ -5,6 +5,7 @@ import { replicaFactsOf } from "../replicas/replica-facts.js";
 import { REPLICA_STATES, replicaState } from "../replicas/replica-state.js";
 
 /**
+ * `gpu_endpoint_target_replicas{endpoint}`: the count each active endpoint keeps.
  * `gpu_endpoint_instances{endpoint,state}`: each endpoint's replicas by state, read from the
  * database at scrape time (every state shown, zeros included, so a drop to zero is visible). As in
  * the endpoint's status, a launch counts once its record is written.
@@ -24,6 +25,18 @@ export function registerEndpointMetrics(registry: Registry, deps: { ctx: Pick<Gp
         if (!facts) continue;
         for (const state of REPLICA_STATES) this.set({ endpoint: endpoint.name, state }, 0);
         for (const f of facts) if (f.record) this.inc({ endpoint: endpoint.name, state: replicaState(f) });
+      }
+    },
+  });
+  new Gauge({
+    name: "gpu_endpoint_target_replicas",
+    help: "Replicas each endpoint keeps: the caller's count, or its autoscaler's target",
+    labelNames: ["endpoint"],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      for (const endpoint of await deps.endpoints.listLive().catch(() => [])) {
+        if (endpoint.phase === "active") this.set({ endpoint: endpoint.name }, endpoint.replicas);
       }
     },
   });

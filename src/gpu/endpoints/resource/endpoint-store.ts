@@ -34,6 +34,8 @@ export interface EndpointRecord {
   customConfig: JsonObject;
   /** The autoscaler's settings; null: a fixed count (`replicas` set by the caller). */
   autoscale: AutoscaleSettings | null;
+  /** What the autoscaler remembers of the load between rounds. */
+  autoscaleMemory: AutoscaleMemory;
   phase: EndpointPhase;
   /** Whether any replica has ever been ready (starting vs degraded). */
   everReady: boolean;
@@ -45,6 +47,14 @@ export interface EndpointRecord {
   nextLaunchAt: Date | null;
   createdAt: Date;
   deletedAt: Date | null;
+}
+
+/** What the autoscaler remembers between rounds: the way wanted has stood from the target, since when, and its bound. */
+export interface AutoscaleMemory {
+  direction: "up" | "down" | null;
+  since: Date | null;
+  /** Up: the least wanted since `since`; down: the most. */
+  bound: number | null;
 }
 
 export type NewEndpoint = Pick<EndpointRecord, "name" | "templateName" | "replicas" | "maxCostPerHour" | "customConfig" | "autoscale">;
@@ -91,6 +101,9 @@ interface EndpointRow {
   autoscale_target_in_flight: number | null;
   autoscale_scale_up_after_s: number | null;
   autoscale_scale_down_after_s: number | null;
+  scale_direction: "up" | "down" | null;
+  scale_since: Date | null;
+  scale_bound: number | null;
   phase: EndpointPhase;
   ever_ready: boolean;
   budget_held: boolean;
@@ -126,6 +139,7 @@ function toEndpoint(row: EndpointRow): EndpointRecord {
     maxCostPerHour: row.max_cost_per_hour,
     customConfig: row.custom_config ?? {},
     autoscale: toAutoscale(row),
+    autoscaleMemory: { direction: row.scale_direction ?? null, since: row.scale_since ?? null, bound: row.scale_bound ?? null },
     phase: row.phase,
     everReady: row.ever_ready,
     budgetHeld: row.budget_held,
@@ -248,7 +262,8 @@ export class EndpointStore {
       .update({
         ...(change.replicas !== undefined ? { replicas: change.replicas } : {}),
         ...(change.maxCostPerHour !== undefined ? { max_cost_per_hour: change.maxCostPerHour } : {}),
-        ...(autoscale !== undefined ? autoscaleColumns(autoscale) : {}),
+        // New settings: the autoscaler's memory of the load starts over.
+        ...(autoscale !== undefined ? { ...autoscaleColumns(autoscale), scale_direction: null, scale_since: null, scale_bound: null } : {}),
         ...(autoscale ? { replicas: this.knex.raw("least(greatest(replicas, ?), ?)", [autoscale.minReplicas, autoscale.maxReplicas]) } : {}),
         next_launch_at: null,
         updated_at: this.knex.fn.now(),
@@ -264,7 +279,12 @@ export class EndpointStore {
   async setTarget(id: string, replicas: number, trx?: Knex.Transaction): Promise<EndpointRecord | null> {
     const [row] = await (trx ?? this.knex)(ENDPOINTS)
       .where({ id, phase: "active" })
+      // A PATCH that turned autoscaling off meanwhile keeps its fixed count.
+      .whereNotNull("autoscale_min_replicas")
       .update({
+        scale_direction: null,
+        scale_since: null,
+        scale_bound: null,
         replicas,
         // The right side reads the row as it was before this update.
         next_launch_at: this.knex.raw("case when ? > replicas then null else next_launch_at end", [replicas]),
@@ -272,6 +292,13 @@ export class EndpointStore {
       })
       .returning("*");
     return row ? toEndpoint(row as EndpointRow) : null;
+  }
+
+  /** What the autoscaler remembers of the load until its next round. */
+  async setAutoscaleMemory(id: string, memory: AutoscaleMemory, trx?: Knex.Transaction): Promise<void> {
+    await (trx ?? this.knex)(ENDPOINTS)
+      .where({ id })
+      .update({ scale_direction: memory.direction, scale_since: memory.since, scale_bound: memory.bound });
   }
 
   /** active -> deleting; null when it was not active (a concurrent delete got there first). */
