@@ -21,6 +21,8 @@ export interface SimulatedMarketplaceOptions {
   loadingMs: number;
   /** Delay between `running` and the model server answering, in ms. */
   modelServerStartMs: number;
+  /** Time between two tokens of the model servers' answers, ms (their default when absent). */
+  tokenDelayMs?: number;
   catalogue?: CatalogueOptions;
   /** Interface the model servers bind; loopback by default. */
   host?: string;
@@ -186,7 +188,14 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
     instance.starting ??= (async () => {
       const model = instance.request.llmModelName;
       if (model === undefined || instance.server || closed) return;
-      const server = await startModelServer({ model, host, port: instance.hostPort, apiKey: instance.request.env[MODEL_API_KEY_ENV], instance: instance.id });
+      const server = await startModelServer({
+        model,
+        host,
+        port: instance.hostPort,
+        apiKey: instance.request.env[MODEL_API_KEY_ENV],
+        instance: instance.id,
+        tokenDelayMs: options.tokenDelayMs,
+      });
       // The instance may have been destroyed, halted or closed while the socket was opening.
       const stillWanted = !closed && instances.get(instance.id) === instance && statusOf(instance) === "running";
       if (!stillWanted || !instance.serverWanted) return server.close();
