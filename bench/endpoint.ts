@@ -10,7 +10,8 @@
 // replicas one replica's process is killed (requests failed before and after their answer
 // started); and on the real service (its controller, directory and proxy, on the simulated
 // marketplace) one replica's machine exits (failed requests, the time back to full strength, the
-// endpoint's events). The machine may be shared: every figure is noisy, and each pair is taken
+// endpoint's events). Last, the cold start: 32 requests at once at an idle endpoint (scaled to
+// zero), held through the rental and the model's start, all answered. The machine may be shared: every figure is noisy, and each pair is taken
 // alternately, direct then proxy, so that both see the same conditions.
 import { spawn, type ChildProcess } from "node:child_process";
 import { Agent, request } from "node:http";
@@ -223,8 +224,9 @@ async function compareThroughput(proxyPid: number, direct: Route, proxied: Route
 async function main(): Promise<void> {
   const at = process.argv.indexOf("--child");
   if (at >= 0) return child(process.argv[at + 1]!, process.argv[at + 2]!, process.argv[at + 3]);
-  // BENCH_ONLY=service runs only the fault on the service.
+  // BENCH_ONLY=service runs only the fault on the service, BENCH_ONLY=cold only the cold start.
   if (process.env.BENCH_ONLY === "service") return faultOnService();
+  if (process.env.BENCH_ONLY === "cold") return coldStart();
 
   // a and b answer at once (the proxy's own ceiling); c takes 10 ms to its first token, as a small
   // model on a GPU takes at least to read a prompt.
@@ -269,6 +271,7 @@ async function main(): Promise<void> {
     for (const part of parts) part.child.kill("SIGTERM");
   }
   await faultOnService();
+  await coldStart();
 }
 
 /** Clocks of the fault run on the service: a machine runs 1.5 s after its rental, probes every second. */
@@ -333,6 +336,61 @@ async function faultOnService(): Promise<void> {
     for (const e of events.filter((e) => Date.parse(e.at) >= killedAt - 500)) console.log(`  +${((Date.parse(e.at) - killedAt) / 1000).toFixed(1)} s  ${e.kind}${e.instance_id ? ` ${e.instance_id}` : ""}: ${e.detail}`);
   } finally {
     await api("DELETE", "/api/gpu/endpoints/bench").catch(() => undefined);
+    await server.close();
+    await market.close();
+    await db.drop();
+  }
+}
+
+/** Clocks of the cold start: a machine runs 1 s after its rental and its model answers 1 s later. */
+const COLD_MARKET = { creatingMs: 500, loadingMs: 500, modelServerStartMs: 1000 };
+const COLD_REQUESTS = 32;
+
+/**
+ * The real service with an idle endpoint (autoscaled, scaled to zero): 32 requests arrive at once,
+ * are held by the proxy, wake the endpoint, and go to its first ready replica. All must be
+ * answered; the time to the first and last answer is set against the replica's own start (its
+ * rental to its `ready` event), which no request can beat.
+ */
+async function coldStart(): Promise<void> {
+  process.env.DATABASE_URL ??= adminDatabaseUrl();
+  const db = await createTestDatabase();
+  const market = createSimulatedMarketplace(COLD_MARKET);
+  const server = await startTestServer({ knex: db.knex, elasticsearch: createElasticsearchClient("http://127.0.0.1:9"), marketplace: market, env: SERVICE_CLOCKS });
+  const api = (method: string, path: string, body?: unknown) =>
+    fetch(`${server.url}${path}`, { method, headers: { "content-type": "application/json" }, body: body === undefined ? undefined : JSON.stringify(body) }).then((r) => r.json() as Promise<Record<string, unknown>>);
+  try {
+    const autoscale = { min_replicas: 0, max_replicas: 2, target_in_flight: 32, scale_up_after_s: 0, scale_down_after_s: 600 };
+    await api("POST", "/api/gpu/endpoints", { name: "cold", template_name: "budget", max_cost_per_hour: 5, autoscale });
+    const sent = Date.now();
+    const answers = await Promise.all(
+      Array.from({ length: COLD_REQUESTS }, async () => {
+        const res = await fetch(`${server.url}/endpoints/cold/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: ONE_TOKEN });
+        await res.arrayBuffer();
+        return { status: res.status, ms: Date.now() - sent };
+      }),
+    );
+    const events = ((await api("GET", "/api/gpu/endpoints/cold/events?limit=100")).events as Array<{ at: string; kind: string; instance_id?: string; detail: string }>).reverse();
+    const at = (kind: string) => events.find((e) => e.kind === kind);
+    const ready = at("ready")!;
+    const { created_at: rentedAt } = (await db.knex("gpu_instances").where({ instance_id: ready.instance_id }).first()) as { created_at: Date };
+    const replicaStart = Date.parse(ready.at) - rentedAt.getTime();
+    const times = answers.map((a) => a.ms).sort((a, b) => a - b);
+    const ok = answers.filter((a) => a.status === 200).length;
+    console.log(`\ncold start on the service: an idle endpoint (autoscaled, at zero); ${COLD_REQUESTS} one-token requests at once (a machine runs 1 s after its rental, its model 1 s later; probes every 1 s, ready after 2)\n`);
+    printTable([
+      ["", "seconds from the requests' arrival"],
+      ["woke (a held request seen by the controller)", ((Date.parse(at("woke")!.at) - sent) / 1000).toFixed(1)],
+      ["replica rented", ((rentedAt.getTime() - sent) / 1000).toFixed(1)],
+      ["replica ready", ((Date.parse(ready.at) - sent) / 1000).toFixed(1)],
+      ["first answer", (times[0]! / 1000).toFixed(1)],
+      ["last answer", (times.at(-1)! / 1000).toFixed(1)],
+      ["the replica's own start (rented to ready)", (replicaStart / 1000).toFixed(1)],
+      ["last answer minus the replica's own start", ((times.at(-1)! - replicaStart) / 1000).toFixed(1)],
+    ]);
+    console.log(`\nanswered ${ok} of ${COLD_REQUESTS} (200), ${COLD_REQUESTS - ok} not; target: all answered`);
+  } finally {
+    await api("DELETE", "/api/gpu/endpoints/cold").catch(() => undefined);
     await server.close();
     await market.close();
     await db.drop();
