@@ -29,6 +29,7 @@ const services = serviceGroup(() => ({
   VAST_MIN_INTERVAL_MS: "0",
   GPU_STATUS_SYNC_MS: "200",
   GPU_CREATION_GRACE_MS: "2000",
+  GPU_ENDPOINT_HOLD_MS: "30000",
 }));
 
 beforeAll(async () => {
@@ -109,5 +110,42 @@ describe("endpoints across service processes", () => {
     await expectNoOrphanNoDuplicate("crashy", 1);
     const kinds = (await eventsOf(second.url, "crashy")).map((e) => e.kind);
     expect(kinds.filter((k) => k === "ready")).toHaveLength(2);
+  });
+
+  it("answers the requests another process holds when the leader holding some is SIGKILLed mid-rental", async () => {
+    await services.stopAll();
+    const leader = await services.start();
+    const other = await services.start();
+    const autoscale = { min_replicas: 0, max_replicas: 1, target_in_flight: 4, scale_up_after_s: 0, scale_down_after_s: 600 };
+    await createEndpoint(leader.url, { name: "held-kill", template_name: "budget", max_cost_per_hour: 5, autoscale });
+    let arrived!: () => void;
+    const rentalAsked = new Promise<void>((resolve) => (arrived = resolve));
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    vast.onCreate(async () => {
+      arrived();
+      await released;
+    });
+    const ask = (service: ServiceProcess) =>
+      fetch(`${service.url}/endpoints/held-kill/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ messages: [{ role: "user", content: "hi" }], max_tokens: 2 }),
+      }).then(
+        async (res) => ({ status: res.status, body: await res.text() }),
+        (err: unknown) => ({ status: 0, body: String(err) }),
+      );
+    const atLeader = [ask(leader), ask(leader), ask(leader)];
+    const atOther = [ask(other), ask(other), ask(other)];
+    await rentalAsked; // the held requests woke the endpoint; its machine is being rented
+    await leader.stop("SIGKILL");
+    release();
+    vast.onCreate(undefined);
+    // The leader's callers lose their connection with it; the other's are answered, never left hanging.
+    for (const answer of await Promise.all(atLeader)) expect(answer.status).toBe(0);
+    const answers = await Promise.all(atOther);
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 200]);
+    expect(leads(other)).toBe(true);
+    await expectNoOrphanNoDuplicate("held-kill", 1);
   });
 });
