@@ -11,7 +11,7 @@ import type { GpuContext } from "./gpu-context.js";
 import { SORT_SQL } from "./store/instance-list-sql.js";
 import { INSTANCE_ID_PREFIX, type InstanceRecord } from "./store/instance-store.js";
 import { limitsView } from "./money/limits.js";
-import { instanceMessage } from "./messages.js";
+import { bidFields, instanceMessage } from "./messages.js";
 import { DEFAULT_LIMIT, validateLimit } from "./marketplace/offers.js";
 import { decodePageToken, encodePageToken, INSTANCE_SORT_KEYS, type InstanceSortKey } from "./store/page-token.js";
 import { modelServerPort } from "./lifecycle/probe.js";
@@ -46,6 +46,9 @@ export async function basicStatus(ctx: GpuContext, instanceId: string): Promise<
       numGpus: source.numGpus,
       gpuRam: source.gpuRam,
       costPerHour: source.dphTotal,
+      interruptible: record.interruptible,
+      bidPerHour: record.bidPerHour ?? undefined,
+      preempted: market ? market.status === "preempted" : record.preemptedAt !== null && record.status === "exited",
     },
   };
 }
@@ -65,6 +68,7 @@ export async function enhancedStatus(ctx: GpuContext, instanceId: string): Promi
         costPerHour: record.costPerHour,
         gpuInfo: record.gpuInfo,
         uptime: formatUptime(uptimeMs(record.createdAt, record.destroyedAt, now)),
+        ...bidFields(record),
       },
       limits: limitsView(record, now),
     },

@@ -14,6 +14,7 @@ import * as operationActor from "./20261126000000_operation_actor.js";
 import * as gpuModelApiKey from "./20261126000100_gpu_model_api_key.js";
 import * as gpuEndpoints from "./20261126010000_gpu_endpoints.js";
 import * as gpuEndpointFaults from "./20261126020000_gpu_endpoint_faults.js";
+import * as gpuInstanceBid from "./20261126040000_gpu_instance_bid.js";
 import * as simMarketPreemption from "./20261126040100_sim_market_preemption.js";
 
 // Migrations are listed here, in order, rather than found on disk, so that they run the same
@@ -34,6 +35,7 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261126000100_gpu_model_api_key", gpuModelApiKey],
   ["20261126010000_gpu_endpoints", gpuEndpoints],
   ["20261126020000_gpu_endpoint_faults", gpuEndpointFaults],
+  ["20261126040000_gpu_instance_bid", gpuInstanceBid],
   ["20261126040100_sim_market_preemption", simMarketPreemption],
 ];
 
