@@ -19,6 +19,7 @@ import * as gpuEndpointLoad from "./20261126030100_gpu_endpoint_load.js";
 import * as gpuEndpointAutoscalerMemory from "./20261126030200_gpu_endpoint_autoscaler_memory.js";
 import * as gpuInstanceBid from "./20261126040000_gpu_instance_bid.js";
 import * as simMarketPreemption from "./20261126040100_sim_market_preemption.js";
+import * as gpuInstanceMachine from "./20261126040200_gpu_instance_machine.js";
 
 // Migrations are listed here, in order, rather than found on disk, so that they run the same
 // under tsx, vitest and compiled output. A shipped migration is never edited: add a new one.
@@ -43,6 +44,7 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261126030200_gpu_endpoint_autoscaler_memory", gpuEndpointAutoscalerMemory],
   ["20261126040000_gpu_instance_bid", gpuInstanceBid],
   ["20261126040100_sim_market_preemption", simMarketPreemption],
+  ["20261126040200_gpu_instance_machine", gpuInstanceMachine],
 ];
 
 export const migrationSource: Knex.MigrationSource<string> = {
