@@ -39,10 +39,11 @@ export interface CreationRequest {
   /**
    * Rent an interruptible machine (an automatic pick only; a named offer is rented on-demand): the
    * cheapest fitting offer of the bid market at its minimum bid x (1 + bidMargin), unless a
-   * fitting on-demand offer costs no more, which is then rented instead (bid-choice.ts). Only
-   * where the marketplace rents interruptible machines; elsewhere a 400 naming `interruptible`.
+   * fitting on-demand offer costs no more, which is then rented instead (bid-choice.ts), unless
+   * `onDemand` is false (then a bid or nothing). Only where the marketplace rents interruptible
+   * machines; elsewhere a 400 naming `interruptible`.
    */
-  interruptible?: { bidMargin: number };
+  interruptible?: { bidMargin: number; onDemand?: boolean };
   /** Machines to keep off while offers on others fit (an endpoint's other replicas): they come last. */
   avoidMachineIds?: readonly string[];
 }
@@ -160,7 +161,9 @@ async function candidatesFor(
       throw err;
     }
   };
-  const chosen = bidOrOnDemand(fitting(asBids(bidMarket, interruptible.bidMargin)), fitting(onDemandMarket));
+  // `onDemand: false`: a bid or nothing (an endpoint trying to leave its on-demand fallback).
+  const onDemand = interruptible.onDemand === false ? [] : fitting(onDemandMarket);
+  const chosen = bidOrOnDemand(fitting(asBids(bidMarket, interruptible.bidMargin)), onDemand);
   // Nothing fits either way: the answer names the template's limits, as for an on-demand creation.
   if (chosen.length === 0) return offerCandidates([], template, undefined, diskGb);
   return spreadOver(chosen, request.avoidMachineIds);
