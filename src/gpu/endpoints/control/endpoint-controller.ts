@@ -136,7 +136,7 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
   }
 
   async function apply(endpoint: EndpointRecord, round: Round, action: Action): Promise<void> {
-    if (action.kind === "launch") return launch(endpoint, round, action.makeRoom);
+    if (action.kind === "launch") return launch(endpoint, round, action);
     if (action.kind === "retarget") return retarget(endpoint, action.change);
     if (action.kind === "remember") return endpoints.setAutoscaleMemory(endpoint.id, action.memory);
     if (action.kind === "hold_budget") {
@@ -198,7 +198,8 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
     if (action.neverReady) await launchFailed(launchDeps, endpoint, `${instanceId} ended before it was ready`, instanceId);
   }
 
-  async function launch(endpoint: EndpointRecord, round: Round, makeRoom: string | undefined): Promise<void> {
+  async function launch(endpoint: EndpointRecord, round: Round, action: Extract<Action, { kind: "launch" }>): Promise<void> {
+    const { makeRoom } = action;
     const backingOff = !round.urgent && endpoint.nextLaunchAt !== null && endpoint.nextLaunchAt.getTime() > Date.now();
     if (round.blocked || round.held || backingOff) return;
     // A change made since the round began (a PATCH, a DELETE) is seen before anything is rented.
@@ -207,7 +208,10 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
       round.blocked = true;
       return;
     }
-    const outcome = await launchReplica(launchDeps, endpoint, endpoint.maxCostPerHour - round.spend);
+    // The machines its other replicas run on: a new one goes elsewhere while offers there fit.
+    const avoidMachineIds = [...round.byId.values()].flatMap((f) => (f.record?.machineId && billedCost(f) > 0 ? [f.record.machineId] : []));
+    const request = { interruptible: action.interruptible, fallback: action.fallback, avoidMachineIds };
+    const outcome = await launchReplica(launchDeps, endpoint, endpoint.maxCostPerHour - round.spend, request);
     if (outcome.kind === "launched") {
       round.spend += outcome.costPerHour;
       round.launched = true;

@@ -2,6 +2,7 @@ import type { EndpointLoad } from "../load/load-store.js";
 import type { AutoscaleMemory, EndpointRecord } from "../resource/endpoint-store.js";
 import { billedCost, endedReason, replicaState, type ReplicaFacts } from "../replicas/replica-state.js";
 import { autoscale, type TargetChange } from "./autoscaler.js";
+import { drainableFallbacks, isFallback, launchKinds, wantsReturn, type LaunchKind } from "./capacity-mix.js";
 
 // The controller's decisions (SPEC.md section 2, "Endpoints", "Endpoints that follow their
 // load"), as one pure function from the stored endpoint, what was observed of its replicas and
@@ -24,7 +25,9 @@ import { autoscale, type TargetChange } from "./autoscaler.js";
 //   marketplace is waited for, never swapped for a ready one; every replica that may still hold
 //   a request (it was ever ready) drains for drainMs first;
 // - a gap is filled by taking draining replicas back first, then by launches, never past
-//   replicas + 1 machines; the executor checks the budget against the prices actually rented.
+//   replicas + 1 machines; the executor checks the budget against the prices actually rented;
+// - each launch's kind (on-demand, or interruptible with or without fallback) and the way back
+//   from on-demand fallbacks come from the endpoint's capacity (capacity-mix.ts).
 
 export interface PlanSettings {
   unhealthyMs: number;
@@ -50,8 +53,11 @@ export type Action =
   | { kind: "undrain"; instanceId: string }
   /** A replica that never served is destroyed at once. */
   | { kind: "scale_in"; instanceId: string; reason: string }
-  /** One more replica; `makeRoom` is a condemned replica to retire instead when no launch fits beside it. */
-  | { kind: "launch"; makeRoom?: string }
+  /**
+   * One more replica, of a kind (capacity-mix.ts); `makeRoom` is a condemned replica to retire
+   * instead when no launch fits beside it.
+   */
+  | ({ kind: "launch"; makeRoom?: string } & LaunchKind)
   /** The budget holds the endpoint back (it was lowered below what runs). */
   | { kind: "hold_budget"; detail: string }
   /** The autoscaler moves the target (events scaled, woke, idle). */
@@ -73,7 +79,7 @@ export function planEndpoint(
   load: EndpointLoad = NO_LOAD,
 ): Action[] {
   const actions: Action[] = [];
-  const endpoint = { ...stored, replicas: target(stored, load, now, actions) };
+  const endpoint = { ...stored, replicas: targetOf(stored, load, now, actions) };
   const live: ReplicaFacts[] = [];
   const leaving: ReplicaFacts[] = [];
   for (const facts of replicas) {
@@ -118,18 +124,24 @@ export function planEndpoint(
   const overBudget = shedOverBudget(endpoint, [...serving, ...condemned, ...draining], serving, condemned, draining);
   if (overBudget.length > 0) return [...actions, ...overBudget];
 
-  actions.push(...scaleIn(serving, endpoint.replicas, load));
-  const ready = serving.filter((f) => replicaState(f) === "ready").length;
+  const target = endpoint.replicas;
+  // On-demand fallbacks stand in for interruptible replicas: they go once enough others are ready.
+  const leavingFallbacks = drainableFallbacks(target, serving);
+  for (const f of leavingFallbacks) actions.push(goes(f, "an interruptible replica that takes its place is ready"));
+  const kept = serving.filter((f) => !leavingFallbacks.includes(f));
+  actions.push(...scaleIn(kept.filter((f) => !isFallback(f)), target, load));
+  let machines = live.length + leaving.length;
+  const ready = kept.filter((f) => replicaState(f) === "ready").length;
   const retirable = condemned.filter((f) => canDestroy(f));
-  if (ready >= endpoint.replicas) {
+  if (ready >= target) {
     // The replacements are ready (or none are wanted): the condemned ones go.
     for (const f of retirable) actions.push({ kind: "retire", instanceId: f.row.instanceId, reason: "its replacement is ready" });
-    return actions;
+    return [...actions, ...returnFromFallback(endpoint, kept, machines - retirable.length)];
   }
-  let deficit = endpoint.replicas - serving.length;
+  let deficit = target - kept.length;
   // Draining replicas were ready moments ago and hold their model: take them back before renting,
   // as far as the budget lets them stay (a replica shed for the budget keeps draining).
-  let room = endpoint.maxCostPerHour - [...serving, ...condemned].reduce((sum, f) => sum + billedCost(f), 0);
+  let room = endpoint.maxCostPerHour - [...kept, ...condemned].reduce((sum, f) => sum + billedCost(f), 0);
   for (const f of newestFirst(draining)) {
     if (deficit <= 0) break;
     if (billedCost(f) > room + 1e-9) continue;
@@ -137,23 +149,35 @@ export function planEndpoint(
     room -= billedCost(f);
     deficit--;
   }
-  let machines = live.length + leaving.length;
-  for (let i = 0; i < deficit; i++) {
-    if (machines + 1 > endpoint.replicas + 1) {
+  const kinds = launchKinds(endpoint.capacity, target, kept, Math.max(0, deficit));
+  for (const kind of kinds) {
+    if (machines + 1 > target + 1) {
       // No room for a surge: the old one goes first.
       const old = retirable.shift();
       if (!old) break;
       actions.push({ kind: "retire", instanceId: old.row.instanceId, reason: "no room for a replacement beside it" });
       machines--;
     }
-    actions.push({ kind: "launch", ...(retirable[0] ? { makeRoom: retirable[0].row.instanceId } : {}) });
+    actions.push({ kind: "launch", ...kind, ...(retirable[0] ? { makeRoom: retirable[0].row.instanceId } : {}) });
     machines++;
   }
-  return actions;
+  return deficit > 0 ? actions : [...actions, ...returnFromFallback(endpoint, kept, machines)];
+}
+
+/** One interruptible launch, a bid or nothing, to take an on-demand fallback's place, when one may go beside them. */
+function returnFromFallback(endpoint: EndpointRecord, serving: readonly ReplicaFacts[], machines: number): Action[] {
+  if (!wantsReturn(endpoint.capacity, endpoint.replicas, serving) || machines + 1 > endpoint.replicas + 1) return [];
+  return [{ kind: "launch", interruptible: true, fallback: false }];
+}
+
+/** A replica leaving: drained when it may hold requests (it was ever ready), else destroyed at once. */
+function goes(f: ReplicaFacts, reason: string): Action {
+  const { instanceId } = f.row;
+  return f.row.readySince !== null ? { kind: "drain", instanceId, reason } : { kind: "scale_in", instanceId, reason };
 }
 
 /** The replicas to keep: the caller's count, or the autoscaler's target (its actions added). */
-function target(endpoint: EndpointRecord, load: EndpointLoad, now: Date, actions: Action[]): number {
+function targetOf(endpoint: EndpointRecord, load: EndpointLoad, now: Date, actions: Action[]): number {
   if (!endpoint.autoscale) return endpoint.replicas;
   const decision = autoscale(endpoint.autoscale, endpoint.replicas, endpoint.autoscaleMemory, load, now);
   if (decision.change) actions.push({ kind: "retarget", change: decision.change });
@@ -189,7 +213,7 @@ function shedOverBudget(
     spend -= billedCost(f);
     const { instanceId } = f.row;
     if (condemned.includes(f)) shed.push({ kind: "retire", instanceId, reason });
-    else shed.push(f.row.readySince !== null ? { kind: "drain", instanceId, reason } : { kind: "scale_in", instanceId, reason });
+    else shed.push(goes(f, reason));
   }
   const detail = `its machines cost $${round(total)}/h, over its budget of $${budget}/h: ${shed.length} replica(s) shed`;
   return [...shed, { kind: "hold_budget", detail }];
@@ -240,5 +264,5 @@ function scaleIn(serving: readonly ReplicaFacts[], replicas: number, load: Endpo
   return order
     .slice(0, surplus)
     .filter(canDestroy)
-    .map((f): Action => (f.row.readySince !== null ? { kind: "drain", instanceId: f.row.instanceId, reason } : { kind: "scale_in", instanceId: f.row.instanceId, reason }));
+    .map((f) => goes(f, reason));
 }

@@ -6,6 +6,7 @@ import { findTemplate } from "../../creation/templates.js";
 import type { GpuContext } from "../../gpu-context.js";
 import { roundMoney } from "../../money/cost.js";
 import type { EndpointEventStore } from "../resource/endpoint-events.js";
+import type { LaunchKind } from "./capacity-mix.js";
 import type { EndpointRecord, EndpointStore } from "../resource/endpoint-store.js";
 
 // One replica's launch (SPEC.md section 2, "Endpoints", Money, and "Control loops survive their
@@ -36,13 +37,18 @@ export interface LaunchDeps {
   confirmLead(): Promise<boolean>;
 }
 
-export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, priceCap: number): Promise<LaunchOutcome> {
+/** What to rent: its slot's kind (capacity-mix.ts), and the machines its siblings are on (spread). */
+export interface LaunchRequest extends LaunchKind {
+  avoidMachineIds: readonly string[];
+}
+
+export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, priceCap: number, request: LaunchRequest): Promise<LaunchOutcome> {
   const { ctx, endpoints } = deps;
   const budgetText = `$${roundMoney(priceCap)}/h left of its $${endpoint.maxCostPerHour}/h budget`;
   if (priceCap <= 0) return holdBack(deps, endpoint, `one replica held back: ${budgetText}`);
   const instanceId = await ctx.instances.nextInstanceId();
-  // The intent first: should this process die from here on, the next round finds the row.
-  await endpoints.insertReplica(endpoint.id, instanceId);
+  // The intent first (with its slot): should this process die from here on, the next round finds the row.
+  await endpoints.insertReplica(endpoint.id, instanceId, undefined, { interruptible: request.interruptible });
   const fence = {
     claimRecord: (trx: Knex.Transaction) => endpoints.claimRecord(instanceId, trx),
     async beforeRent() {
@@ -55,14 +61,20 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
       customConfig: endpoint.customConfig,
       actor: ACTOR_SYSTEM,
       replicaOf: { instanceId, endpoint: endpoint.name, priceCap, fence },
+      ...(request.interruptible ? { interruptible: { bidMargin: endpoint.capacity.bidMargin, onDemand: request.fallback } } : {}),
+      avoidMachineIds: request.avoidMachineIds,
     });
   } catch (err) {
-    return failedLaunch(deps, endpoint, instanceId, err, priceCap, budgetText);
+    return failedLaunch(deps, endpoint, instanceId, err, priceCap, budgetText, request);
   }
   const record = await ctx.instances.get(instanceId);
   const costPerHour = record?.costPerHour ?? 0;
-  const machine = record ? `${record.gpuInfo.numGpus}x ${record.gpuInfo.gpuName} at $${costPerHour}/h` : "a machine";
+  const rented = record?.interruptible ? `a bid of $${record.bidPerHour}/h` : "on-demand";
+  const machine = record ? `${record.gpuInfo.numGpus}x ${record.gpuInfo.gpuName} at $${costPerHour}/h (${rented})` : "a machine";
   await note(deps, endpoint, "launched", `${instanceId} launched on ${machine}`, instanceId);
+  if (request.interruptible && record && !record.interruptible) {
+    await note(deps, endpoint, "fallback", `${instanceId} rented on-demand in an interruptible slot: no bid fits for less than an on-demand machine`, instanceId);
+  }
   return { kind: "launched", costPerHour };
 }
 
@@ -73,6 +85,7 @@ async function failedLaunch(
   err: unknown,
   priceCap: number,
   budgetText: string,
+  request: LaunchKind,
 ): Promise<LaunchOutcome> {
   const { ctx, endpoints } = deps;
   if (!(await deps.confirmLead())) {
@@ -90,7 +103,9 @@ async function failedLaunch(
   if (record === null) await endpoints.forgetReplica(instanceId);
   else await endpoints.removeReplica(instanceId);
   const templateMax = findTemplate(endpoint.templateName)?.config?.maxPrice ?? 0;
-  if (err instanceof NotFoundError && record === null && priceCap < templateMax) {
+  // A bid-only launch (the way back from a fallback) that finds no bid is a launch that failed.
+  const bidOnly = request.interruptible && !request.fallback;
+  if (err instanceof NotFoundError && record === null && priceCap < templateMax && !bidOnly) {
     // Nothing fits what is left of the budget: a hold, unless nothing fits the template at all.
     if (await anyOfferFits(ctx, endpoint.templateName, endpoint.customConfig)) {
       return holdBack(deps, endpoint, `one replica held back: no offer fits the ${budgetText}`);
@@ -121,7 +136,7 @@ async function backOff(deps: Pick<LaunchDeps, "endpoints">, endpoint: EndpointRe
   return delay;
 }
 
-function note(deps: Pick<LaunchDeps, "events">, endpoint: EndpointRecord, kind: "launched" | "launch_failed", detail: string, instanceId?: string) {
+function note(deps: Pick<LaunchDeps, "events">, endpoint: EndpointRecord, kind: "launched" | "launch_failed" | "fallback", detail: string, instanceId?: string) {
   return deps.events.append({ endpointId: endpoint.id, kind, detail, instanceId: instanceId ?? null });
 }
 

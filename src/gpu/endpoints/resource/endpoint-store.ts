@@ -36,6 +36,8 @@ export interface EndpointRecord {
   autoscale: AutoscaleSettings | null;
   /** What the autoscaler remembers of the load between rounds. */
   autoscaleMemory: AutoscaleMemory;
+  /** Which machines its replicas are rented as: interruptible bids, on-demand, or a mix. */
+  capacity: CapacitySettings;
   phase: EndpointPhase;
   /** Whether any replica has ever been ready (starting vs degraded). */
   everReady: boolean;
@@ -48,6 +50,19 @@ export interface EndpointRecord {
   createdAt: Date;
   deletedAt: Date | null;
 }
+
+/** How an endpoint's replicas are rented (SPEC.md section 2, "Interruptible replicas with on-demand fallback"). */
+export interface CapacitySettings {
+  interruptible: boolean;
+  /** Replicas always rented on-demand; with `interruptible` false, every replica is. */
+  onDemandBase: number;
+  /** Rent on-demand when no bid fits an interruptible slot. */
+  fallback: boolean;
+  /** A bid is the offer's minimum bid x (1 + bidMargin). */
+  bidMargin: number;
+}
+
+export const DEFAULT_CAPACITY: CapacitySettings = { interruptible: false, onDemandBase: 0, fallback: true, bidMargin: 0.25 };
 
 /** What the autoscaler remembers between rounds: the way wanted has stood from the target, since when, and its bound. */
 export interface AutoscaleMemory {
@@ -81,6 +96,8 @@ export interface ReplicaRow {
   condemnedAt: Date | null;
   /** Set while its instance record is written: from then on the row is never removed as a launch that never came. */
   recordClaimedAt: Date | null;
+  /** Rented for an interruptible slot (a bid, or an on-demand fallback when its record is not interruptible). */
+  interruptible: boolean;
   /** The controller decided to destroy it; the event to write once the destroy is confirmed. */
   destroyingAt: Date | null;
   destroyEvent: { kind: EventKind; detail: string } | null;
@@ -124,6 +141,7 @@ interface ReplicaDbRow {
   draining_since: Date | null;
   condemned_at: Date | null;
   record_claimed_at: Date | null;
+  interruptible?: boolean;
   destroying_at: Date | null;
   destroy_event: EventKind | null;
   destroy_detail: string | null;
@@ -140,6 +158,7 @@ function toEndpoint(row: EndpointRow): EndpointRecord {
     customConfig: row.custom_config ?? {},
     autoscale: toAutoscale(row),
     autoscaleMemory: { direction: row.scale_direction ?? null, since: row.scale_since ?? null, bound: row.scale_bound ?? null },
+    capacity: DEFAULT_CAPACITY,
     phase: row.phase,
     everReady: row.ever_ready,
     budgetHeld: row.budget_held,
@@ -184,6 +203,7 @@ function toReplica(row: ReplicaDbRow): ReplicaRow {
     drainingSince: row.draining_since,
     condemnedAt: row.condemned_at,
     recordClaimedAt: row.record_claimed_at,
+    interruptible: row.interruptible ?? false,
     destroyingAt: row.destroying_at,
     destroyEvent: row.destroy_event ? { kind: row.destroy_event, detail: row.destroy_detail ?? "" } : null,
     createdAt: row.created_at,
@@ -335,8 +355,8 @@ export class EndpointStore {
   }
 
   /** Writes down a replica about to be launched, before its instance record exists. */
-  async insertReplica(endpointId: string, instanceId: string, trx?: Knex.Transaction): Promise<void> {
-    await (trx ?? this.knex)(REPLICAS).insert({ endpoint_id: endpointId, instance_id: instanceId });
+  async insertReplica(endpointId: string, instanceId: string, trx?: Knex.Transaction, kind?: { interruptible: boolean }): Promise<void> {
+    await (trx ?? this.knex)(REPLICAS).insert({ endpoint_id: endpointId, instance_id: instanceId, ...(kind?.interruptible ? { interruptible: true } : {}) });
   }
 
   /** The replicas not removed, oldest first. */
