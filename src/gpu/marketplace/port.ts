@@ -125,4 +125,6 @@ export interface Marketplace {
   close(): Promise<void>;
   /** What the marketplace's price per hour covers, and what it bills beside it: said in cost analysis. */
   readonly costIncludes?: string;
+  /** Whether the marketplace rents interruptible machines (bids); absent: it does not. */
+  readonly interruptible?: boolean;
 }

@@ -19,6 +19,7 @@ export function withStatusCache(market: Marketplace, ttlMs: number): Marketplace
 
   return {
     costIncludes: market.costIncludes,
+    interruptible: market.interruptible,
     listOffers: (signal) => market.listOffers(signal),
     searchOffers: (filter, signal) => market.searchOffers(filter, signal),
     createInstance: (request, signal) => market.createInstance(request, signal),

@@ -232,6 +232,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
 
   return {
     costIncludes: "the simulated price per hour of the whole machine (dph_total), over the uptime; nothing is billed",
+    interruptible: true,
     async listOffers() {
       await refresh();
       return currentOffers();

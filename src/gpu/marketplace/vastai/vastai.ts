@@ -179,6 +179,7 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
 
   return {
     costIncludes: COST_INCLUDES,
+    interruptible: true,
     listOffers: (signal) => searchOffers({ limit: CATALOGUE_LIMIT }, signal),
     searchOffers,
     getInstance,
