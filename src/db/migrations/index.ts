@@ -17,6 +17,7 @@ import * as gpuEndpointFaults from "./20261126020000_gpu_endpoint_faults.js";
 import * as gpuEndpointAutoscale from "./20261126030000_gpu_endpoint_autoscale.js";
 import * as gpuEndpointLoad from "./20261126030100_gpu_endpoint_load.js";
 import * as gpuEndpointAutoscalerMemory from "./20261126030200_gpu_endpoint_autoscaler_memory.js";
+import * as gpuEndpointCapacity from "./20261126050000_gpu_endpoint_capacity.js";
 
 // Migrations are listed here, in order, rather than found on disk, so that they run the same
 // under tsx, vitest and compiled output. A shipped migration is never edited: add a new one.
@@ -39,6 +40,7 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261126030000_gpu_endpoint_autoscale", gpuEndpointAutoscale],
   ["20261126030100_gpu_endpoint_load", gpuEndpointLoad],
   ["20261126030200_gpu_endpoint_autoscaler_memory", gpuEndpointAutoscalerMemory],
+  ["20261126050000_gpu_endpoint_capacity", gpuEndpointCapacity],
 ];
 
 export const migrationSource: Knex.MigrationSource<string> = {

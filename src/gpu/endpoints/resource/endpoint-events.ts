@@ -19,6 +19,8 @@ export const EVENT_KINDS = [
   "deleted",
   "woke",
   "idle",
+  "preempted",
+  "fallback",
 ] as const;
 export type EventKind = (typeof EVENT_KINDS)[number];
 

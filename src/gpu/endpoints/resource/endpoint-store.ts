@@ -24,6 +24,21 @@ export interface AutoscaleSettings {
   scaleDownAfterS: number;
 }
 
+/**
+ * Which machines an endpoint's replicas are rented on (SPEC.md section 2, "Interruptible
+ * replicas"); every setting filled in, the defaults when never set (every replica on-demand).
+ */
+export interface CapacitySettings {
+  /** Rent replicas as interruptible bids where the marketplace has them. */
+  interruptible: boolean;
+  /** How many of the replicas are always on-demand (only counts with interruptible). */
+  onDemandBase: number;
+  /** With no interruptible offer that fits, rent an on-demand replica in its place. */
+  fallback: boolean;
+  /** The bid over the offer's minimum bid, as a share: bid = min_bid x (1 + bidMargin). */
+  bidMargin: number;
+}
+
 export interface EndpointRecord {
   id: string;
   name: string;
@@ -36,6 +51,7 @@ export interface EndpointRecord {
   autoscale: AutoscaleSettings | null;
   /** What the autoscaler remembers of the load between rounds. */
   autoscaleMemory: AutoscaleMemory;
+  capacity: CapacitySettings;
   phase: EndpointPhase;
   /** Whether any replica has ever been ready (starting vs degraded). */
   everReady: boolean;
@@ -57,13 +73,22 @@ export interface AutoscaleMemory {
   bound: number | null;
 }
 
-export type NewEndpoint = Pick<EndpointRecord, "name" | "templateName" | "replicas" | "maxCostPerHour" | "customConfig" | "autoscale">;
+export type NewEndpoint = Pick<EndpointRecord, "name" | "templateName" | "replicas" | "maxCostPerHour" | "customConfig" | "autoscale" | "capacity">;
 
-/** A PATCH: undefined leaves a field as it is; autoscale null turns autoscaling off. */
+/** A PATCH: undefined leaves a field as it is; autoscale null turns autoscaling off; capacity replaces the settings whole. */
 export interface EndpointChange {
   replicas?: number;
   maxCostPerHour?: number;
   autoscale?: AutoscaleSettings | null;
+  capacity?: CapacitySettings;
+}
+
+/** What kind of machine a replica is rented as; an on-demand replica is neither. */
+export interface ReplicaKind {
+  /** Rented as an interruptible bid. */
+  interruptible: boolean;
+  /** On-demand, rented in an interruptible slot because no bid fitted (never interruptible itself). */
+  fallback: boolean;
 }
 
 /** What the controller wrote down and observed about one replica. */
@@ -84,6 +109,10 @@ export interface ReplicaRow {
   /** The controller decided to destroy it; the event to write once the destroy is confirmed. */
   destroyingAt: Date | null;
   destroyEvent: { kind: EventKind; detail: string } | null;
+  /** Rented as an interruptible bid. */
+  interruptible: boolean;
+  /** On-demand, rented in an interruptible slot because no bid fitted. */
+  fallback: boolean;
   createdAt: Date;
 }
 
@@ -104,6 +133,10 @@ interface EndpointRow {
   scale_direction: "up" | "down" | null;
   scale_since: Date | null;
   scale_bound: number | null;
+  capacity_interruptible: boolean;
+  capacity_on_demand_base: number;
+  capacity_fallback: boolean;
+  capacity_bid_margin: number;
   phase: EndpointPhase;
   ever_ready: boolean;
   budget_held: boolean;
@@ -127,6 +160,8 @@ interface ReplicaDbRow {
   destroying_at: Date | null;
   destroy_event: EventKind | null;
   destroy_detail: string | null;
+  interruptible: boolean;
+  fallback: boolean;
   created_at: Date;
 }
 
@@ -140,6 +175,12 @@ function toEndpoint(row: EndpointRow): EndpointRecord {
     customConfig: row.custom_config ?? {},
     autoscale: toAutoscale(row),
     autoscaleMemory: { direction: row.scale_direction ?? null, since: row.scale_since ?? null, bound: row.scale_bound ?? null },
+    capacity: {
+      interruptible: row.capacity_interruptible,
+      onDemandBase: row.capacity_on_demand_base,
+      fallback: row.capacity_fallback,
+      bidMargin: row.capacity_bid_margin,
+    },
     phase: row.phase,
     everReady: row.ever_ready,
     budgetHeld: row.budget_held,
@@ -172,6 +213,15 @@ function autoscaleColumns(settings: AutoscaleSettings | null) {
   };
 }
 
+function capacityColumns(settings: CapacitySettings) {
+  return {
+    capacity_interruptible: settings.interruptible,
+    capacity_on_demand_base: settings.onDemandBase,
+    capacity_fallback: settings.fallback,
+    capacity_bid_margin: settings.bidMargin,
+  };
+}
+
 function toReplica(row: ReplicaDbRow): ReplicaRow {
   return {
     instanceId: row.instance_id,
@@ -186,6 +236,8 @@ function toReplica(row: ReplicaDbRow): ReplicaRow {
     recordClaimedAt: row.record_claimed_at,
     destroyingAt: row.destroying_at,
     destroyEvent: row.destroy_event ? { kind: row.destroy_event, detail: row.destroy_detail ?? "" } : null,
+    interruptible: row.interruptible,
+    fallback: row.fallback,
     createdAt: row.created_at,
   };
 }
@@ -218,6 +270,7 @@ export class EndpointStore {
           max_cost_per_hour: endpoint.maxCostPerHour,
           custom_config: JSON.stringify(endpoint.customConfig),
           ...autoscaleColumns(endpoint.autoscale),
+          ...capacityColumns(endpoint.capacity),
         })
         .returning("*");
       return toEndpoint(row as EndpointRow);
@@ -252,7 +305,7 @@ export class EndpointStore {
   /**
    * A PATCH: replicas, the budget, autoscaling on (the target kept within its new [min, max],
    * in the same statement so that a target the controller moved meanwhile is the one clamped),
-   * changed, or off (the target stays as the fixed count). It opens the launch gate at once, as
+   * changed, or off (the target stays as the fixed count), the capacity settings. It opens the launch gate at once, as
    * a caller who changes an endpoint expects to see it act.
    */
   async update(id: string, change: EndpointChange, trx?: Knex.Transaction): Promise<EndpointRecord | null> {
@@ -265,6 +318,7 @@ export class EndpointStore {
         // New settings: the autoscaler's memory of the load starts over.
         ...(autoscale !== undefined ? { ...autoscaleColumns(autoscale), scale_direction: null, scale_since: null, scale_bound: null } : {}),
         ...(autoscale ? { replicas: this.knex.raw("least(greatest(replicas, ?), ?)", [autoscale.minReplicas, autoscale.maxReplicas]) } : {}),
+        ...(change.capacity !== undefined ? capacityColumns(change.capacity) : {}),
         next_launch_at: null,
         updated_at: this.knex.fn.now(),
       })
@@ -334,9 +388,17 @@ export class EndpointStore {
     if (Object.keys(columns).length > 0) await (trx ?? this.knex)(ENDPOINTS).where({ id }).update(columns);
   }
 
-  /** Writes down a replica about to be launched, before its instance record exists. */
-  async insertReplica(endpointId: string, instanceId: string, trx?: Knex.Transaction): Promise<void> {
-    await (trx ?? this.knex)(REPLICAS).insert({ endpoint_id: endpointId, instance_id: instanceId });
+  /**
+   * Writes down a replica about to be launched, before its instance record exists, with the kind
+   * of machine it is to be rented as (on-demand when not given).
+   */
+  async insertReplica(endpointId: string, instanceId: string, trx?: Knex.Transaction, kind?: ReplicaKind): Promise<void> {
+    await (trx ?? this.knex)(REPLICAS).insert({
+      endpoint_id: endpointId,
+      instance_id: instanceId,
+      interruptible: kind?.interruptible ?? false,
+      fallback: kind?.fallback ?? false,
+    });
   }
 
   /** The replicas not removed, oldest first. */
