@@ -114,6 +114,8 @@ export interface MarketplaceConfig {
   readonly simCreatingMs: number;
   readonly simLoadingMs: number;
   readonly simModelServerStartMs: number;
+  /** Simulated only: preemptions per interruptible instance-hour (0: never). */
+  readonly simPreemptPerHour: number;
 }
 
 export class ConfigError extends Error {}
@@ -235,6 +237,7 @@ function marketplaceConfig(env: Env): MarketplaceConfig {
     simCreatingMs: integer(env, "SIM_CREATING_MS", 5_000, 0, 3_600_000),
     simLoadingMs: integer(env, "SIM_LOADING_MS", 10_000, 0, 3_600_000),
     simModelServerStartMs: integer(env, "SIM_MODEL_SERVER_START_MS", 5_000, 0, 3_600_000),
+    simPreemptPerHour: rate(env, "SIM_PREEMPT_PER_HOUR", 0, 3_600),
   };
   // Every missing variable at once: an operator should not learn them one failed start at a time.
   const required: Record<MarketplaceConfig["kind"], [string, unknown][]> = {
@@ -295,6 +298,16 @@ function fraction(env: Env, name: string, fallback: number): number {
   if (value === undefined) return fallback;
   if (!/^\d+(\.\d+)?$/.test(value) || Number(value) > 1) {
     throw new ConfigError(`${name} must be a number from 0 to 1, got '${value}'`);
+  }
+  return Number(value);
+}
+
+/** A number from 0 to max (a rate per hour). */
+function rate(env: Env, name: string, fallback: number, max: number): number {
+  const value = text(env, name);
+  if (value === undefined) return fallback;
+  if (!/^\d+(\.\d+)?$/.test(value) || Number(value) > max) {
+    throw new ConfigError(`${name} must be a number from 0 to ${max} (per hour), got '${value}'`);
   }
   return Number(value);
 }

@@ -1,9 +1,8 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { ApiHints } from "../server/openapi/api-hints.js";
-import { MARKET_STATUSES } from "./marketplace/port.js";
 import { DEFAULT_LIMIT, MAX_LIMIT, OFFER_SORT_KEYS } from "./marketplace/offers.js";
 import { INSTANCE_SORT_KEYS } from "./store/page-token.js";
-import { STORED_STATUSES } from "./store/status.js";
+import { SHOWN_MARKET_STATUSES, STORED_STATUSES } from "./store/status.js";
 import { listTemplates } from "./creation/templates.js";
 import { EVENT_KINDS } from "./endpoints/resource/endpoint-events.js";
 import { AUTOSCALE_BOUNDS, MAX_REPLICAS, NAME_PATTERN } from "./endpoints/resource/endpoint-request.js";
@@ -58,8 +57,8 @@ export const GPU_API_HINTS: ApiHints = {
     "gpu.v1.ListInstancesRequest.status_filter": { enum: [...STORED_STATUSES] },
     "gpu.v1.ListInstancesRequest.sort_by": { enum: [...INSTANCE_SORT_KEYS], default: "created_at" },
     "gpu.v1.ListInstancesRequest.limit": limit,
-    "gpu.v1.BasicStatus.status": { enum: [...MARKET_STATUSES] },
-    "gpu.v1.EnhancedBasicStatus.status": { enum: [...MARKET_STATUSES] },
+    "gpu.v1.BasicStatus.status": { enum: [...SHOWN_MARKET_STATUSES] },
+    "gpu.v1.EnhancedBasicStatus.status": { enum: [...SHOWN_MARKET_STATUSES] },
     "gpu.v1.DbInfo.status": { enum: [...STORED_STATUSES] },
     "gpu.v1.ListInstanceLogsRequest.limit": limit,
     "gpu.v1.CreateEndpointRequest.name": endpointName,

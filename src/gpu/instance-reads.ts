@@ -11,12 +11,13 @@ import type { GpuContext } from "./gpu-context.js";
 import { SORT_SQL } from "./store/instance-list-sql.js";
 import { INSTANCE_ID_PREFIX, type InstanceRecord } from "./store/instance-store.js";
 import { limitsView } from "./money/limits.js";
-import { instanceMessage } from "./messages.js";
+import { bidFields, instanceMessage } from "./messages.js";
 import { DEFAULT_LIMIT, validateLimit } from "./marketplace/offers.js";
 import { decodePageToken, encodePageToken, INSTANCE_SORT_KEYS, type InstanceSortKey } from "./store/page-token.js";
 import { modelServerPort } from "./lifecycle/probe.js";
 import { syncRecord } from "./lifecycle/status-sync.js";
-import { isStoredStatus, STORED_STATUSES } from "./store/status.js";
+import { isStoredStatus, shownMarketStatus, STORED_STATUSES } from "./store/status.js";
+import type { MarketStatus } from "./marketplace/port.js";
 
 // The instance read RPCs. Status reads sync first (the marketplace is the truth); the list, the
 // cost analysis and the logs read the database only.
@@ -37,7 +38,7 @@ export async function basicStatus(ctx: GpuContext, instanceId: string): Promise<
     success: true,
     data: {
       instanceId,
-      status: source.status,
+      status: shownMarketStatus(source.status as MarketStatus),
       publicIp: source.publicIp,
       sshPort: source.sshPort,
       portMappings: source.portMappings,
@@ -45,6 +46,9 @@ export async function basicStatus(ctx: GpuContext, instanceId: string): Promise<
       numGpus: source.numGpus,
       gpuRam: source.gpuRam,
       costPerHour: source.dphTotal,
+      interruptible: record.interruptible,
+      bidPerHour: record.bidPerHour ?? undefined,
+      preempted: market ? market.status === "preempted" : record.preemptedAt !== null && record.status === "exited",
     },
   };
 }
@@ -57,13 +61,14 @@ export async function enhancedStatus(ctx: GpuContext, instanceId: string): Promi
     success: true,
     data: {
       instanceId,
-      basicStatus: { status: market?.status ?? record.status, publicIp: market?.publicIp ?? record.publicIp ?? "" },
+      basicStatus: { status: market ? shownMarketStatus(market.status) : record.status, publicIp: market?.publicIp ?? record.publicIp ?? "" },
       llmStatus: { running: llmAnswered, port: record.templateName ? modelServerPort(portMappings) : 0 },
       dbInfo: {
         status: record.status,
         costPerHour: record.costPerHour,
         gpuInfo: record.gpuInfo,
         uptime: formatUptime(uptimeMs(record.createdAt, record.destroyedAt, now)),
+        ...bidFields(record),
       },
       limits: limitsView(record, now),
     },

@@ -48,6 +48,16 @@ export function instanceMessage(record: InstanceRecord, now: Date): MessageInitS
     uptime: formatUptime(uptime),
     totalCost: totalCost(record.costPerHour, uptime),
     endpoint: record.endpoint ?? undefined,
+    ...bidFields(record),
+  };
+}
+
+/** Whether the instance is a bid, its bid, and when it was preempted, as the instance messages show them. */
+export function bidFields(record: InstanceRecord) {
+  return {
+    interruptible: record.interruptible,
+    bidPerHour: record.bidPerHour ?? undefined,
+    preemptedAt: record.preemptedAt ? timestampFromDate(record.preemptedAt) : undefined,
   };
 }
 

@@ -57,7 +57,7 @@ describe("GET /api/gpu/instances/{id}/cost-analysis", () => {
         estimated_monthly_cost: round(0.37 * 24 * 30, 4),
       },
       limits: {},
-      cost_includes: "the simulated price per hour of the whole machine (dph_total), over the uptime; nothing is billed",
+      cost_includes: "the simulated price per hour of the whole machine (dph_total, or the bid of an interruptible one), over the uptime; nothing is billed",
     });
   });
 
@@ -89,6 +89,7 @@ describe("GET /api/gpu/instances/{id}/enhanced", () => {
             cost_per_hour: 0.37,
             gpu_info: { gpu_name: "RTX 4090", num_gpus: 1, gpu_ram: 24 },
             uptime: "26:03:04",
+            interruptible: false,
           },
           limits: {},
         },

@@ -12,6 +12,7 @@ import type { MarketInstance, MarketOffer } from "../marketplace/port.js";
 import { asMarketplaceError, rentOffer, type CreationFence } from "./offer-rental.js";
 import { candidateFilter, checkTemplateLimits, offerCandidates } from "./offer-choice.js";
 import { findTemplate } from "./templates.js";
+import { asBids, bidOrOnDemand, spreadOver, type Candidate } from "./bid-choice.js";
 
 // Crash-safe creation: the record (its instance_id is the label the marketplace instance
 // carries) is written before the marketplace call and completed after it. A crash in between
@@ -35,6 +36,15 @@ export interface CreationRequest {
    * template's (what is left of the endpoint's budget), and the fence of the control round.
    */
   replicaOf?: { instanceId: string; endpoint: string; priceCap: number; fence?: CreationFence };
+  /**
+   * Rent an interruptible machine (an automatic pick only; a named offer is rented on-demand): the
+   * cheapest fitting offer of the bid market at its minimum bid x (1 + bidMargin), unless a
+   * fitting on-demand offer costs no more, which is then rented instead (bid-choice.ts). Only
+   * where the marketplace rents interruptible machines; elsewhere a 400 naming `interruptible`.
+   */
+  interruptible?: { bidMargin: number };
+  /** Machines to keep off while offers on others fit (an endpoint's other replicas): they come last. */
+  avoidMachineIds?: readonly string[];
 }
 
 export interface CreationResult {
@@ -53,7 +63,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
   const modelApiKey = template ? newModelApiKey() : null;
   const plan = launchPlanOf(template, custom, modelApiKey ?? undefined);
   const offerId = request.offerId || undefined;
-  const candidates = offerCandidates(await offersFor(ctx, template, offerId, plan.diskGb), template, offerId, plan.diskGb);
+  const candidates = await candidatesFor(ctx, request, template, offerId, plan.diskGb);
   const instanceId = replicaOf?.instanceId ?? (await ctx.instances.nextInstanceId());
   const marketLabel = (await ctx.deployment()).labelOf(instanceId, replicaOf?.endpoint);
   ctx.inFlight.add(instanceId);
@@ -125,12 +135,43 @@ function capped(template: Template | undefined, cap: number | undefined): Templa
   return { ...template, config: { ...template.config, maxPrice: cap } };
 }
 
-/** The marketplace's answer to the creation's offer search (empty when there is nothing to ask). */
-async function offersFor(ctx: GpuContext, template: Template | undefined, offerId: string | undefined, diskGb: number): Promise<MarketOffer[]> {
+/**
+ * The offers the creation may rent, best first (offer-choice.ts): for an interruptible creation,
+ * the bid market's and the on-demand market's, searched both, and chosen between by bid-choice.ts.
+ */
+async function candidatesFor(
+  ctx: GpuContext,
+  request: CreationRequest,
+  template: Template | undefined,
+  offerId: string | undefined,
+  diskGb: number,
+): Promise<Candidate[]> {
+  const interruptible = offerId === undefined ? request.interruptible : undefined;
+  if (!interruptible) return spreadOver(offerCandidates(await offersFor(ctx, template, offerId, diskGb), template, offerId, diskGb), request.avoidMachineIds);
+  if (!ctx.marketplace.interruptible) {
+    throw new InvalidInputError("This marketplace rents no interruptible machines", { extra: { field: "interruptible" } });
+  }
+  const [bidMarket, onDemandMarket] = await Promise.all([offersFor(ctx, template, undefined, diskGb, true), offersFor(ctx, template, undefined, diskGb)]);
+  const fitting = <T extends MarketOffer>(offers: readonly T[]): T[] => {
+    try {
+      return offerCandidates(offers, template, undefined, diskGb);
+    } catch (err) {
+      if (err instanceof NotFoundError) return [];
+      throw err;
+    }
+  };
+  const chosen = bidOrOnDemand(fitting(asBids(bidMarket, interruptible.bidMargin)), fitting(onDemandMarket));
+  // Nothing fits either way: the answer names the template's limits, as for an on-demand creation.
+  if (chosen.length === 0) return offerCandidates([], template, undefined, diskGb);
+  return spreadOver(chosen, request.avoidMachineIds);
+}
+
+/** The marketplace's answer to the creation's offer search (empty when there is nothing to ask); of the bid market when `interruptible`. */
+async function offersFor(ctx: GpuContext, template: Template | undefined, offerId: string | undefined, diskGb: number, interruptible = false): Promise<MarketOffer[]> {
   const filter = candidateFilter(template, offerId, diskGb);
   if (!filter) return [];
   try {
-    return await ctx.marketplace.searchOffers(filter);
+    return await ctx.marketplace.searchOffers(interruptible ? { ...filter, interruptible } : filter);
   } catch (err) {
     throw asMarketplaceError(err, "The marketplace did not search its offers");
   }
@@ -167,7 +208,8 @@ async function completeOrRelease(
 }
 
 function messageOf(instanceId: string, template: Template | undefined, market: MarketInstance): string {
-  const what = `${market.numGpus}x ${market.gpuName} at $${market.dphTotal}/h`;
+  const bid = market.interruptible && market.bidPerHour !== undefined ? ` (an interruptible bid of $${market.bidPerHour}/h)` : "";
+  const what = `${market.numGpus}x ${market.gpuName} at $${market.dphTotal}/h${bid}`;
   return template
     ? `Instance ${instanceId} is being created from template '${template.name}' (${template.config?.llmModelName}) on ${what}`
     : `Instance ${instanceId} is being created without a template (no model server) on ${what}`;

@@ -3,7 +3,7 @@ import { ResourceExhaustedError } from "../../errors.js";
 import { roundMoney } from "../money/cost.js";
 import type { GpuContext } from "../gpu-context.js";
 import { LIVE_PREDICATE, type InstanceRecord, type OfferFacts } from "../store/instance-store.js";
-import type { MarketOffer } from "../marketplace/port.js";
+import type { Candidate } from "./bid-choice.js";
 import { offerTaken } from "./offer-choice.js";
 import { ACTIVE_STATUSES } from "../store/status.js";
 
@@ -17,7 +17,7 @@ const RESERVATION_LOCK = "gpu_instances.reservation";
 
 export interface Reservation {
   /** Offers in order of preference; those held by a live record are skipped. */
-  candidates: readonly MarketOffer[];
+  candidates: readonly Candidate[];
   /** GPU_MAX_FLEET_DPH; undefined: no cap. */
   fleetCap: number | undefined;
   /** Writes (inserts or retargets) the creating record for the chosen offer. */
@@ -44,6 +44,7 @@ export async function reserveOffer(ctx: Pick<GpuContext, "knex">, reservation: R
       offerId: offer.id,
       gpuInfo: { gpuName: offer.gpuName, numGpus: offer.numGpus, gpuRam: offer.gpuRam },
       costPerHour: offer.dphTotal,
+      bidPerHour: offer.bidPerHour ?? null,
     };
     const record = await reservation.write(facts, trx);
     if (!record) throw offerTaken(offer.id, "the creation was settled meanwhile");

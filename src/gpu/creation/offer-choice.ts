@@ -45,12 +45,12 @@ export function candidateFilter(template: Template | undefined, offerId: string 
  * The offers a creation may rent, best first: the one named by offerId (checked against the
  * template), or every rentable offer that fits the template, cheapest first.
  */
-export function offerCandidates(
-  catalogue: readonly MarketOffer[],
+export function offerCandidates<T extends MarketOffer>(
+  catalogue: readonly T[],
   template: Template | undefined,
   offerId: string | undefined,
   diskGb: number,
-): MarketOffer[] {
+): T[] {
   if (offerId !== undefined) return [namedOffer(catalogue, template, offerId, diskGb)];
   if (!template) throw new InvalidInputError("offer_id is required when no template_name is given", { extra: { field: "offer_id" } });
   const { minGpuRam, maxPrice } = limitsOf(template);
@@ -74,7 +74,7 @@ export function offerTaken(offerId: string, why = "it is rented by another insta
   return new ConflictError(`Offer '${offerId}' is not rentable any more: ${why}`, { extra: { field: "offer_id" } });
 }
 
-function namedOffer(catalogue: readonly MarketOffer[], template: Template | undefined, offerId: string, diskGb: number): MarketOffer {
+function namedOffer<T extends MarketOffer>(catalogue: readonly T[], template: Template | undefined, offerId: string, diskGb: number): T {
   const offer = catalogue.find((o) => o.id === offerId);
   if (!offer) throw new NotFoundError(`Offer '${excerpt(offerId)}' not found`, { extra: { field: "offer_id" } });
   if (!offer.rentable) throw new ConflictError(`Offer '${excerpt(offerId)}' is not rentable any more`, { extra: { field: "offer_id" } });

@@ -5,7 +5,8 @@ import { reserveOffer } from "./fleet-reservation.js";
 import { elapsedSince, type GpuContext } from "../gpu-context.js";
 import { gpuInfoJson, type InstanceRecord, type NewInstance, type OfferFacts } from "../store/instance-store.js";
 import { onMachine, type LaunchPlan } from "./launch-plan.js";
-import type { MarketInstance, MarketOffer } from "../marketplace/port.js";
+import type { MarketInstance } from "../marketplace/port.js";
+import type { Candidate } from "./bid-choice.js";
 import { isOfferTaken, MAX_OFFERS_TRIED } from "./offer-choice.js";
 
 // Reserves an offer (writing the creating record) and rents it. An automatic pick whose offer
@@ -29,8 +30,8 @@ export interface CreationFence {
 export interface RentalRequest {
   instanceId: string;
   plan: LaunchPlan;
-  /** Offers in order of preference (offer-choice.ts). */
-  candidates: readonly MarketOffer[];
+  /** Offers in order of preference, each with its bid when it is rented as one (offer-choice.ts, bid-choice.ts). */
+  candidates: readonly Candidate[];
   /** True when the service picked the offer (no offer_id): only then is another offer tried. */
   autoPick: boolean;
   started: number;
@@ -87,7 +88,7 @@ function leftCreating(ctx: GpuContext, record: InstanceRecord, err: OutcomeUnkno
 async function reserve(
   ctx: GpuContext,
   request: RentalRequest,
-  candidates: readonly MarketOffer[],
+  candidates: readonly Candidate[],
   current: InstanceRecord | undefined,
 ): Promise<InstanceRecord> {
   try {
@@ -135,6 +136,7 @@ function rent(ctx: GpuContext, record: InstanceRecord, plan: LaunchPlan): Promis
     diskGb: plan.diskGb,
     ...onMachine(plan, record.gpuInfo.numGpus),
     terms: { ...record.gpuInfo, dphTotal: record.costPerHour },
+    ...(record.bidPerHour !== null && { bidPerHour: record.bidPerHour }),
     ...(plan.llmPort !== undefined ? { llmPort: plan.llmPort, llmModelName: plan.llmModelName } : {}),
   });
 }

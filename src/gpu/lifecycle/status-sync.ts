@@ -60,21 +60,32 @@ export async function syncRecord(ctx: GpuContext, record: InstanceRecord, observ
   return { record: current, market, llmAnswered };
 }
 
+/**
+ * Whether the record's preempted_at changes: set when the marketplace reports a preemption,
+ * cleared when the machine comes back (creating, loading, running); undefined: unchanged.
+ */
+function preemptionChange(record: InstanceRecord, market: MarketInstance): boolean | undefined {
+  const preempted = market.status === "preempted" ? true : market.status === "exited" || market.status === "offline" ? undefined : false;
+  return preempted === undefined || preempted === (record.preemptedAt !== null) ? undefined : preempted;
+}
+
 async function applyStatus(ctx: GpuContext, record: InstanceRecord, next: StoredStatus, market: MarketInstance): Promise<InstanceRecord> {
-  if (next === record.status) return record;
+  const preempted = preemptionChange(record, market);
+  if (next === record.status && preempted === undefined) return record;
   const { publicIp, sshPort, portMappings } = marketFactsOf(market);
+  const why = preempted ? " (preempted by the marketplace)" : "";
   const changed = await transition(
     ctx,
-    (trx) => ctx.instances.changeStatus(record.instanceId, record.status, next, { publicIp, sshPort, portMappings }, trx),
+    (trx) => ctx.instances.changeStatus(record.instanceId, record.status, next, { publicIp, sshPort, portMappings }, trx, preempted),
     () => ({
       actor: ACTOR_SYSTEM,
       instanceId: record.instanceId,
       operation: "status_change",
       command: `sync ${market.id}`,
-      result: `${record.status} -> ${next}`,
+      result: `${record.status} -> ${next}${why}`,
       executionTime: 0,
       success: true,
-      metadata: { from: record.status, to: next, market_status: market.status, template_name: record.templateName },
+      metadata: { from: record.status, to: next, market_status: market.status, template_name: record.templateName, ...(preempted && { preempted: true }) },
     }),
   );
   return changed ?? (await ctx.instances.get(record.instanceId)) ?? record;

@@ -50,6 +50,7 @@ export function createMarketplace(config: Config, logger: Logger, knex?: Knex): 
     creatingMs: settings.simCreatingMs,
     loadingMs: settings.simLoadingMs,
     modelServerStartMs: settings.simModelServerStartMs,
+    preemptPerHour: settings.simPreemptPerHour,
     store: knex ? createPgSimStore(knex) : undefined,
   });
 }

@@ -22,6 +22,19 @@ export interface MarketOffer {
   reliability?: number;
   /** Disk the host has free for a machine, GB; absent where the marketplace does not say. */
   diskSpaceGb?: number;
+  /**
+   * The machine's minimum bid as an interruptible instance, $/h for the whole machine, storage
+   * excluded (vast.ai's `min_bid`). Set by an interruptible search; absent where the marketplace
+   * has no interruptible machines.
+   */
+  minBid?: number;
+  /**
+   * The part of dphTotal that pays for the disk the search priced (`diskGb`), $/h; a bid is
+   * billed this on top. Absent where the marketplace prices no storage apart.
+   */
+  storagePerHour?: number;
+  /** The physical machine the offer is on (vast.ai's `machine_id`), for spreading replicas over machines. */
+  machineId?: string;
 }
 
 /** Sort orders of an offer search: price and price per GPU cheapest first, the others largest first. */
@@ -54,10 +67,20 @@ export interface OfferFilter {
   limit?: number;
   /** The disk the create will ask for, GB: some marketplaces price storage into dph_total. */
   diskGb?: number;
+  /**
+   * Search the interruptible (bid) market: every offer answered has its `minBid`, and its
+   * `dphTotal` is its price at that minimum bid (minBid plus storage), which `maxPrice` and the
+   * price order apply to.
+   */
+  interruptible?: boolean;
 }
 
-/** Status values the marketplace reports. */
-export const MARKET_STATUSES = ["creating", "loading", "running", "exited", "offline"] as const;
+/**
+ * Status values the marketplace reports. `preempted`: an interruptible instance the marketplace
+ * stopped while it was wanted running (outbid on vast.ai); unlike `exited`, its owner did not stop
+ * it and its container did not end on its own, and it may resume much later.
+ */
+export const MARKET_STATUSES = ["creating", "loading", "running", "exited", "offline", "preempted"] as const;
 export type MarketStatus = (typeof MARKET_STATUSES)[number];
 
 /** An instance as the marketplace reports it. */
@@ -76,10 +99,16 @@ export interface MarketInstance {
   gpuName: string;
   numGpus: number;
   gpuRam: number;
-  /** The price actually rented, dollars per hour. */
+  /** The price actually rented, dollars per hour: for a bid, the bid plus storage. */
   dphTotal: number;
   /** Set when the machine exists but its container could not start (a provisioning error). */
   failure?: string;
+  /** Rented as an interruptible bid: the marketplace may preempt it. */
+  interruptible: boolean;
+  /** The bid, $/h for the whole machine, storage excluded; set for an interruptible instance whose bid the marketplace shows. */
+  bidPerHour?: number;
+  /** The physical machine it runs on, where the marketplace says. */
+  machineId?: string;
 }
 
 /**
@@ -102,6 +131,20 @@ export interface CreateMarketInstanceRequest {
   llmModelName?: string;
   /** The offer's terms as the creation's search showed them: what a machine not shown yet is reported with. */
   terms?: Pick<MarketOffer, "gpuName" | "numGpus" | "gpuRam" | "dphTotal">;
+  /**
+   * Rent as an interruptible bid at this price, $/h for the whole machine, storage excluded (as
+   * vast.ai prices bids). The instance's dphTotal is then this bid plus the offer's storagePerHour.
+   * Only on a marketplace whose `interruptible` is true.
+   */
+  bidPerHour?: number;
+}
+
+export interface GetInstanceOptions {
+  /**
+   * Ask the marketplace now, past any cache of recent answers: a caller that has reason to think
+   * the instance changed (a failed probe of an interruptible instance) must see it at once.
+   */
+  fresh?: boolean;
 }
 
 export interface Marketplace {
@@ -116,15 +159,26 @@ export interface Marketplace {
    */
   createInstance(request: CreateMarketInstanceRequest, signal?: AbortSignal): Promise<MarketInstance>;
   /** undefined when the marketplace does not know the instance (never created, or gone). */
-  getInstance(id: string, signal?: AbortSignal): Promise<MarketInstance | undefined>;
+  getInstance(id: string, signal?: AbortSignal, options?: GetInstanceOptions): Promise<MarketInstance | undefined>;
   /** Every instance the marketplace has for this account whose label starts with the prefix. */
   listInstances(labelPrefix: string, signal?: AbortSignal): Promise<MarketInstance[]>;
+  /**
+   * Changes the bid of an interruptible instance, $/h for the whole machine, storage excluded;
+   * present where the marketplace lets bids change (vast.ai). A preempted bid raised above the
+   * market may resume.
+   */
+  changeBid?(id: string, bidPerHour: number, signal?: AbortSignal): Promise<void>;
   /** Destroys an instance; resolves once the marketplace confirms. Destroying a gone instance succeeds. */
   destroyInstance(id: string, signal?: AbortSignal): Promise<void>;
   /** Releases what the adapter holds (timers, model servers, sockets). */
   close(): Promise<void>;
   /** What the marketplace's price per hour covers, and what it bills beside it: said in cost analysis. */
   readonly costIncludes?: string;
-  /** Whether the marketplace rents interruptible machines (bids); absent: it does not. */
+  /** Whether it rents interruptible machines (bids; `interruptible` searches, `bidPerHour` creates). */
   readonly interruptible?: boolean;
+}
+
+/** What a bid costs per hour as the marketplace bills it: the bid plus the offer's storage. */
+export function bidCostPerHour(offer: Pick<MarketOffer, "storagePerHour">, bidPerHour: number): number {
+  return bidPerHour + (offer.storagePerHour ?? 0);
 }

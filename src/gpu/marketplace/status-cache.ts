@@ -4,7 +4,8 @@ import type { Marketplace, MarketInstance } from "./port.js";
 // 2, "Request economy"): a dashboard polling an instance, or a basic and an enhanced read in a
 // row, cost one marketplace call. Concurrent reads of one instance share one call. A listing
 // refreshes the answers of every instance it holds; a destroy or a failed read forgets one.
-// Concurrent destroys of one instance share one call.
+// Concurrent destroys of one instance share one call. A read asked `fresh` always calls the
+// marketplace (a preemption must be seen at once), and its answer serves the reads after it.
 
 export function withStatusCache(market: Marketplace, ttlMs: number): Marketplace {
   const answers = new Map<string, { at: number; answer: Promise<MarketInstance | undefined> }>();
@@ -24,11 +25,17 @@ export function withStatusCache(market: Marketplace, ttlMs: number): Marketplace
     searchOffers: (filter, signal) => market.searchOffers(filter, signal),
     createInstance: (request, signal) => market.createInstance(request, signal),
     close: () => market.close(),
+    ...(market.changeBid && {
+      changeBid: (id: string, bidPerHour: number, signal?: AbortSignal) => {
+        answers.delete(id);
+        return market.changeBid!(id, bidPerHour, signal).finally(() => answers.delete(id));
+      },
+    }),
 
-    getInstance(id, signal) {
+    getInstance(id, signal, options) {
       const cached = answers.get(id);
-      if (cached && Date.now() - cached.at < ttlMs) return cached.answer;
-      const answer = market.getInstance(id, signal);
+      if (!options?.fresh && cached && Date.now() - cached.at < ttlMs) return cached.answer;
+      const answer = market.getInstance(id, signal, options);
       remember(id, answer);
       return answer;
     },

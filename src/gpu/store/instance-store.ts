@@ -49,6 +49,12 @@ export interface InstanceRecord {
   endpoint: string | null;
   /** The most it may be rented at, $/h (the template's max_price, or less for a replica); null: no cap. */
   priceCap: number | null;
+  /** Rented as an interruptible bid: the marketplace may preempt it. */
+  interruptible: boolean;
+  /** The bid, $/h for the machine, storage excluded (costPerHour is what is billed: the bid plus storage); null: on-demand. */
+  bidPerHour: number | null;
+  /** When the marketplace last preempted it (stored status `exited`); null while it is not preempted. */
+  preemptedAt: Date | null;
 }
 
 export type NewInstance = Pick<
@@ -66,10 +72,10 @@ export type NewInstance = Pick<
   | "maxCost"
   | "modelApiKey"
 > &
-  Partial<Pick<InstanceRecord, "endpoint" | "priceCap">>;
+  Partial<Pick<InstanceRecord, "endpoint" | "priceCap" | "bidPerHour">>;
 
-/** The offer a creating record is about to rent. */
-export type OfferFacts = Pick<InstanceRecord, "offerId" | "gpuInfo" | "costPerHour">;
+/** The offer a creating record is about to rent, and the bid on it (null: on-demand). */
+export type OfferFacts = Pick<InstanceRecord, "offerId" | "gpuInfo" | "costPerHour"> & { bidPerHour?: number | null };
 
 /** What the marketplace says about a running machine, copied into the record. */
 export interface MarketFacts {
@@ -108,6 +114,9 @@ interface Row {
   model_api_key: string | null;
   endpoint: string | null;
   price_cap: number | null;
+  interruptible?: boolean;
+  bid_per_hour?: number | null;
+  preempted_at?: Date | null;
 }
 
 export function gpuInfoJson(info: GpuInfo) {
@@ -143,7 +152,15 @@ export function toRecord(row: Row): InstanceRecord {
     modelApiKey: row.model_api_key ?? null,
     endpoint: row.endpoint ?? null,
     priceCap: row.price_cap ?? null,
+    interruptible: row.interruptible ?? false,
+    bidPerHour: row.bid_per_hour ?? null,
+    preemptedAt: row.preempted_at ?? null,
   };
+}
+
+/** A bid (interruptible) or, with none, an on-demand rental. */
+function bidColumns(bidPerHour: number | null | undefined) {
+  return { interruptible: bidPerHour != null, bid_per_hour: bidPerHour ?? null };
 }
 
 function networkColumns(facts: NetworkFacts) {
@@ -206,6 +223,7 @@ export class InstanceStore {
         model_api_key: record.modelApiKey,
         endpoint: record.endpoint ?? null,
         price_cap: record.priceCap ?? null,
+        ...bidColumns(record.bidPerHour),
       })
       .returning("*");
     return toRecord(row as Row);
@@ -220,6 +238,7 @@ export class InstanceStore {
         offer_id: offer.offerId,
         gpu_info: JSON.stringify(gpuInfoJson(offer.gpuInfo)),
         cost_per_hour: offer.costPerHour,
+        ...bidColumns(offer.bidPerHour),
         start_command: startCommand,
         updated_at: this.knex.fn.now(),
       })
@@ -268,6 +287,7 @@ export class InstanceStore {
     to: StoredStatus,
     network?: NetworkFacts,
     trx?: Knex.Transaction,
+    preempted?: boolean,
   ): Promise<InstanceRecord | null> {
     const [row] = await (trx ?? this.knex)(TABLE)
       .where({ instance_id: instanceId, status: from })
@@ -275,6 +295,8 @@ export class InstanceStore {
         status: to,
         updated_at: this.knex.fn.now(),
         ...(network ? networkColumns(network) : {}),
+        // true: preempted now (the first moment seen is kept); false: it runs again; absent: unchanged.
+        ...(preempted === undefined ? {} : { preempted_at: preempted ? this.knex.raw("coalesce(preempted_at, now())") : null }),
       })
       .returning("*");
     return row ? toRecord(row as Row) : null;

@@ -36,7 +36,12 @@ describe("marketplace configuration", () => {
       simCreatingMs: 5_000,
       simLoadingMs: 10_000,
       simModelServerStartMs: 5_000,
+      simPreemptPerHour: 0,
     });
+  });
+
+  it("reads SIM_PREEMPT_PER_HOUR as preemptions per interruptible instance-hour", () => {
+    expect(loadConfig({ SIM_PREEMPT_PER_HOUR: "0.2" }).marketplace.simPreemptPerHour).toBe(0.2);
   });
 
   it.each([
@@ -57,6 +62,9 @@ describe("marketplace configuration", () => {
     [{ MARKETPLACE_TIMEOUT_MS: "0" }, /MARKETPLACE_TIMEOUT_MS must be an integer/],
     [{ MARKETPLACE_RETRIES: "many" }, /MARKETPLACE_RETRIES must be an integer/],
     [{ SIM_LOADING_MS: "-1" }, /SIM_LOADING_MS must be an integer/],
+    [{ SIM_PREEMPT_PER_HOUR: "-0.5" }, /SIM_PREEMPT_PER_HOUR must be a number from 0 to 3600/],
+    [{ SIM_PREEMPT_PER_HOUR: "often" }, /SIM_PREEMPT_PER_HOUR must be a number/],
+    [{ SIM_PREEMPT_PER_HOUR: "4000" }, /SIM_PREEMPT_PER_HOUR must be a number from 0 to 3600/],
   ])("refuses %o at start naming the variable", (env, message) => {
     expect(() => loadConfig(env)).toThrow(ConfigError);
     expect(() => loadConfig(env)).toThrow(message);

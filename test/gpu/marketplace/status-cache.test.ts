@@ -11,10 +11,11 @@ import { startVastEmulator, type VastEmulator } from "../../support/vastai/emula
 const API_KEY = "vast-cache-key-0123456789";
 let vast: VastEmulator;
 let market: Marketplace;
+let adapter: Marketplace;
 
 beforeEach(async () => {
   vast = await startVastEmulator({ apiKey: API_KEY, minIntervalMs: { destroy: 300 } });
-  const adapter = createVastMarketplace({
+  adapter = createVastMarketplace({
     baseUrl: vast.url,
     apiKey: API_KEY,
     timeoutMs: 2000,
@@ -46,5 +47,18 @@ describe("the status cache", () => {
     expect(calls("DELETE").map((r) => r.status)).toEqual([200]);
     expect(vast.instances.has(Number(id))).toBe(false);
     expect(await market.getInstance(id)).toBeUndefined(); // the destroy forgot the cached answer
+  });
+
+  it("asks the marketplace again for a fresh read, whose answer serves the reads after it; it passes the interruptible flag on", async () => {
+    // A TTL longer than the show interval the limiter keeps between the reads.
+    const cached = withStatusCache(adapter, 10_000);
+    expect(cached.interruptible).toBe(true);
+    const id = String(vast.addForeignInstance("gpu-2"));
+    expect((await cached.getInstance(id))!.status).not.toBe("exited");
+    vast.setStatus(Number(id), "exited");
+    expect((await cached.getInstance(id))!.status).not.toBe("exited"); // cached
+    expect((await cached.getInstance(id, undefined, { fresh: true }))!.status).toBe("exited");
+    expect((await cached.getInstance(id))!.status).toBe("exited");
+    expect(calls("GET")).toHaveLength(2);
   });
 });

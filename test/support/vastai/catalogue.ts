@@ -14,6 +14,8 @@ export interface VastAsk {
   gpu_ram: number;
   gpu_total_ram: number;
   dph_base: number;
+  /** The lowest bid vast.ai accepts for the machine right now, $/h, storage excluded (interruptible). */
+  min_bid: number;
   storage_cost: number;
   rentable: boolean;
   verified: boolean;
@@ -47,6 +49,9 @@ const MODELS: ReadonlyArray<[name: string, ramMb: number, dphPerGpu: number]> = 
 
 const PLACES = ["California, US", "Quebec, CA", "Bavaria, DE", "Oslo, NO"];
 
+/** Minimum bids run well below on-demand prices (vast.ai: "often 50%+ cheaper"). */
+const BID_SHARE = 0.45;
+
 /** A deterministic catalogue: each model with 1, 2 and 4 GPUs in a few places, one unverified ask per model. */
 export function createAsks(): VastAsk[] {
   const asks: VastAsk[] = [];
@@ -61,6 +66,7 @@ export function createAsks(): VastAsk[] {
           gpu_ram: ramMb,
           gpu_total_ram: ramMb * count,
           dph_base: Math.round(dph * count * (1 + p * 0.07) * 10_000) / 10_000,
+          min_bid: Math.round(dph * count * (1 + p * 0.07) * BID_SHARE * 10_000) / 10_000,
           storage_cost: 0.1 + p * 0.05,
           rentable: !(count === 4 && p === 3),
           verified: !(count === 1 && p === 2),
@@ -94,7 +100,17 @@ export function canServe(ask: VastAsk, minCuda = 12.8, minReliability = 0.95): b
 
 /** vast.ai's total price: the GPUs plus the storage asked for, per hour. */
 export function dphTotal(ask: VastAsk, storageGb: number): number {
-  return Math.round((ask.dph_base + (ask.storage_cost * storageGb) / (30 * 24)) * 1_000_000) / 1_000_000;
+  return Math.round((ask.dph_base + storagePerHour(ask, storageGb)) * 1_000_000) / 1_000_000;
+}
+
+/** The storage asked for, per hour (storage_cost is $/GB/month): the search's `storage_total_cost`. */
+export function storagePerHour(ask: VastAsk, storageGb: number): number {
+  return Math.round(((ask.storage_cost * storageGb) / (30 * 24)) * 1_000_000) / 1_000_000;
+}
+
+/** A bid's price: the bid plus the storage asked for, per hour. */
+export function bidTotal(ask: VastAsk, bid: number, storageGb: number): number {
+  return Math.round((bid + storagePerHour(ask, storageGb)) * 1_000_000) / 1_000_000;
 }
 
 /**

@@ -1,8 +1,8 @@
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
-import { createAsks, dphTotal, type VastAsk } from "./catalogue.js";
-import { createInstances, type EmulatedInstance } from "./instances.js";
+import { bidTotal, createAsks, dphTotal, storagePerHour, type VastAsk } from "./catalogue.js";
+import { createInstances, type EmulatedInstance, type OutbidForm } from "./instances.js";
 import { matchesQuery, sortRows, SEARCH_CONTROLS } from "./query.js";
 
 // A vast.ai emulator written from vast.ai's published API reference (docs/marketplace-vastai.md
@@ -11,6 +11,10 @@ import { matchesQuery, sortRows, SEARCH_CONTROLS } from "./query.js";
 // Retry-After, the v1 instance list paged by next_token and the deprecated v0 list (410).
 // Instances move null -> loading -> running on a clock, and one that maps port 8000 gets a real
 // model server on loopback. Switches inject 429s, delays, failures and a per-endpoint rate limit.
+// Bids: a search of `type: "bid"` prices offers at their `min_bid`; a create with `price` bids that
+// much per hour for the machine, and one below the ask's min_bid is answered `success: false` yet
+// names the stopped instance it left (`new_contract`), billing storage; `outbid` stops a bid as
+// vast.ai does; PUT /api/v0/instances/bid_price/{id}/ changes a bid.
 
 export interface EmulatorRequest {
   method: string;
@@ -33,7 +37,7 @@ export interface EmulatorOptions {
    * or per endpoint (search, ask, show, list, destroy). As on vast.ai, a call inside the interval
    * extends the lock-out: the interval runs again from it.
    */
-  minIntervalMs?: number | Partial<Record<"search" | "ask" | "show" | "list" | "destroy", number>>;
+  minIntervalMs?: number | Partial<Record<"search" | "ask" | "show" | "list" | "destroy" | "bid", number>>;
 }
 
 export interface VastEmulator {
@@ -69,6 +73,8 @@ export interface VastEmulator {
    * "rebooting", "running" again; "unloaded" is cur_state "unloaded" with no actual_status.
    */
   setStatus(id: number, actualStatus: string): void;
+  /** vast.ai stops a bid instance that lost its machine, showing it in one of two ways (default: actual_status `stopped`). */
+  outbid(id: number, form?: OutbidForm): void;
   /** The ask is rentable right now (no instance holds it and the host offers it). */
   isRentable(askId: number): boolean;
   close(): Promise<void>;
@@ -91,10 +97,13 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
   let searchHook: (() => Promise<void> | void) | undefined;
 
   const isRentable = (ask: VastAsk) => ask.rentable && ![...instances.all.values()].some((i) => i.askId === ask.id);
-  const offerView = (ask: VastAsk, storageGb: number) => ({
+  const offerView = (ask: VastAsk, storageGb: number, bid: boolean) => ({
     ...ask,
     ask_contract_id: ask.id,
-    dph_total: dphTotal(ask, storageGb),
+    // The bid market prices an offer at its minimum bid (search_offers.yaml: "Uses minimum bid price").
+    dph_total: bid ? bidTotal(ask, ask.min_bid, storageGb) : dphTotal(ask, storageGb),
+    storage_total_cost: storagePerHour(ask, storageGb),
+    is_bid: false,
     rentable: isRentable(ask),
     rented: false,
     verification: ask.verified ? "verified" : "unverified",
@@ -158,6 +167,9 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     if (method === "GET" && path === "/api/v0/instances/") {
       return { endpoint: "list-v0", handle: () => [410, error("deprecated", "This endpoint is deprecated; use /api/v1/instances/")] };
     }
+    if (method === "PUT" && /^\/api\/v0\/instances\/bid_price\/\d+\/$/.test(path)) {
+      return { endpoint: "bid", handle: (body) => changeBid(id(/bid_price\/(\d+)/), body) };
+    }
     const one = /^\/api\/v0\/instances\/(\d+)\/$/;
     if (method === "GET" && one.test(path)) return { endpoint: "show", handle: () => show(id(one)) };
     if (method === "DELETE" && one.test(path)) return { endpoint: "destroy", handle: () => destroy(id(one)) };
@@ -168,8 +180,10 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     if (!isObject(body)) return [400, error("invalid_args", "error 400/1782: Invalid args: invalid json: {}")];
     const storage = body.allocated_storage ?? 8;
     if (typeof storage !== "number" || storage <= 0) return [400, error("invalid_args", "allocated_storage must be a positive number")];
+    const type = body.type ?? "on-demand";
+    if (type !== "on-demand" && type !== "bid" && type !== "reserved") return [400, error("invalid_args", `unknown offer type '${String(type)}'`)];
     const filters = { verified: { eq: true }, rentable: { eq: true }, rented: { eq: false }, ...body };
-    const rows = asks.map((ask) => offerView(ask, storage));
+    const rows = asks.map((ask) => offerView(ask, storage, type === "bid"));
     const matched = matchesQuery(rows, filters, SEARCH_CONTROLS);
     if (typeof matched === "string") return [400, error("invalid_args", matched)];
     const order = Array.isArray(body.order) ? body.order : [["score", "desc"]];
@@ -198,7 +212,25 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     const instance = await instances.rent(ask, request, switches.failStart);
     switches.failStart = false;
     if (switches.createAnswerMs > 0) await sleep(switches.createAnswerMs);
+    if (instance.outbidAs !== undefined) {
+      // Documented only as "a stopped instance" a failed scheduling leaves; code and message are the emulator's.
+      const msg = `error 400/3915: bid ${String(request.price)} is below the minimum bid ${ask.min_bid} of offer ${askId}`;
+      return [200, { ...error("bid_too_low", msg), new_contract: instance.id }];
+    }
     return [200, { success: true, new_contract: instance.id, instance_api_key: `ik-${instance.id}` }];
+  }
+
+  /** change_bid.yaml: price 0.001..32 per GPU; 404 no_such_instance. */
+  function changeBid(id: number, body: unknown): [number, unknown] {
+    const instance = instances.all.get(id);
+    if (!instance) return [404, error("no_such_instance", "Instance with that ID does not exist.")];
+    const price = isObject(body) ? body.price : undefined;
+    if (!isObject(body) || body.client_id !== "me" || typeof price !== "number" || price < 0.001 || price > 32 * instance.ask.num_gpus) {
+      return [400, error("invalid_args", "Please set a bid price >= 0.001.")];
+    }
+    if (instance.bid === undefined) return [400, error("invalid_args", `Instance ${id} is not an interruptible instance.`)];
+    instances.changeBid(instance, price);
+    return [200, { success: true }];
   }
 
   function list(query: URLSearchParams): [number, unknown] {
@@ -262,6 +294,7 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     addForeignInstance: (label, askId) => instances.foreign(asks.find((a) => (askId === undefined ? isRentable(a) : a.id === askId))!, label).id,
     showLag: (ms) => void (switches.showLagMs = ms),
     setStatus: (id, actualStatus) => instances.setStatus(id, actualStatus),
+    outbid: (id, form = "actual_status") => instances.outbid(id, form),
     isRentable: (askId) => isRentable(asks.find((a) => a.id === askId)!),
     async close() {
       await instances.close();
@@ -279,6 +312,8 @@ function createBodyProblem(body: unknown): string | undefined {
   if (body.label !== undefined && body.label !== null && !(typeof body.label === "string" && body.label.length <= 256)) return "'label' is too long";
   if (body.env !== undefined && !isObject(body.env) && typeof body.env !== "string") return "'env' must be an object or a string";
   if (body.args !== undefined && !(Array.isArray(body.args) && body.args.every((a) => typeof a === "string"))) return "'args' must be a list of strings";
+  // create_instance.yaml: a bid price per machine, 0.001 to 128 $/h.
+  if (body.price !== undefined && body.price !== null && !(typeof body.price === "number" && body.price >= 0.001 && body.price <= 128)) return "'price' must be from 0.001 to 128";
   return undefined;
 }
 

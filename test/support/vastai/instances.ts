@@ -1,5 +1,5 @@
 import { startModelServer, type ModelServer } from "../../../src/gpu/marketplace/simulated/model-server.js";
-import { dphTotal, type VastAsk } from "./catalogue.js";
+import { bidTotal, dphTotal, type VastAsk } from "./catalogue.js";
 
 // The emulator's rented machines and their rows in vast.ai's wire format
 // (api-reference/openapi/yaml/show_instance.yaml): actual_status is null while the machine is
@@ -9,6 +9,9 @@ import { dphTotal, type VastAsk } from "./catalogue.js";
 // a real model server on loopback once running; given a key (VLLM_API_KEY in its env or
 // `--api-key` in its args, as vLLM takes it), that server demands it on /v1/... (401 without).
 // The env comes back in `extra_env` as [name, value] pairs, as vast.ai shows it to the account.
+// A bid (`is_bid`) is billed its bid plus storage (dph_base is the bid); outbid, vast.ai stops it
+// in one of the two ways SPEC.md names: `actual_status` `stopped` while it is wanted running, or
+// the contract's `cur_state`, `next_state` and `intended_status` all `stopped`.
 
 export interface EmulatedInstance {
   id: number;
@@ -21,6 +24,10 @@ export interface EmulatedInstance {
   createdAt: number;
   /** Set by a control: the actual_status from then on. */
   forcedStatus: string | undefined;
+  /** The bid, $/h for the machine; undefined: on-demand. */
+  bid: number | undefined;
+  /** How vast.ai shows it stopped after losing its bid; undefined: not outbid. */
+  outbidAs: OutbidForm | undefined;
   startFailed: boolean;
   model: string | undefined;
   /** The key the model server demands; undefined: none. */
@@ -31,6 +38,9 @@ export interface EmulatedInstance {
   server: ModelServer | undefined;
   starting: Promise<void> | undefined;
 }
+
+/** The two ways an outbid instance shows: its actual_status, or its contract's three states. */
+export type OutbidForm = "actual_status" | "states";
 
 export interface Clock {
   provisioningMs: number;
@@ -44,6 +54,9 @@ export function createInstances(clock: Clock) {
   function actualStatus(i: EmulatedInstance): string | null {
     // An unloaded container has no actual status at all: only cur_state says what happened.
     if (i.forcedStatus === "unloaded") return null;
+    if (i.outbidAs === "actual_status") return "stopped";
+    // The container ended with its contract: what the host last reported.
+    if (i.outbidAs === "states") return "exited";
     if (i.forcedStatus !== undefined) return i.forcedStatus;
     const age = Date.now() - i.createdAt;
     if (age < clock.provisioningMs) return null;
@@ -72,9 +85,7 @@ export function createInstances(clock: Clock) {
       id: i.id,
       machine_id: i.ask.machine_id,
       actual_status: status,
-      intended_status: i.forcedStatus === "exited" ? "stopped" : "running",
-      cur_state: i.forcedStatus === "exited" ? "stopped" : i.forcedStatus === "unloaded" ? "unloaded" : "running",
-      next_state: "running",
+      ...statesOf(i),
       label: i.label,
       image_uuid: i.image,
       status_msg: i.startFailed && status === "created" ? "Error response from daemon: failed to create task for container: OCI runtime create failed: runc create failed" : running ? `success, running ${i.image}` : null,
@@ -87,8 +98,10 @@ export function createInstances(clock: Clock) {
       gpu_ram: i.ask.gpu_ram,
       gpu_totalram: i.ask.gpu_total_ram,
       disk_space: i.disk,
-      dph_base: i.ask.dph_base,
+      dph_base: i.bid ?? i.ask.dph_base,
       dph_total: i.dphTotal,
+      is_bid: i.bid !== undefined,
+      min_bid: i.ask.min_bid,
       storage_cost: i.ask.storage_cost,
       geolocation: i.ask.geolocation,
       start_date: i.createdAt / 1000,
@@ -108,6 +121,8 @@ export function createInstances(clock: Clock) {
       dphTotal: dphTotal(ask, disk),
       createdAt: Date.now(),
       forcedStatus: undefined,
+      bid: undefined,
+      outbidAs: undefined,
       startFailed: false,
       model: undefined,
       apiKey: undefined,
@@ -124,15 +139,21 @@ export function createInstances(clock: Clock) {
   return {
     all,
     row,
+    /** A create's machine; a bid below the ask's min_bid is left stopped as an outbid one. */
     async rent(ask: VastAsk, request: Record<string, unknown>, startFails: boolean): Promise<EmulatedInstance> {
       const envMap = typeof request.env === "object" && request.env !== null ? (request.env as Record<string, unknown>) : {};
       const env = Object.keys(envMap);
       const args = Array.isArray(request.args) ? request.args.join(" ") : "";
       const envKey = typeof envMap.VLLM_API_KEY === "string" ? envMap.VLLM_API_KEY : undefined;
+      const bid = typeof request.price === "number" ? request.price : undefined;
+      const disk = typeof request.disk === "number" ? request.disk : 8;
       return add(ask, {
+        bid,
+        outbidAs: bid !== undefined && bid < ask.min_bid ? "states" : undefined,
+        dphTotal: bid !== undefined ? bidTotal(ask, bid, disk) : dphTotal(ask, disk),
         label: typeof request.label === "string" ? request.label : "",
         image: String(request.image),
-        disk: typeof request.disk === "number" ? request.disk : 8,
+        disk,
         startFailed: startFails,
         model: /vllm serve (\S+)/.exec(args)?.[1],
         apiKey: /--api-key (\S+)/.exec(args)?.[1] ?? envKey,
@@ -149,6 +170,19 @@ export function createInstances(clock: Clock) {
       i.forcedStatus = status;
       if (status !== "running") void i.server?.close().then(() => (i.server = undefined));
     },
+    /** vast.ai stops a bid that lost its machine; its model server dies with it. */
+    outbid(id: number, form: OutbidForm): void {
+      const i = all.get(id);
+      if (!i || i.bid === undefined) throw new Error(`instance ${id} is not a bid`);
+      i.outbidAs = form;
+      void i.server?.close().then(() => (i.server = undefined));
+    },
+    /** A new bid; one at or above the ask's min_bid brings an outbid instance back. */
+    changeBid(i: EmulatedInstance, price: number): void {
+      i.bid = price;
+      i.dphTotal = bidTotal(i.ask, price, i.disk);
+      if (price >= i.ask.min_bid) i.outbidAs = undefined;
+    },
     async remove(id: number): Promise<void> {
       const i = all.get(id);
       all.delete(id);
@@ -162,3 +196,12 @@ export function createInstances(clock: Clock) {
 }
 
 export type EmulatedInstances = ReturnType<typeof createInstances>;
+
+/** The contract's states: stopped by the owner (exited control), unloaded, outbid, or running. */
+function statesOf(i: EmulatedInstance): Record<string, string> {
+  if (i.outbidAs === "states") return { intended_status: "stopped", cur_state: "stopped", next_state: "stopped" };
+  // Outbid, the machine is stopped while the owner still wants it running, and waits to resume.
+  if (i.outbidAs === "actual_status") return { intended_status: "running", cur_state: "stopped", next_state: "running" };
+  if (i.forcedStatus === "exited") return { intended_status: "stopped", cur_state: "stopped", next_state: "running" };
+  return { intended_status: "running", cur_state: i.forcedStatus === "unloaded" ? "unloaded" : "running", next_state: "running" };
+}

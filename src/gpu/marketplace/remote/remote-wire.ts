@@ -68,7 +68,8 @@ function parseOffer(value: unknown, where: string): MarketOffer {
 function parseInstance(value: unknown, where: string): MarketInstance {
   const o = object(value, where);
   const status = string(o.status, `${where}.status`);
-  if (!(MARKET_STATUSES as readonly string[]).includes(status)) malformed(`${where}.status`, "a known status");
+  // The contract rents no interruptible machines, so `preempted` is none of its statuses.
+  if (!(MARKET_STATUSES as readonly string[]).includes(status) || status === "preempted") malformed(`${where}.status`, "a known status");
   const mappings = object(o.port_mappings ?? {}, `${where}.port_mappings`);
   return {
     id: string(o.id, `${where}.id`),
@@ -84,5 +85,6 @@ function parseInstance(value: unknown, where: string): MarketInstance {
     numGpus: number(o.num_gpus, `${where}.num_gpus`),
     gpuRam: number(o.gpu_ram, `${where}.gpu_ram`),
     dphTotal: number(o.dph_total, `${where}.dph_total`),
+    interruptible: false,
   };
 }

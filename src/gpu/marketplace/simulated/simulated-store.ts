@@ -12,11 +12,16 @@ export interface SimRecord {
   request: CreateMarketInstanceRequest;
   createdAt: number;
   runningAt: number;
-  halted: "exited" | "offline" | undefined;
+  halted: SimHalt | undefined;
   serverWanted: boolean;
   /** Host port of the model server, kept so that it comes back on the same port. */
   hostPort: number | undefined;
+  /** When a bid instance is preempted at random (drawn at its creation); undefined: never. */
+  preemptAt: number | undefined;
 }
+
+/** Why an instance stopped: a control (exited, offline) or a preemption of a bid. */
+export type SimHalt = "exited" | "offline" | "preempted";
 
 export interface SimStore {
   nextId(): Promise<number>;
@@ -35,13 +40,20 @@ interface Row {
   request: CreateMarketInstanceRequest;
   created_ms: string;
   running_ms: string;
-  halted: "exited" | "offline" | null;
+  halted: SimHalt | null;
   server_wanted: boolean;
   host_port: number | null;
+  preempt_ms: string | null;
 }
 
 export function createPgSimStore(knex: Knex): SimStore {
-  const mutable = (r: SimRecord) => ({ running_ms: r.runningAt, halted: r.halted ?? null, server_wanted: r.serverWanted, host_port: r.hostPort ?? null });
+  const mutable = (r: SimRecord) => ({
+    running_ms: r.runningAt,
+    halted: r.halted ?? null,
+    server_wanted: r.serverWanted,
+    host_port: r.hostPort ?? null,
+    preempt_ms: r.preemptAt ?? null,
+  });
   return {
     async nextId() {
       const { rows } = await knex.raw<{ rows: Array<{ n: string }> }>("select nextval('sim_market_instance_id_seq') as n");
@@ -58,6 +70,7 @@ export function createPgSimStore(knex: Knex): SimStore {
         halted: row.halted ?? undefined,
         serverWanted: row.server_wanted,
         hostPort: row.host_port ?? undefined,
+        preemptAt: row.preempt_ms === null ? undefined : Number(row.preempt_ms),
       }));
     },
     async insert(record) {

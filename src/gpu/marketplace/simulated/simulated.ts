@@ -3,7 +3,8 @@ import { createCatalogue, type CatalogueOptions } from "./catalogue.js";
 import { MODEL_API_KEY_ENV, type CreateMarketInstanceRequest, type Marketplace, type MarketInstance, type MarketOffer, type MarketStatus } from "../port.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
 import { filterOffers } from "../offer-filter.js";
-import type { SimRecord, SimStore } from "./simulated-store.js";
+import type { SimHalt, SimRecord, SimStore } from "./simulated-store.js";
+import { asBidOffer, minBidOf, preemptionAt } from "./bids.js";
 
 // The built-in marketplace: a deterministic catalogue and instances that live in memory, and,
 // given a store (simulated-store.ts), in the service's database too: then every call first reads
@@ -12,7 +13,8 @@ import type { SimRecord, SimStore } from "./simulated-store.js";
 // instance's status is derived from its timestamps (creating until creatingMs, loading until
 // runningAt, then running) unless an operator control halted it, so reads need no timers. The only
 // timer per instance starts its model server, a real HTTP server on loopback, because GpuService
-// must probe it over the network.
+// must probe it over the network. Bid instances (bids.ts) are preempted at a moment drawn at
+// their creation, kept in the store, so that a restarted process preempts them at the same moment.
 
 export interface SimulatedMarketplaceOptions {
   /** How long an instance stays `creating`, in ms. */
@@ -28,14 +30,20 @@ export interface SimulatedMarketplaceOptions {
   host?: string;
   /** Keeps the instances beyond the process, shared by the processes using the same store. */
   store?: SimStore;
+  /** Random preemptions per interruptible instance-hour; 0 or absent: never. */
+  preemptPerHour?: number;
+  /** Uniform in [0, 1): draws the preemption moments (tests inject it). */
+  random?: () => number;
 }
 
 /** The simulated marketplace with the controls tests and operators use to drive instances. */
 export interface SimulatedMarketplace extends Marketplace {
   /** The instance stops (`exited`), its model server with it. */
   exitInstance(id: string): Promise<void>;
-  /** An exited or offline instance runs again at once; its model server starts after the usual delay. */
+  /** An exited, offline or preempted instance runs again at once; its model server starts after the usual delay. */
   restartInstance(id: string): Promise<void>;
+  /** The bid instance is preempted as if outbid (`preempted`); its model server stops. */
+  preempt(id: string): Promise<void>;
   /** The host drops off the network (`offline`); its model server stops. */
   setOffline(id: string): Promise<void>;
   /** The model server dies while the container keeps running: probes fail. */
@@ -55,8 +63,11 @@ interface SimInstance {
   readonly createdAt: number;
   readonly sshPort: number;
   runningAt: number;
-  halted: "exited" | "offline" | undefined;
+  halted: SimHalt | undefined;
   serverWanted: boolean;
+  /** When a bid instance is preempted at random; undefined: never. */
+  preemptAt: number | undefined;
+  preemptTimer: NodeJS.Timeout | undefined;
   server: ModelServer | undefined;
   /** Last host port of the model server, kept so a restarted server gets the same mapping. */
   hostPort: number | undefined;
@@ -81,6 +92,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
   let injectedFailure: Error | undefined;
   let injectedDestroyFailure: Error | undefined;
   let closed = false;
+  const random = options.random ?? Math.random;
 
   const isRented = (offerId: string) => [...instances.values()].some((i) => i.offer.id === offerId);
 
@@ -92,6 +104,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
 
   function statusOf(instance: SimInstance, now = Date.now()): MarketStatus {
     if (instance.halted) return instance.halted;
+    if (instance.preemptAt !== undefined && now >= instance.preemptAt) return "preempted";
     if (now >= instance.runningAt) return "running";
     return now < instance.createdAt + options.creatingMs ? "creating" : "loading";
   }
@@ -109,19 +122,22 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
       offerId: instance.offer.id,
       label: instance.request.label,
       status,
-      publicIp: status === "creating" || status === "offline" ? "" : host,
+      publicIp: status === "creating" || status === "offline" || status === "preempted" ? "" : host,
       sshPort: status === "creating" ? 0 : instance.sshPort,
       portMappings,
       gpuName: instance.offer.gpuName,
       numGpus: instance.offer.numGpus,
       gpuRam: instance.offer.gpuRam,
-      dphTotal: instance.offer.dphTotal,
+      dphTotal: instance.request.bidPerHour ?? instance.offer.dphTotal,
+      interruptible: instance.request.bidPerHour !== undefined,
+      ...(instance.request.bidPerHour !== undefined && { bidPerHour: instance.request.bidPerHour }),
+      machineId: instance.offer.id,
     };
   }
 
   function recordOf(instance: SimInstance): SimRecord {
-    const { id, request, createdAt, runningAt, halted, serverWanted, hostPort } = instance;
-    return { id, offerId: instance.offer.id, request, createdAt, runningAt, halted, serverWanted, hostPort };
+    const { id, request, createdAt, runningAt, halted, serverWanted, hostPort, preemptAt } = instance;
+    return { id, offerId: instance.offer.id, request, createdAt, runningAt, halted, serverWanted, hostPort, preemptAt };
   }
 
   function instanceOf(record: SimRecord, offer: MarketOffer): SimInstance {
@@ -131,6 +147,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
       sshPort: 20_000 + (Number(record.id) % 40_000),
       server: undefined,
       timer: undefined,
+      preemptTimer: undefined,
       starting: undefined,
       servedElsewhereUntil: 0,
     };
@@ -150,7 +167,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
       if (!offer) continue;
       seen.add(record.id);
       const known = instances.get(record.id);
-      const instance = known ? Object.assign(known, { runningAt: record.runningAt, halted: record.halted, serverWanted: record.serverWanted, hostPort: record.hostPort }) : instanceOf(record, offer);
+      const instance = known ? Object.assign(known, { runningAt: record.runningAt, halted: record.halted, serverWanted: record.serverWanted, hostPort: record.hostPort, preemptAt: record.preemptAt }) : instanceOf(record, offer);
       instances.set(record.id, instance);
       await settle(instance);
     }
@@ -163,7 +180,9 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
 
   /** The model server runs in this process exactly when the instance wants one and nobody else serves it. */
   async function settle(instance: SimInstance): Promise<void> {
-    const wanted = !instance.halted && instance.serverWanted && instance.request.llmModelName !== undefined;
+    armPreemption(instance);
+    const stopped = instance.halted !== undefined || statusOf(instance) === "preempted";
+    const wanted = !stopped && instance.serverWanted && instance.request.llmModelName !== undefined;
     if (!wanted) return bringDown(instance);
     if (!instance.server && !instance.timer && !instance.starting && Date.now() >= instance.servedElsewhereUntil) schedule(instance);
   }
@@ -181,6 +200,17 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
     const delay = Math.max(0, instance.runningAt + options.modelServerStartMs - Date.now());
     instance.timer = setTimeout(() => void bringUp(instance), delay);
     instance.timer.unref();
+  }
+
+  /** At its preemption moment the instance's model server stops, whether or not anybody reads it. */
+  function armPreemption(instance: SimInstance): void {
+    clearTimeout(instance.preemptTimer);
+    instance.preemptTimer = undefined;
+    if (instance.preemptAt === undefined || instance.halted || closed) return;
+    const delay = instance.preemptAt - Date.now();
+    if (delay <= 0) return;
+    instance.preemptTimer = setTimeout(() => void settle(instance), Math.min(delay, 2 ** 31 - 1));
+    instance.preemptTimer.unref();
   }
 
   function bringUp(instance: SimInstance): Promise<void> {
@@ -222,7 +252,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
     await server?.close();
   }
 
-  async function halt(id: string, state: "exited" | "offline"): Promise<void> {
+  async function halt(id: string, state: SimHalt): Promise<void> {
     await refresh();
     const instance = find(id);
     instance.halted = state;
@@ -231,7 +261,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
   }
 
   return {
-    costIncludes: "the simulated price per hour of the whole machine (dph_total), over the uptime; nothing is billed",
+    costIncludes: "the simulated price per hour of the whole machine (dph_total, or the bid of an interruptible one), over the uptime; nothing is billed",
     interruptible: true,
     async listOffers() {
       await refresh();
@@ -240,7 +270,9 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
 
     async searchOffers(filter) {
       await refresh();
-      return filterOffers(currentOffers(), filter);
+      // Each simulated offer is a machine of its own: a creation's search says which, for spreading.
+      const offers = currentOffers().map((o) => ({ ...o, machineId: o.id }));
+      return filterOffers(filter.interruptible ? offers.map(asBidOffer) : offers, filter);
     },
 
     async createInstance(request) {
@@ -249,6 +281,9 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
       if (!offer) throw new NotFoundError(`Offer '${request.offerId}' not found`, { extra: { field: "offer_id" } });
       if (!offer.rentable || isRented(offer.id)) {
         throw new ConflictError(`Offer '${offer.id}' is not rentable any more`, { extra: { field: "offer_id" } });
+      }
+      if (request.bidPerHour !== undefined && !(request.bidPerHour >= minBidOf(offer))) {
+        throw new ConflictError(`Offer '${offer.id}' takes bids from $${minBidOf(offer)}/h, not $${request.bidPerHour}/h`, { extra: { field: "offer_id" } });
       }
       if (injectedFailure) {
         const failure = injectedFailure;
@@ -266,6 +301,8 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
         runningAt: now + options.creatingMs + options.loadingMs,
         halted: undefined,
         serverWanted: true,
+        preemptAt: request.bidPerHour === undefined ? undefined : preemptionAt(now, options.preemptPerHour ?? 0, random),
+        preemptTimer: undefined,
         server: undefined,
         hostPort: undefined,
         timer: undefined,
@@ -277,6 +314,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
       }
       instances.set(instance.id, instance);
       schedule(instance);
+      armPreemption(instance);
       return view(instance);
     },
 
@@ -300,26 +338,38 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
       const instance = instances.get(id);
       if (!instance) return;
       instances.delete(id);
+      clearTimeout(instance.preemptTimer);
       await bringDown(instance);
     },
 
     async close() {
       // Only this process's servers stop: with a store, the instances outlive it.
       closed = true;
+      for (const instance of instances.values()) clearTimeout(instance.preemptTimer);
       await Promise.all([...instances.values()].map(bringDown));
     },
 
     exitInstance: (id) => halt(id, "exited"),
+
+    async preempt(id) {
+      await refresh();
+      const instance = find(id);
+      if (instance.request.bidPerHour === undefined) throw new ConflictError(`Instance '${id}' is on-demand: only a bid is preempted`);
+      await halt(id, "preempted");
+    },
     setOffline: (id) => halt(id, "offline"),
 
     async restartInstance(id) {
       await refresh();
       const instance = find(id);
-      if (!instance.halted) throw new ConflictError(`Instance '${id}' is ${statusOf(instance)}, not exited`);
+      if (!instance.halted && statusOf(instance) !== "preempted") throw new ConflictError(`Instance '${id}' is ${statusOf(instance)}, not exited`);
       instance.halted = undefined;
       instance.runningAt = Math.max(Date.now(), instance.createdAt + options.creatingMs);
+      // A bid that resumes runs until its next preemption, drawn from now.
+      if (instance.preemptAt !== undefined && instance.preemptAt <= Date.now()) instance.preemptAt = preemptionAt(Date.now(), options.preemptPerHour ?? 0, random);
       await persist(instance);
       schedule(instance);
+      armPreemption(instance);
     },
 
     async stopModelServer(id) {

@@ -54,6 +54,8 @@ export const VAST_INTERVALS_MS: Readonly<Record<string, number>> = {
   "GET /api/v0/instances/{id}/": 2_000,
   "GET /api/v1/instances/": 1_000,
   "POST /api/v0/bundles/": 6_000,
+  // change_bid.yaml's threshold.
+  "PUT /api/v0/instances/bid_price/{id}/": 5_500,
 };
 const OTHER_ENDPOINT_MS = 1_000;
 /**

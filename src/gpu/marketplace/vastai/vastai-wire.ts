@@ -34,12 +34,14 @@ const normalized = (name: string) => name.toLowerCase().replace(/[\s_-]+/g, "");
  * the answer again with the port's own rules (substring GPU names, GB rounding).
  */
 export function toSearchBody(filter: OfferFilter): Json {
+  const bid = filter.interruptible === true;
   const body: Json = {
     verified: { eq: true },
     // Without a rentable bound vast.ai applies {eq: true}; a named offer is looked up either way.
     rentable: filter.rentable === undefined ? { in: [true, false] } : { eq: filter.rentable },
-    type: "on-demand",
-    order: [ORDER[filter.order ?? "price"]],
+    // The bid market prices offers at their minimum bid (`min_bid`, the machine without storage).
+    type: bid ? "bid" : "on-demand",
+    order: [bid && (filter.order ?? "price") === "price" ? ["min_bid", "asc"] : ORDER[filter.order ?? "price"]],
     allocated_storage: filter.diskGb ?? DEFAULT_DISK_GB,
   };
   if (filter.offerId !== undefined) body.id = { eq: Number(filter.offerId) };
@@ -47,7 +49,8 @@ export function toSearchBody(filter: OfferFilter): Json {
   // vast-cli does); an ask named by its id is looked up as it is.
   else body.external = { eq: false };
   if (filter.gpuName) body.gpu_name = gpuNameBound(filter.gpuName);
-  if (filter.maxPrice !== undefined) body.dph_total = { lte: filter.maxPrice };
+  // A bid's price is min_bid plus storage: min_bid alone is a loose bound, re-checked on the answer.
+  if (filter.maxPrice !== undefined) body[bid ? "min_bid" : "dph_total"] = { lte: filter.maxPrice };
   // A bound on what hosts report, loose enough for every card that snaps to the floor; the answer is re-checked.
   if (filter.minGpuRam !== undefined && filter.minGpuRam > 0) body.gpu_ram = { gte: minMegabytes(filter.minGpuRam) };
   if (filter.numGpus !== undefined) body.num_gpus = { eq: filter.numGpus };
@@ -69,12 +72,20 @@ function gpuNameBound(name: string): Json {
   return known.length > 0 ? { in: known } : { eq: name.replace(/_/g, " ") };
 }
 
-export function parseOffers(body: unknown): MarketOffer[] {
-  return array(object(body, "answer").offers, "offers").map((item, i) => parseOffer(item, `offers[${i}]`));
+/** The offers of a search answer; `interruptible` when it searched the bid market (each offer then has its min_bid). */
+export function parseOffers(body: unknown, interruptible = false): MarketOffer[] {
+  return array(object(body, "answer").offers, "offers").map((item, i) => {
+    const offer = parseOffer(item, `offers[${i}]`);
+    if (!interruptible) return offer;
+    const minBid = number(object(item, `offers[${i}]`).min_bid, `offers[${i}].min_bid`);
+    // In the bid market an offer costs its minimum bid plus the storage asked for.
+    return { ...offer, minBid, dphTotal: round6(minBid + (offer.storagePerHour ?? 0)) };
+  });
 }
 
 function parseOffer(value: unknown, where: string): MarketOffer {
   const o = object(value, where);
+  const storage = storagePerHourOf(o);
   return {
     id: String(integer(o.id, `${where}.id`)),
     gpuName: string(o.gpu_name, `${where}.gpu_name`),
@@ -88,10 +99,24 @@ function parseOffer(value: unknown, where: string): MarketOffer {
     cudaMaxGood: optional(number, o.cuda_max_good, `${where}.cuda_max_good`),
     reliability: optional(number, o.reliability2 ?? o.reliability, `${where}.reliability2`),
     diskSpaceGb: optional(number, o.disk_space, `${where}.disk_space`),
+    ...(storage !== undefined && { storagePerHour: storage }),
+    ...(Number.isInteger(o.machine_id) && { machineId: String(o.machine_id) }),
   };
 }
 
-/** The body of PUT /api/v0/asks/{id}/: an on-demand rental of the ask. */
+/**
+ * What the offer's storage costs per hour at the search's allocated_storage: `storage_total_cost`
+ * as the search shows it, else what dph_total holds beyond the GPUs (dph_base).
+ */
+function storagePerHourOf(o: Json): number | undefined {
+  if (typeof o.storage_total_cost === "number" && o.storage_total_cost >= 0) return o.storage_total_cost;
+  const extra = typeof o.dph_total === "number" && typeof o.dph_base === "number" ? o.dph_total - o.dph_base : undefined;
+  return extra !== undefined && extra >= 0 ? round6(extra) : undefined;
+}
+
+const round6 = (value: number) => Math.round(value * 1_000_000) / 1_000_000;
+
+/** The body of PUT /api/v0/asks/{id}/: an on-demand rental of the ask, or a bid on it (`price`, $/h per machine). */
 export function toCreateBody(request: CreateMarketInstanceRequest): Json {
   const env: Record<string, string> = { ...request.env };
   // vast.ai takes port mappings as Docker flags among the env keys.
@@ -103,6 +128,7 @@ export function toCreateBody(request: CreateMarketInstanceRequest): Json {
     label: request.label,
     env,
     cancel_unavail: true,
+    ...(request.bidPerHour !== undefined && { price: request.bidPerHour }),
   };
   if (request.startCommand === "") return { ...body, runtype: "ssh" };
   // In the args launch mode `onstart` replaces the image's entrypoint and `args` follow it, so the
@@ -144,12 +170,15 @@ export function parseInstance(value: unknown, where: string): MarketInstance {
     gpuRam: gigabytes(number(o.gpu_ram, `${where}.gpu_ram`)),
     dphTotal: number(o.dph_total, `${where}.dph_total`),
     ...(failure !== undefined && { failure }),
+    interruptible: o.is_bid === true,
+    ...(Number.isInteger(o.machine_id) && { machineId: String(o.machine_id) }),
   };
 }
 
 /**
- * The port's status of a vast.ai instance row (the table of docs/marketplace-vastai.md). Only a
- * stop (asked for by the owner, or the host's) and an ended container are `exited`; a host that is
+ * The port's status of a vast.ai instance row (the table of docs/marketplace-vastai.md). A bid
+ * stopped by vast.ai is `preempted`. Only a stop (asked for by the owner, or the host's) and an
+ * ended container are `exited`; a host that is
  * rebooting comes back through `loading`; no heartbeat or a frozen host is `offline`, transient.
  */
 export function marketStatusOf(row: Json): MarketStatus {
@@ -157,6 +186,7 @@ export function marketStatusOf(row: Json): MarketStatus {
   if (failureOf(row) !== undefined) return "exited";
   // The host unloaded the container (whatever actual_status says, often nothing): it is not coming back.
   if (row.cur_state === "unloaded") return "exited";
+  if (isOutbid(row)) return "preempted";
   const stopped = row.intended_status === "stopped" || row.cur_state === "stopped";
   if (stopped) return actual === "offline" || actual === "unknown" ? "offline" : "exited";
   switch (actual) {
@@ -175,6 +205,17 @@ export function marketStatusOf(row: Json): MarketStatus {
     default:
       return "offline"; // "offline", "unknown", "frozen", anything new: not known to have ended.
   }
+}
+
+/**
+ * A bid vast.ai stopped (outbid: its processes killed, its storage still billed; it may resume
+ * much later). The service never stops a machine itself, so a bid shown stopped was stopped by
+ * vast.ai: `actual_status` `stopped`, or the contract's `cur_state`, `next_state` and
+ * `intended_status` all `stopped`. An on-demand machine is never outbid.
+ */
+function isOutbid(row: Json): boolean {
+  if (row.is_bid !== true) return false;
+  return row.actual_status === "stopped" || (row.cur_state === "stopped" && row.next_state === "stopped" && row.intended_status === "stopped");
 }
 
 /** A container that could not start: vast.ai leaves it `created` with the runtime's error in status_msg. */

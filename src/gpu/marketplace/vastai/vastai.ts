@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, OutcomeUnknownError } from "../../../errors.js";
-import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, OfferFilter } from "../port.js";
+import { bidCostPerHour, type CreateMarketInstanceRequest, type Marketplace, type MarketInstance, type MarketOffer, type OfferFilter } from "../port.js";
 import { filterOffers } from "../offer-filter.js";
 import { createVastHttp, unexpectedAnswer, vastErrorCode, vastErrorMessage, type VastAnswer, type VastHttpOptions } from "./vastai-http.js";
 import { parseInstancePage, parseOffers, parseShownInstance, toCreateBody, toSearchBody } from "./vastai-wire.js";
@@ -46,6 +46,7 @@ const SEARCH = "POST /api/v0/bundles/";
 const SHOW = "GET /api/v0/instances/{id}/";
 const LIST = "GET /api/v1/instances/";
 const DESTROY = "DELETE /api/v0/instances/{id}/";
+const CHANGE_BID = "PUT /api/v0/instances/bid_price/{id}/";
 
 export function createVastMarketplace(options: VastMarketplaceOptions): Marketplace {
   const http = createVastHttp(options);
@@ -72,7 +73,7 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
     const filter = asked.offerId === undefined ? { ...asked, minReliability: options.minReliability } : asked;
     const answer = await http({ endpoint: SEARCH, method: "POST", path: "/api/v0/bundles/", body: toSearchBody(filter), repeatable: true, signal });
     if (answer.status !== 200) throw searchError(answer);
-    const offers = parseOffers(answer.body);
+    const offers = parseOffers(answer.body, asked.interruptible === true);
     remember(offers);
     if (asked.offerId !== undefined) offers.forEach(checkReliable);
     return filterOffers(offers, filter);
@@ -107,10 +108,12 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
    * vast.ai has not shown it: the sync loop follows it from here.
    */
   async function rented(id: string, request: CreateMarketInstanceRequest, signal?: AbortSignal): Promise<MarketInstance> {
-    const terms = seen.get(request.offerId) ?? request.terms;
+    const offer = seen.get(request.offerId);
+    const terms = offer ?? request.terms;
+    const bid = request.bidPerHour;
     for (let attempt = 1; ; attempt++) {
       const shown = await getInstance(id, signal);
-      if (shown) return { ...shown, offerId: request.offerId };
+      if (shown) return { ...shown, offerId: request.offerId, ...(bid !== undefined && { bidPerHour: bid }) };
       // With the ask's terms known there is nothing to wait for; without them, a few looks.
       if (terms || attempt >= SHOW_ATTEMPTS) break;
       await sleep(SHOW_WAIT_MS, undefined, signal ? { signal } : undefined);
@@ -126,7 +129,10 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
       gpuName: terms?.gpuName ?? "",
       numGpus: terms?.numGpus ?? 0,
       gpuRam: terms?.gpuRam ?? 0,
-      dphTotal: terms?.dphTotal ?? 0,
+      // A bid is billed the bid plus the storage of the ask, not the price the search showed.
+      dphTotal: bid !== undefined ? bidCostPerHour(offer ?? {}, bid) : (terms?.dphTotal ?? 0),
+      interruptible: bid !== undefined,
+      ...(bid !== undefined && { bidPerHour: bid }),
     };
   }
 
@@ -205,9 +211,26 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
       }
       const contract = newContractOf(answer.body);
       if (answer.status === 200 && isSuccess(answer.body) && contract !== undefined) return rented(contract, request, signal);
-      // A failed create can still have rented a machine (vast.ai then names it): give it back.
+      // A failed create can still have rented a machine (vast.ai then names it; a bid it did not
+      // accept is left stopped, billing its storage): give it back.
       if (contract !== undefined) await destroyInstance(contract, signal);
+      if (request.bidPerHour !== undefined && contract !== undefined) throw bidRefused(answer, offerId, request.bidPerHour, contract);
       throw createError(answer, offerId, seen.has(offerId));
+    },
+
+    async changeBid(id, bidPerHour, signal) {
+      if (!isVastId(id)) throw new NotFoundError(`Instance '${id}' not found on vast.ai`);
+      const answer = await http({
+        endpoint: CHANGE_BID,
+        method: "PUT",
+        path: `/api/v0/instances/bid_price/${encodeURIComponent(id)}/`,
+        body: { client_id: "me", price: bidPerHour },
+        repeatable: true,
+        signal,
+      });
+      if (vastErrorCode(answer.body) === "no_such_instance") throw new NotFoundError(`Instance '${id}' not found on vast.ai`);
+      if (answer.status === 400) throw new InvalidInputError(`vast.ai refused the bid of $${bidPerHour}/h: ${vastErrorMessage(answer.body) ?? "invalid"}`);
+      if (answer.status !== 200 || !isSuccess(answer.body)) throw unexpectedAnswer(answer, `change the bid of instance ${id}`);
     },
 
     async listInstances(labelPrefix, signal) {
@@ -243,6 +266,19 @@ function isGone(answer: VastAnswer): boolean {
   if (code === "no_such_instance" || (answer.status === 404 && code === "not_found")) return true;
   const body = answer.body;
   return answer.status === 200 && typeof body === "object" && body !== null && (body as Record<string, unknown>).instances === null;
+}
+
+/**
+ * A bid vast.ai did not accept (below the ask's minimum bid by the time it arrived) that still
+ * named the stopped instance it left, now destroyed: the offer as bid on is gone, so an
+ * auto-pick moves on.
+ */
+function bidRefused(answer: VastAnswer, offerId: string, bid: number, contract: string): ConflictError {
+  const why = vastErrorMessage(answer.body);
+  return new ConflictError(
+    `Offer '${offerId}' did not take the bid of $${bid}/h${why ? `: ${why}` : ""}; the stopped instance ${contract} vast.ai left for it was destroyed`,
+    { extra: { field: "offer_id" } },
+  );
 }
 
 function offerNotFound(offerId: string): NotFoundError {

@@ -12,12 +12,14 @@ describe("marketplace wire mapping", () => {
   it("maps snake_case instances to the port's shape", () => {
     expect(parseInstanceAnswer({ instance: INSTANCE })).toEqual({
       id: "9", offerId: "31", label: "gpu-1", status: "running", publicIp: "203.0.113.7", sshPort: 20001,
-      portMappings: { "8000/tcp": 41234 }, gpuName: "L4", numGpus: 1, gpuRam: 24, dphTotal: 0.41,
+      portMappings: { "8000/tcp": 41234 }, gpuName: "L4", numGpus: 1, gpuRam: 24, dphTotal: 0.41, interruptible: false,
     });
   });
 
   it("refuses answers that do not match the contract, naming the field", () => {
     expect(() => parseInstanceAnswer({ instance: { ...INSTANCE, status: "sleeping" } })).toThrow(/instance.status/);
+    // The contract rents no interruptible machines: preempted is none of its statuses.
+    expect(() => parseInstanceAnswer({ instance: { ...INSTANCE, status: "preempted" } })).toThrow(/instance.status/);
     expect(() => parseOffers({ offers: [{ id: 1 }] })).toThrow(OperationFailedError);
     expect(() => parseOffers({ offers: [{ id: "1", gpu_name: "L4", num_gpus: 1, gpu_ram: 24, dph_total: "cheap", rentable: true }] }))
       .toThrow(/offers\[0\].dph_total is not a number/);

@@ -3,7 +3,7 @@ import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, 
 import type { CreateMarketInstanceRequest, Marketplace } from "../../../../src/gpu/marketplace/port.js";
 import { createVastMarketplace, type VastMarketplaceOptions } from "../../../../src/gpu/marketplace/vastai/vastai.js";
 import { thresholdMsOf, VAST_INTERVALS_MS } from "../../../../src/gpu/marketplace/vastai/vastai-http.js";
-import { dphTotal } from "../../../support/vastai/catalogue.js";
+import { dphTotal, storagePerHour } from "../../../support/vastai/catalogue.js";
 import { startVastEmulator, type VastEmulator } from "../../../support/vastai/emulator.js";
 import { waitFor } from "../../../support/wait.js";
 import { minMegabytes } from "../../../../src/gpu/marketplace/vastai/vastai-wire.js";
@@ -98,6 +98,8 @@ describe("vast.ai offers", () => {
         cudaMaxGood: ask.cuda_max_good,
         reliability: ask.reliability2,
         diskSpaceGb: ask.disk_space,
+        storagePerHour: storagePerHour(ask, 60),
+        machineId: String(ask.machine_id),
       });
       expect(ask.reliability2).toBeGreaterThanOrEqual(0.95);
       expect(ask.external).toBe(false);
