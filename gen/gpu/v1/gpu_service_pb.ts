@@ -1936,9 +1936,8 @@ export type EndpointEvent = Message<"gpu.v1.EndpointEvent"> & {
 
   /**
    * launched, ready, not_ready, unhealthy, replaced, ended, launch_failed, budget_held, scaled,
-   * drained, deleted, woke (a held request woke it from zero), idle (scaled to zero), preempted
-   * (the marketplace took an interruptible replica back) or fallback (an on-demand replica rented
-   * because no interruptible offer fitted).
+   * drained, deleted, woke (a held request woke it from zero), idle (scaled to zero), preempted (an
+   * interruptible replica outbid) or fallback (an on-demand replica in an interruptible slot).
    *
    * @generated from field: string kind = 2;
    */

@@ -45,6 +45,7 @@ export async function reserveOffer(ctx: Pick<GpuContext, "knex">, reservation: R
       gpuInfo: { gpuName: offer.gpuName, numGpus: offer.numGpus, gpuRam: offer.gpuRam },
       costPerHour: offer.dphTotal,
       bidPerHour: offer.bidPerHour ?? null,
+      machineId: offer.machineId ?? null,
     };
     const record = await reservation.write(facts, trx);
     if (!record) throw offerTaken(offer.id, "the creation was settled meanwhile");

@@ -55,6 +55,8 @@ export interface InstanceRecord {
   bidPerHour: number | null;
   /** When the marketplace last preempted it (stored status `exited`); null while it is not preempted. */
   preemptedAt: Date | null;
+  /** The physical machine it was rented on, where the marketplace says (vast.ai machine_id); for spreading replicas. */
+  machineId: string | null;
 }
 
 export type NewInstance = Pick<
@@ -72,10 +74,10 @@ export type NewInstance = Pick<
   | "maxCost"
   | "modelApiKey"
 > &
-  Partial<Pick<InstanceRecord, "endpoint" | "priceCap" | "bidPerHour">>;
+  Partial<Pick<InstanceRecord, "endpoint" | "priceCap" | "bidPerHour" | "machineId">>;
 
 /** The offer a creating record is about to rent, and the bid on it (null: on-demand). */
-export type OfferFacts = Pick<InstanceRecord, "offerId" | "gpuInfo" | "costPerHour"> & { bidPerHour?: number | null };
+export type OfferFacts = Pick<InstanceRecord, "offerId" | "gpuInfo" | "costPerHour"> & { bidPerHour?: number | null; machineId?: string | null };
 
 /** What the marketplace says about a running machine, copied into the record. */
 export interface MarketFacts {
@@ -116,6 +118,7 @@ interface Row {
   price_cap: number | null;
   interruptible?: boolean;
   bid_per_hour?: number | null;
+  machine_id?: string | null;
   preempted_at?: Date | null;
 }
 
@@ -155,6 +158,7 @@ export function toRecord(row: Row): InstanceRecord {
     interruptible: row.interruptible ?? false,
     bidPerHour: row.bid_per_hour ?? null,
     preemptedAt: row.preempted_at ?? null,
+    machineId: row.machine_id ?? null,
   };
 }
 
@@ -224,6 +228,7 @@ export class InstanceStore {
         endpoint: record.endpoint ?? null,
         price_cap: record.priceCap ?? null,
         ...bidColumns(record.bidPerHour),
+        machine_id: record.machineId ?? null,
       })
       .returning("*");
     return toRecord(row as Row);
@@ -239,6 +244,7 @@ export class InstanceStore {
         gpu_info: JSON.stringify(gpuInfoJson(offer.gpuInfo)),
         cost_per_hour: offer.costPerHour,
         ...bidColumns(offer.bidPerHour),
+        machine_id: offer.machineId ?? null,
         start_command: startCommand,
         updated_at: this.knex.fn.now(),
       })

@@ -60,6 +60,8 @@ interface Round {
   launched: boolean;
   /** Why a replica is held back by the budget this round. */
   held: string | undefined;
+  /** A preempted replica was removed: its replacement goes at once, whatever the backoff. */
+  urgent: boolean;
 }
 
 function newRound(facts: readonly ReplicaFacts[]): Round {
@@ -68,7 +70,7 @@ function newRound(facts: readonly ReplicaFacts[]): Round {
     const f = byId.get(id);
     return f ? billedCost(f) : 0;
   };
-  return { byId, costOf, spend: facts.reduce((sum, f) => sum + billedCost(f), 0), blocked: false, launched: false, held: undefined };
+  return { byId, costOf, spend: facts.reduce((sum, f) => sum + billedCost(f), 0), blocked: false, launched: false, held: undefined, urgent: false };
 }
 
 /** The round stops here: this process lost the lead. */
@@ -187,12 +189,18 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
       await endpoints.removeReplica(instanceId);
       return launchFailed(launchDeps, endpoint, `${instanceId}: ${reason}`, instanceId);
     }
+    if (action.preempted) {
+      // Outbid, not failed: out of routing already, its storage stops billing, replaced at once.
+      round.urgent = true;
+      return destroyReplica(endpoint, facts, instanceId, "preempted", `${instanceId} preempted: ${reason}; replaced at once`);
+    }
     await destroyReplica(endpoint, facts, instanceId, "ended", `${instanceId} ended: ${reason}`);
     if (action.neverReady) await launchFailed(launchDeps, endpoint, `${instanceId} ended before it was ready`, instanceId);
   }
 
   async function launch(endpoint: EndpointRecord, round: Round, makeRoom: string | undefined): Promise<void> {
-    if (round.blocked || round.held || (endpoint.nextLaunchAt && endpoint.nextLaunchAt.getTime() > Date.now())) return;
+    const backingOff = !round.urgent && endpoint.nextLaunchAt !== null && endpoint.nextLaunchAt.getTime() > Date.now();
+    if (round.blocked || round.held || backingOff) return;
     // A change made since the round began (a PATCH, a DELETE) is seen before anything is rented.
     const current = await endpoints.get(endpoint.id);
     if (!current || changedSince(endpoint, current)) {

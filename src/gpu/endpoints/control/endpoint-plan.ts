@@ -11,7 +11,8 @@ import { autoscale, type TargetChange } from "./autoscaler.js";
 //   below keep that many replicas;
 // - a replica the controller already decided to destroy is finished (destroyed, its event
 //   written), whoever confirmed the destroy; it bills until then;
-// - a replica whose machine ended by itself is removed (and replaced by the launches below);
+// - a replica whose machine ended by itself is removed (and replaced by the launches below); a
+//   preempted (outbid) interruptible one too, and its replacement ignores the launch backoff;
 // - a replica failing its probes for unhealthyMs, or never ready within startTimeoutMs, is
 //   condemned: no longer counted as serving, destroyed once the others are enough (surge first),
 //   or at once when no launch fits beside it (the old one goes first);
@@ -37,7 +38,7 @@ export type Action =
   /** The controller decided to destroy it earlier: destroy what is left and write the decision's event. */
   | { kind: "finish"; instanceId: string }
   /** The machine is over: destroy what remains of it (an exited machine still bills its disk) and drop the replica. */
-  | { kind: "remove"; instanceId: string; reason: string; neverReady: boolean }
+  | { kind: "remove"; instanceId: string; reason: string; neverReady: boolean; preempted: boolean }
   /** Judged for replacement now (the unhealthy event). */
   | { kind: "condemn"; instanceId: string; reason: string }
   /** A condemned replica is destroyed: its replacement is ready, or it must make room. */
@@ -81,7 +82,8 @@ export function planEndpoint(
       actions.push({ kind: "finish", instanceId: facts.row.instanceId });
       leaving.push(facts);
     } else if (ended) {
-      actions.push({ kind: "remove", instanceId: facts.row.instanceId, reason: ended, neverReady: facts.row.readySince === null });
+      const preempted = facts.record?.preemptedAt != null;
+      actions.push({ kind: "remove", instanceId: facts.row.instanceId, reason: ended, neverReady: facts.row.readySince === null, preempted });
     } else {
       live.push(facts);
     }

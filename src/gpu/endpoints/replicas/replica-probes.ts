@@ -1,5 +1,7 @@
 import { findTemplate } from "../../creation/templates.js";
 import { modelServerUrl } from "../../lifecycle/probe.js";
+import type { GpuContext } from "../../gpu-context.js";
+import { syncRecord } from "../../lifecycle/status-sync.js";
 import type { InstanceRecord } from "../../store/instance-store.js";
 import { isTerminal } from "../../store/status.js";
 import type { EndpointEventStore } from "../resource/endpoint-events.js";
@@ -24,6 +26,7 @@ export function replicaKey(record: InstanceRecord): string | null {
 }
 
 export interface ProbeDeps {
+  ctx: GpuContext;
   endpoints: EndpointStore;
   events: EndpointEventStore;
   probe: ReadinessProbe;
@@ -44,6 +47,9 @@ export async function probeReplicas(
       // A replica never ready without an address is still provisioning: nothing to count yet.
       if (url === undefined && row.readySince === null) return;
       const ok = url !== undefined && (await deps.probe(url, model, replicaKey(record)));
+      // An interruptible machine that stops answering may have been outbid: ask the marketplace
+      // now, not at the next sync, so that a preemption is seen within one probe interval.
+      if (!ok && record.interruptible) await readPreemption(deps.ctx, record);
       const { fields, event } = probeOutcome(row, ok, deps.settings.readyAfter, new Date());
       await deps.endpoints.updateProbe(row.instanceId, fields);
       if (event) {
@@ -82,4 +88,14 @@ export function probeOutcome(
     return { fields, event: { kind: "not_ready", detail: "left routing: its model server failed a probe" } };
   }
   return { fields };
+}
+
+/** A fresh status read of an interruptible replica's machine; a preemption is stored at once (status sync). */
+async function readPreemption(ctx: GpuContext, record: InstanceRecord): Promise<void> {
+  try {
+    const market = await ctx.marketplace.getInstance(record.marketInstanceId!, undefined, { fresh: true });
+    if (market?.status === "preempted") await syncRecord(ctx, record, market);
+  } catch (err) {
+    ctx.logger.warn({ err, instance_id: record.instanceId }, "status read after a failed probe failed; the sync loop reads it next");
+  }
 }

@@ -54,11 +54,11 @@ export function endedReason({ row, record }: ReplicaFacts, now: Date, missingGra
   }
   switch (record.status) {
     case "exited":
-      return "its machine exited";
+      return record.preemptedAt !== null ? "its interruptible machine was preempted (outbid)" : "its machine exited";
     case "failed":
       return "its creation failed";
     case "destroyed":
-      return "its machine was destroyed or lost outside the endpoint";
+      return record.preemptedAt !== null ? "its interruptible machine was preempted (outbid), then destroyed" : "its machine was destroyed or lost outside the endpoint";
     default:
       return undefined;
   }
