@@ -6,6 +6,7 @@ import { SHOWN_MARKET_STATUSES, STORED_STATUSES } from "./store/status.js";
 import { listTemplates } from "./creation/templates.js";
 import { EVENT_KINDS } from "./endpoints/resource/endpoint-events.js";
 import { AUTOSCALE_BOUNDS, MAX_REPLICAS, NAME_PATTERN } from "./endpoints/resource/endpoint-request.js";
+import { CAPACITY_BOUNDS, DEFAULT_CAPACITY } from "./endpoints/resource/endpoint-capacity.js";
 import { ENDPOINT_STATES, REPLICA_STATES } from "./endpoints/replicas/replica-state.js";
 
 // What GpuService's validation enforces beyond the protos, from the constants it enforces it with
@@ -21,6 +22,8 @@ const autoscale = (key: keyof typeof AUTOSCALE_BOUNDS): JsonObject => {
   const bounds: { min: number; max: number; default?: number } = AUTOSCALE_BOUNDS[key];
   return { minimum: bounds.min, maximum: bounds.max, ...(bounds.default !== undefined ? { default: bounds.default } : {}) };
 };
+
+const capacity = (key: keyof typeof CAPACITY_BOUNDS): JsonObject => ({ minimum: CAPACITY_BOUNDS[key].min, maximum: CAPACITY_BOUNDS[key].max });
 
 /** The keys custom_config accepts (custom-config.ts), with the bounds it checks. */
 export const CUSTOM_CONFIG_SCHEMA: JsonObject = {
@@ -65,12 +68,16 @@ export const GPU_API_HINTS: ApiHints = {
     "gpu.v1.CreateEndpointRequest.custom_config": CUSTOM_CONFIG_SCHEMA,
     "gpu.v1.UpdateEndpointRequest.replicas": replicas,
     "gpu.v1.UpdateEndpointRequest.max_cost_per_hour": budget,
-    "gpu.v1.UpdateEndpointRequest.update_mask": { examples: ["autoscale", "replicas,maxCostPerHour"] },
+    "gpu.v1.UpdateEndpointRequest.update_mask": { examples: ["autoscale", "capacity", "replicas,maxCostPerHour"] },
     "gpu.v1.EndpointAutoscale.min_replicas": autoscale("min_replicas"),
     "gpu.v1.EndpointAutoscale.max_replicas": autoscale("max_replicas"),
     "gpu.v1.EndpointAutoscale.target_in_flight": autoscale("target_in_flight"),
     "gpu.v1.EndpointAutoscale.scale_up_after_s": autoscale("scale_up_after_s"),
     "gpu.v1.EndpointAutoscale.scale_down_after_s": autoscale("scale_down_after_s"),
+    "gpu.v1.EndpointCapacity.interruptible": { default: DEFAULT_CAPACITY.interruptible },
+    "gpu.v1.EndpointCapacity.on_demand_base": { ...capacity("on_demand_base"), default: DEFAULT_CAPACITY.onDemandBase },
+    "gpu.v1.EndpointCapacity.fallback": { default: DEFAULT_CAPACITY.fallback },
+    "gpu.v1.EndpointCapacity.bid_margin": { ...capacity("bid_margin"), default: DEFAULT_CAPACITY.bidMargin },
     "gpu.v1.ListEndpointEventsRequest.limit": limit,
     "gpu.v1.Endpoint.state": { enum: [...ENDPOINT_STATES] },
     "gpu.v1.EndpointInstance.state": { enum: [...REPLICA_STATES] },

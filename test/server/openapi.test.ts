@@ -105,6 +105,27 @@ describe("GET /openapi.json", () => {
     expect(() => expectValid(body, { autoscale: { min_replicas: 0, max_replicas: 17 } }, "misfit")).toThrow();
   });
 
+  it("documents endpoint capacity: its bounds and defaults, null to reset it, the kind of each replica and the counts", () => {
+    const schemas = doc.components.schemas;
+    expect(schemas["gpu.v1.EndpointCapacity"]!.properties).toMatchObject({
+      interruptible: { type: "boolean", default: false },
+      on_demand_base: { type: "integer", minimum: 0, maximum: 16, default: 0 },
+      fallback: { type: "boolean", default: true },
+      bid_margin: { type: "number", minimum: 0, maximum: 1, default: 0.25 },
+    });
+    const ref = { $ref: "#/components/schemas/gpu.v1.EndpointCapacity" };
+    expect(schemas["gpu.v1.CreateEndpointRequest"]!.properties!.capacity).toMatchObject(ref);
+    expect(schemas["gpu.v1.Endpoint"]!.properties!.capacity).toMatchObject(ref);
+    expect(schemas["gpu.v1.Endpoint"]!.properties).toMatchObject({ on_demand_replicas: { type: "integer" }, interruptible_replicas: { type: "integer" } });
+    expect(schemas["gpu.v1.EndpointInstance"]!.properties!.interruptible).toMatchObject({ type: "boolean" });
+    expect(schemas["gpu.v1.EndpointEvent"]!.properties!.kind).toMatchObject({ enum: expect.arrayContaining(["preempted", "fallback"]) });
+    const body = doc.paths["/api/gpu/endpoints/{name}"]!.patch!.requestBody!.content["application/json"].schema;
+    expect((body.properties as Record<string, JsonObject>).capacity).toMatchObject({ anyOf: [ref, { type: "null" }] });
+    expectValid(body, { capacity: null }, "capacity reset");
+    expectValid(body, { capacity: { interruptible: true, on_demand_base: 1 } }, "capacity on");
+    expect(() => expectValid(body, { capacity: { bid_margin: 2 } }, "misfit")).toThrow();
+  });
+
   it("gives every operation the {detail} error answers with their status codes", () => {
     for (const { path, op } of operations()) {
       for (const status of ["400", "500", "503"]) expect(op.responses[status]?.$ref).toBe(`#/components/responses/Error${status}`);

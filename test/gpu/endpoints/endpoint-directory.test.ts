@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { comingOf, createEndpointDirectory } from "../../../src/gpu/endpoints/resource/endpoint-directory.js";
 import { EndpointStore, type AutoscaleSettings } from "../../../src/gpu/endpoints/resource/endpoint-store.js";
+import { DEFAULT_CAPACITY } from "../../../src/gpu/endpoints/resource/endpoint-capacity.js";
 import { InstanceStore } from "../../../src/gpu/store/instance-store.js";
 import type { EndpointDirectory } from "../../../src/module.js";
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
@@ -22,7 +23,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-const create = (name: string, replicas: number) => store.insert({ name, templateName: "budget", replicas, maxCostPerHour: 5, customConfig: {}, autoscale: null });
+const create = (name: string, replicas: number) => store.insert({ name, templateName: "budget", replicas, maxCostPerHour: 5, customConfig: {}, autoscale: null, capacity: { ...DEFAULT_CAPACITY } });
 
 describe("endpoint directory: is a replica coming?", () => {
   it("a starting endpoint (replicas 1, a launch allowed) is coming, under its id", async () => {

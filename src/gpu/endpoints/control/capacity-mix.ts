@@ -5,7 +5,8 @@ import { replicaState, type ReplicaFacts } from "../replicas/replica-state.js";
 // fallback"), as pure rules the plan asks: which kind each launch is, which on-demand fallbacks may
 // go, and when to try to leave them. A replica's slot is written on its row when it is launched
 // (interruptible or on-demand); one launched for an interruptible slot whose record rents
-// on-demand (no bid fitted) is a fallback.
+// on-demand (no bid fitted) is a fallback: its row says so once the launch answered, and its
+// record says so even if the process died before.
 // - the first `on_demand_base` replicas are on-demand slots, the rest interruptible (all
 //   on-demand without `interruptible`);
 // - a fallback leaves only once an interruptible replica that takes its place is ready: one
@@ -21,13 +22,18 @@ export interface LaunchKind {
 }
 
 export function isFallback({ row, record }: ReplicaFacts): boolean {
-  return row.interruptible && record !== null && !record.interruptible;
+  return row.fallback || (row.interruptible && record !== null && !record.interruptible);
+}
+
+/** Whether the replica holds an interruptible slot (a bid, or a fallback standing in for one). */
+function inInterruptibleSlot({ row }: ReplicaFacts): boolean {
+  return row.interruptible || row.fallback;
 }
 
 /** The kinds of `count` launches filling a gap, given the serving replicas. */
 export function launchKinds(capacity: CapacitySettings, target: number, serving: readonly ReplicaFacts[], count: number): LaunchKind[] {
   const base = capacity.interruptible ? Math.min(capacity.onDemandBase, target) : target;
-  let onDemand = serving.filter((f) => !f.row.interruptible).length;
+  let onDemand = serving.filter((f) => !inInterruptibleSlot(f)).length;
   return Array.from({ length: count }, () => {
     if (onDemand < base) {
       onDemand++;
@@ -53,6 +59,6 @@ export function wantsReturn(capacity: CapacitySettings, target: number, serving:
   if (!capacity.interruptible) return false;
   const fallbacks = serving.filter(isFallback).length;
   const others = serving.filter((f) => !isFallback(f));
-  const coming = others.filter((f) => f.row.interruptible && replicaState(f) !== "ready").length;
+  const coming = others.filter((f) => inInterruptibleSlot(f) && replicaState(f) !== "ready").length;
   return fallbacks > 0 && others.length < target && coming === 0;
 }

@@ -48,7 +48,7 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
   if (priceCap <= 0) return holdBack(deps, endpoint, `one replica held back: ${budgetText}`);
   const instanceId = await ctx.instances.nextInstanceId();
   // The intent first (with its slot): should this process die from here on, the next round finds the row.
-  await endpoints.insertReplica(endpoint.id, instanceId, undefined, { interruptible: request.interruptible });
+  await endpoints.insertReplica(endpoint.id, instanceId, undefined, { interruptible: request.interruptible, fallback: false });
   const fence = {
     claimRecord: (trx: Knex.Transaction) => endpoints.claimRecord(instanceId, trx),
     async beforeRent() {
@@ -73,6 +73,7 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
   const machine = record ? `${record.gpuInfo.numGpus}x ${record.gpuInfo.gpuName} at $${costPerHour}/h (${rented})` : "a machine";
   await note(deps, endpoint, "launched", `${instanceId} launched on ${machine}`, instanceId);
   if (request.interruptible && record && !record.interruptible) {
+    await endpoints.markFallback(instanceId);
     await note(deps, endpoint, "fallback", `${instanceId} rented on-demand in an interruptible slot: no bid fits for less than an on-demand machine`, instanceId);
   }
   return { kind: "launched", costPerHour };

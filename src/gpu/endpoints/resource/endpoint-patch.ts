@@ -1,15 +1,16 @@
 import type { UpdateEndpointRequest } from "../../../../gen/gpu/v1/gpu_service_pb.js";
 import { excerpt, InvalidInputError } from "../../../errors.js";
+import { DEFAULT_CAPACITY, validCapacity, type CapacityMarket } from "./endpoint-capacity.js";
 import { MAX_REPLICAS, replicasWithAutoscale, validAutoscale, validBudget, validReplicas } from "./endpoint-request.js";
 import type { EndpointChange, EndpointRecord } from "./endpoint-store.js";
 
 // A PATCH of an endpoint (SPEC.md section 2, "Endpoints" and "autoscaling"). proto3 cannot tell
 // a field set to null from one left out, so the fields to change are those named in
 // update_mask (REST fills it from the body's keys), or without one those that are set; a field
-// named but not set is cleared, which only autoscale allows (off, keeping the target as the
-// fixed count).
+// named but not set is cleared, which only autoscale (off, keeping the target as the fixed count)
+// and capacity (back to its defaults: every replica on-demand) allow.
 
-const FIELDS = ["replicas", "max_cost_per_hour", "autoscale"] as const;
+const FIELDS = ["replicas", "max_cost_per_hour", "autoscale", "capacity"] as const;
 type Field = (typeof FIELDS)[number];
 
 const JSON_NAMES: Readonly<Record<string, Field>> = { maxCostPerHour: "max_cost_per_hour" };
@@ -21,6 +22,7 @@ function bad(field: string, message: string): InvalidInputError {
 function isSet(req: UpdateEndpointRequest, field: Field): boolean {
   if (field === "replicas") return req.replicas !== undefined;
   if (field === "max_cost_per_hour") return req.maxCostPerHour !== undefined;
+  if (field === "capacity") return req.capacity !== undefined;
   return req.autoscale !== undefined;
 }
 
@@ -40,11 +42,14 @@ function namedFields(req: UpdateEndpointRequest): Set<Field> {
   return named;
 }
 
-/** Validates a PATCH on its own, before the endpoint is read: bad input is a 400 whatever the endpoint. */
-export function patchOf(req: UpdateEndpointRequest): EndpointChange {
+/**
+ * Validates a PATCH on its own, before the endpoint is read: bad input is a 400 whatever the
+ * endpoint. `market` tells whether interruptible capacity can be rented at all.
+ */
+export function patchOf(req: UpdateEndpointRequest, market: CapacityMarket): EndpointChange {
   const named = namedFields(req);
   if (named.size === 0) {
-    throw bad("replicas", "Nothing to change: give replicas, max_cost_per_hour and/or autoscale");
+    throw bad("replicas", "Nothing to change: give replicas, max_cost_per_hour, autoscale and/or capacity");
   }
   const change: EndpointChange = {};
   if (named.has("replicas")) {
@@ -56,6 +61,7 @@ export function patchOf(req: UpdateEndpointRequest): EndpointChange {
     change.maxCostPerHour = validBudget(req.maxCostPerHour, true);
   }
   if (named.has("autoscale")) change.autoscale = req.autoscale ? validAutoscale(req.autoscale) : null;
+  if (named.has("capacity")) change.capacity = req.capacity ? validCapacity(req.capacity, market) : { ...DEFAULT_CAPACITY };
   if (change.autoscale && change.replicas !== undefined) throw replicasWithAutoscale();
   return change;
 }

@@ -2,6 +2,7 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import { excerpt, InvalidInputError } from "../../../errors.js";
 import { parseCustomConfig } from "../../creation/custom-config.js";
 import { findTemplate, listTemplates } from "../../creation/templates.js";
+import { DEFAULT_CAPACITY, validCapacity, type CapacityInput, type CapacityMarket } from "./endpoint-capacity.js";
 import type { AutoscaleSettings, NewEndpoint } from "./endpoint-store.js";
 
 // Validation of endpoint requests (SPEC.md section 2, "Endpoints"): bad input is a 400 naming
@@ -97,14 +98,19 @@ export function replicasWithAutoscale(): InvalidInputError {
   return bad("replicas", "replicas is the autoscaler's target while autoscale is on: give autoscale (min_replicas, max_replicas) or replicas, not both");
 }
 
-export function newEndpointOf(request: {
-  name: string;
-  templateName: string;
-  replicas?: number;
-  maxCostPerHour?: number;
-  customConfig?: JsonObject;
-  autoscale?: AutoscaleInput;
-}): NewEndpoint {
+/** Validates a POST; `market` tells whether interruptible capacity can be rented at all. */
+export function newEndpointOf(
+  request: {
+    name: string;
+    templateName: string;
+    replicas?: number;
+    maxCostPerHour?: number;
+    customConfig?: JsonObject;
+    autoscale?: AutoscaleInput;
+    capacity?: CapacityInput;
+  },
+  market: CapacityMarket,
+): NewEndpoint {
   const name = validName(request.name);
   if (!request.templateName) throw bad("template_name", "template_name is required");
   const template = findTemplate(request.templateName);
@@ -119,5 +125,6 @@ export function newEndpointOf(request: {
   const maxCostPerHour = validBudget(request.maxCostPerHour, true)!;
   const customConfig = request.customConfig ?? {};
   parseCustomConfig(customConfig, true);
-  return { name, templateName: template.name, replicas, maxCostPerHour, customConfig, autoscale };
+  const capacity = request.capacity ? validCapacity(request.capacity, market) : { ...DEFAULT_CAPACITY };
+  return { name, templateName: template.name, replicas, maxCostPerHour, customConfig, autoscale, capacity };
 }

@@ -7,6 +7,7 @@ import type { EndpointEventStore } from "./endpoint-events.js";
 import { checkPatch, patchOf } from "./endpoint-patch.js";
 import { newEndpointOf } from "./endpoint-request.js";
 import type { EndpointRecord, EndpointStore } from "./endpoint-store.js";
+import { capacitySummary, isDefaultCapacity } from "./endpoint-capacity.js";
 import { autoscaleSummary, endpointMessage, eventMessage } from "./endpoint-view.js";
 import { replicaFactsOf } from "../replicas/replica-facts.js";
 
@@ -42,7 +43,7 @@ export function createEndpointRpcs(options: EndpointServiceOptions): EndpointRpc
 
   return {
     async createEndpoint(req, context) {
-      const fresh = newEndpointOf({ ...req, customConfig: req.customConfig });
+      const fresh = newEndpointOf({ ...req, customConfig: req.customConfig }, ctx.marketplace);
       const endpoint = await ctx.knex.transaction(async (trx) => {
         const created = await endpoints.insert(fresh, trx);
         await events.append(
@@ -51,7 +52,8 @@ export function createEndpointRpcs(options: EndpointServiceOptions): EndpointRpc
             kind: "scaled",
             detail:
               `created with ${created.replicas} replica(s) of '${created.templateName}' within $${created.maxCostPerHour}/h` +
-              (created.autoscale ? `, autoscale ${autoscaleSummary(created.autoscale)}` : ""),
+              (created.autoscale ? `, autoscale ${autoscaleSummary(created.autoscale)}` : "") +
+              (isDefaultCapacity(created.capacity) ? "" : `, capacity ${capacitySummary(created.capacity)}`),
             actor: actorOf(context),
           },
           trx,
@@ -67,7 +69,7 @@ export function createEndpointRpcs(options: EndpointServiceOptions): EndpointRpc
       return view(await requireEndpoint(name));
     },
     async updateEndpoint(req, context) {
-      const change = patchOf(req);
+      const change = patchOf(req, ctx.marketplace);
       const current = await requireEndpoint(req.name);
       if (current.phase !== "active") throw new NotFoundError(`Endpoint '${excerpt(req.name)}' is ${current.phase}`);
       checkPatch(change, current);
@@ -108,6 +110,7 @@ function changeDetail(before: EndpointRecord, after: EndpointRecord, given: { re
   else if (after.autoscale && before.autoscale && autoscaleSummary(after.autoscale) !== autoscaleSummary(before.autoscale)) {
     parts.push(`autoscale changed: ${autoscaleSummary(after.autoscale)}`);
   } else if (!after.autoscale && before.autoscale) parts.push(`autoscale off: fixed at ${after.replicas} replica(s)`);
+  if (capacitySummary(after.capacity) !== capacitySummary(before.capacity)) parts.push(`capacity: ${capacitySummary(after.capacity)}`);
   if (given.replicas || after.replicas !== before.replicas) parts.push(`replicas ${before.replicas} -> ${after.replicas}`);
   if (given.budget) parts.push(`max_cost_per_hour $${before.maxCostPerHour}/h -> $${after.maxCostPerHour}/h`);
   return parts.join(", ");

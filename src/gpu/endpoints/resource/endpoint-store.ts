@@ -24,6 +24,21 @@ export interface AutoscaleSettings {
   scaleDownAfterS: number;
 }
 
+/**
+ * Which machines an endpoint's replicas are rented on (SPEC.md section 2, "Interruptible
+ * replicas"); every setting filled in, the defaults when never set (every replica on-demand).
+ */
+export interface CapacitySettings {
+  /** Rent replicas as interruptible bids where the marketplace has them. */
+  interruptible: boolean;
+  /** How many of the replicas are always on-demand (only counts with interruptible). */
+  onDemandBase: number;
+  /** With no interruptible offer that fits, rent an on-demand replica in its place. */
+  fallback: boolean;
+  /** The bid over the offer's minimum bid, as a share: bid = min_bid x (1 + bidMargin). */
+  bidMargin: number;
+}
+
 export interface EndpointRecord {
   id: string;
   name: string;
@@ -36,7 +51,6 @@ export interface EndpointRecord {
   autoscale: AutoscaleSettings | null;
   /** What the autoscaler remembers of the load between rounds. */
   autoscaleMemory: AutoscaleMemory;
-  /** Which machines its replicas are rented as: interruptible bids, on-demand, or a mix. */
   capacity: CapacitySettings;
   phase: EndpointPhase;
   /** Whether any replica has ever been ready (starting vs degraded). */
@@ -51,19 +65,6 @@ export interface EndpointRecord {
   deletedAt: Date | null;
 }
 
-/** How an endpoint's replicas are rented (SPEC.md section 2, "Interruptible replicas with on-demand fallback"). */
-export interface CapacitySettings {
-  interruptible: boolean;
-  /** Replicas always rented on-demand; with `interruptible` false, every replica is. */
-  onDemandBase: number;
-  /** Rent on-demand when no bid fits an interruptible slot. */
-  fallback: boolean;
-  /** A bid is the offer's minimum bid x (1 + bidMargin). */
-  bidMargin: number;
-}
-
-export const DEFAULT_CAPACITY: CapacitySettings = { interruptible: false, onDemandBase: 0, fallback: true, bidMargin: 0.25 };
-
 /** What the autoscaler remembers between rounds: the way wanted has stood from the target, since when, and its bound. */
 export interface AutoscaleMemory {
   direction: "up" | "down" | null;
@@ -72,13 +73,22 @@ export interface AutoscaleMemory {
   bound: number | null;
 }
 
-export type NewEndpoint = Pick<EndpointRecord, "name" | "templateName" | "replicas" | "maxCostPerHour" | "customConfig" | "autoscale">;
+export type NewEndpoint = Pick<EndpointRecord, "name" | "templateName" | "replicas" | "maxCostPerHour" | "customConfig" | "autoscale" | "capacity">;
 
-/** A PATCH: undefined leaves a field as it is; autoscale null turns autoscaling off. */
+/** A PATCH: undefined leaves a field as it is; autoscale null turns autoscaling off; capacity replaces the settings whole. */
 export interface EndpointChange {
   replicas?: number;
   maxCostPerHour?: number;
   autoscale?: AutoscaleSettings | null;
+  capacity?: CapacitySettings;
+}
+
+/** What kind of machine a replica is rented as; an on-demand replica is neither. */
+export interface ReplicaKind {
+  /** Rented as an interruptible bid. */
+  interruptible: boolean;
+  /** On-demand, rented in an interruptible slot because no bid fitted (never interruptible itself). */
+  fallback: boolean;
 }
 
 /** What the controller wrote down and observed about one replica. */
@@ -96,11 +106,13 @@ export interface ReplicaRow {
   condemnedAt: Date | null;
   /** Set while its instance record is written: from then on the row is never removed as a launch that never came. */
   recordClaimedAt: Date | null;
-  /** Rented for an interruptible slot (a bid, or an on-demand fallback when its record is not interruptible). */
-  interruptible: boolean;
   /** The controller decided to destroy it; the event to write once the destroy is confirmed. */
   destroyingAt: Date | null;
   destroyEvent: { kind: EventKind; detail: string } | null;
+  /** Rented as an interruptible bid. */
+  interruptible: boolean;
+  /** On-demand, rented in an interruptible slot because no bid fitted. */
+  fallback: boolean;
   createdAt: Date;
 }
 
@@ -121,6 +133,10 @@ interface EndpointRow {
   scale_direction: "up" | "down" | null;
   scale_since: Date | null;
   scale_bound: number | null;
+  capacity_interruptible: boolean;
+  capacity_on_demand_base: number;
+  capacity_fallback: boolean;
+  capacity_bid_margin: number;
   phase: EndpointPhase;
   ever_ready: boolean;
   budget_held: boolean;
@@ -141,10 +157,11 @@ interface ReplicaDbRow {
   draining_since: Date | null;
   condemned_at: Date | null;
   record_claimed_at: Date | null;
-  interruptible?: boolean;
   destroying_at: Date | null;
   destroy_event: EventKind | null;
   destroy_detail: string | null;
+  interruptible: boolean;
+  fallback: boolean;
   created_at: Date;
 }
 
@@ -158,7 +175,12 @@ function toEndpoint(row: EndpointRow): EndpointRecord {
     customConfig: row.custom_config ?? {},
     autoscale: toAutoscale(row),
     autoscaleMemory: { direction: row.scale_direction ?? null, since: row.scale_since ?? null, bound: row.scale_bound ?? null },
-    capacity: DEFAULT_CAPACITY,
+    capacity: {
+      interruptible: row.capacity_interruptible,
+      onDemandBase: row.capacity_on_demand_base,
+      fallback: row.capacity_fallback,
+      bidMargin: row.capacity_bid_margin,
+    },
     phase: row.phase,
     everReady: row.ever_ready,
     budgetHeld: row.budget_held,
@@ -191,6 +213,15 @@ function autoscaleColumns(settings: AutoscaleSettings | null) {
   };
 }
 
+function capacityColumns(settings: CapacitySettings) {
+  return {
+    capacity_interruptible: settings.interruptible,
+    capacity_on_demand_base: settings.onDemandBase,
+    capacity_fallback: settings.fallback,
+    capacity_bid_margin: settings.bidMargin,
+  };
+}
+
 function toReplica(row: ReplicaDbRow): ReplicaRow {
   return {
     instanceId: row.instance_id,
@@ -203,9 +234,10 @@ function toReplica(row: ReplicaDbRow): ReplicaRow {
     drainingSince: row.draining_since,
     condemnedAt: row.condemned_at,
     recordClaimedAt: row.record_claimed_at,
-    interruptible: row.interruptible ?? false,
     destroyingAt: row.destroying_at,
     destroyEvent: row.destroy_event ? { kind: row.destroy_event, detail: row.destroy_detail ?? "" } : null,
+    interruptible: row.interruptible,
+    fallback: row.fallback,
     createdAt: row.created_at,
   };
 }
@@ -238,6 +270,7 @@ export class EndpointStore {
           max_cost_per_hour: endpoint.maxCostPerHour,
           custom_config: JSON.stringify(endpoint.customConfig),
           ...autoscaleColumns(endpoint.autoscale),
+          ...capacityColumns(endpoint.capacity),
         })
         .returning("*");
       return toEndpoint(row as EndpointRow);
@@ -272,7 +305,7 @@ export class EndpointStore {
   /**
    * A PATCH: replicas, the budget, autoscaling on (the target kept within its new [min, max],
    * in the same statement so that a target the controller moved meanwhile is the one clamped),
-   * changed, or off (the target stays as the fixed count). It opens the launch gate at once, as
+   * changed, or off (the target stays as the fixed count), the capacity settings. It opens the launch gate at once, as
    * a caller who changes an endpoint expects to see it act.
    */
   async update(id: string, change: EndpointChange, trx?: Knex.Transaction): Promise<EndpointRecord | null> {
@@ -285,6 +318,7 @@ export class EndpointStore {
         // New settings: the autoscaler's memory of the load starts over.
         ...(autoscale !== undefined ? { ...autoscaleColumns(autoscale), scale_direction: null, scale_since: null, scale_bound: null } : {}),
         ...(autoscale ? { replicas: this.knex.raw("least(greatest(replicas, ?), ?)", [autoscale.minReplicas, autoscale.maxReplicas]) } : {}),
+        ...(change.capacity !== undefined ? capacityColumns(change.capacity) : {}),
         next_launch_at: null,
         updated_at: this.knex.fn.now(),
       })
@@ -354,9 +388,22 @@ export class EndpointStore {
     if (Object.keys(columns).length > 0) await (trx ?? this.knex)(ENDPOINTS).where({ id }).update(columns);
   }
 
-  /** Writes down a replica about to be launched, before its instance record exists. */
-  async insertReplica(endpointId: string, instanceId: string, trx?: Knex.Transaction, kind?: { interruptible: boolean }): Promise<void> {
-    await (trx ?? this.knex)(REPLICAS).insert({ endpoint_id: endpointId, instance_id: instanceId, ...(kind?.interruptible ? { interruptible: true } : {}) });
+  /**
+   * Writes down a replica about to be launched, before its instance record exists, with the kind
+   * of machine it is to be rented as (on-demand when not given).
+   */
+  async insertReplica(endpointId: string, instanceId: string, trx?: Knex.Transaction, kind?: ReplicaKind): Promise<void> {
+    await (trx ?? this.knex)(REPLICAS).insert({
+      endpoint_id: endpointId,
+      instance_id: instanceId,
+      interruptible: kind?.interruptible ?? false,
+      fallback: kind?.fallback ?? false,
+    });
+  }
+
+  /** A replica launched as a bid was rented on-demand instead (no bid fitted): a fallback. */
+  async markFallback(instanceId: string, trx?: Knex.Transaction): Promise<void> {
+    await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).update({ interruptible: false, fallback: true });
   }
 
   /** The replicas not removed, oldest first. */

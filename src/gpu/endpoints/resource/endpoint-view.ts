@@ -17,6 +17,11 @@ export function endpointUrl(name: string): string {
 export function endpointMessage(endpoint: EndpointRecord, replicas: readonly ReplicaFacts[], totalCost: number): MessageInitShape<typeof EndpointSchema> {
   // A deleting endpoint routes nothing: its replicas are being destroyed, ready or not.
   const routable = endpoint.phase === "active" ? replicas.filter(isRoutable).length : 0;
+  // A launch shows once its creation has chosen an offer and written the record; before that
+  // (milliseconds, or a budget recheck that finds nothing) there is nothing to show. The kind
+  // counts are over the replicas shown, so that they add up to `instances`.
+  const shown = replicas.filter((f) => f.record !== null);
+  const interruptible = shown.filter(isInterruptible).length;
   return {
     name: endpoint.name,
     templateName: endpoint.templateName,
@@ -29,15 +34,17 @@ export function endpointMessage(endpoint: EndpointRecord, replicas: readonly Rep
     url: endpointUrl(endpoint.name),
     createdAt: timestampFromDate(endpoint.createdAt),
     autoscale: endpoint.autoscale ?? undefined,
-    // A launch shows once its creation has chosen an offer and written the record; before that
-    // (milliseconds, or a budget recheck that finds nothing) there is nothing to show.
-    instances: replicas.filter((f) => f.record !== null).map((f) => ({
+    capacity: endpoint.capacity,
+    onDemandReplicas: shown.length - interruptible,
+    interruptibleReplicas: interruptible,
+    instances: shown.map((f) => ({
       instanceId: f.row.instanceId,
       state: replicaState(f),
       url: (f.record && replicaUrl(f.record)) ?? "",
       costPerHour: billedCost(f),
       readySince: f.row.readySince ? timestampFromDate(f.row.readySince) : undefined,
       failedProbes: f.row.failedProbes,
+      interruptible: isInterruptible(f),
     })),
   };
 }
@@ -55,4 +62,9 @@ export function eventMessage(event: EndpointEventRecord): MessageInitShape<typeo
     detail: event.detail,
     actor: event.actor,
   };
+}
+
+/** Rented as a bid: the record says what was rented (a launch for a bid may have fallen back to on-demand). */
+function isInterruptible(f: ReplicaFacts): boolean {
+  return f.record?.interruptible ?? f.row.interruptible;
 }
