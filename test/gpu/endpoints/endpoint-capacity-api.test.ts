@@ -159,6 +159,8 @@ describe("endpoint capacity over REST", () => {
             maxCost: null,
             modelApiKey: null,
             endpoint: "cap-mix",
+            // What was rented is the record's: a bid for the bid, on-demand for the others.
+            bidPerHour: kind?.interruptible ? 0.05 : null,
           },
           trx,
         );
