@@ -14,6 +14,8 @@ export interface EndpointJson {
   max_cost_per_hour: number;
   state: string;
   ready_replicas: number;
+  on_demand_replicas?: number;
+  interruptible_replicas?: number;
   cost_per_hour: number;
   total_cost: number;
   url: string;

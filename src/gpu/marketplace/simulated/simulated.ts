@@ -44,6 +44,8 @@ export interface SimulatedMarketplace extends Marketplace {
   restartInstance(id: string): Promise<void>;
   /** The bid instance is preempted as if outbid (`preempted`); its model server stops. */
   preempt(id: string): Promise<void>;
+  /** Closes the bid market (every machine outbid by others: no bid offer at all) or opens it again. */
+  setBidsOpen(open: boolean): void;
   /** The host drops off the network (`offline`); its model server stops. */
   setOffline(id: string): Promise<void>;
   /** The model server dies while the container keeps running: probes fail. */
@@ -91,6 +93,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
   let nextId = FIRST_INSTANCE_ID;
   let injectedFailure: Error | undefined;
   let injectedDestroyFailure: Error | undefined;
+  let bidsOpen = true;
   let closed = false;
   const random = options.random ?? Math.random;
 
@@ -272,6 +275,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
       await refresh();
       // Each simulated offer is a machine of its own: a creation's search says which, for spreading.
       const offers = currentOffers().map((o) => ({ ...o, machineId: o.id }));
+      if (filter.interruptible && !bidsOpen) return [];
       return filterOffers(filter.interruptible ? offers.map(asBidOffer) : offers, filter);
     },
 
@@ -394,6 +398,9 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
 
     failNextCreate(error) {
       injectedFailure = error ?? new OperationFailedError("The marketplace failed to provision the instance");
+    },
+    setBidsOpen(open) {
+      bidsOpen = open;
     },
     failNextDestroy(error) {
       injectedDestroyFailure = error ?? new UnavailableError("The marketplace did not answer the destroy");
