@@ -203,6 +203,47 @@ describe("endpoint plan", () => {
     });
   });
 
+  describe("interruptible capacity", () => {
+    const capacity = { interruptible: true, onDemandBase: 1, fallback: true, bidMargin: 0.25 };
+    /** A replica in an interruptible slot: a bid, or an on-demand fallback standing in for one. */
+    const slot = (id: string, kind: Kind, as: "bid" | "fallback") => {
+      const facts = replica(id, kind);
+      facts.row.interruptible = as === "bid";
+      facts.row.fallback = as === "fallback";
+      facts.record = { ...facts.record!, interruptible: as === "bid" };
+      return facts;
+    };
+    const launches = (actions: ReturnType<typeof planEndpoint>) =>
+      actions.map((a) => (a.kind === "launch" ? `launch ${a.interruptible ? (a.fallback ? "bid or fallback" : "bid only") : "on-demand"}` : `${a.kind}${"instanceId" in a ? ` ${a.instanceId}` : ""}`));
+    it("fills on_demand_base with on-demand replicas first, the rest with bids that may fall back", () => {
+      expect(launches(planEndpoint(endpoint({ replicas: 3, capacity }), [], NOW, SETTINGS))).toEqual(["launch on-demand", "launch bid or fallback", "launch bid or fallback"]);
+    });
+    it("rents everything on-demand without interruptible", () => {
+      expect(launches(planEndpoint(endpoint({ replicas: 2 }), [], NOW, SETTINGS))).toEqual(["launch on-demand", "launch on-demand"]);
+    });
+    it("replaces an outbid bid at once with a bid", () => {
+      const preempted = slot("b", "exited", "bid");
+      preempted.record = { ...preempted.record!, preemptedAt: ago(1000) };
+      const actions = planEndpoint(endpoint({ replicas: 2, capacity }), [replica("a", "ready"), preempted], NOW, SETTINGS);
+      expect(launches(actions)).toEqual(["remove b", "launch bid or fallback"]);
+      expect(actions[0]).toMatchObject({ kind: "remove", preempted: true });
+    });
+    it("tries one bid at a time beside the fallbacks, a bid or nothing, within replicas + 1", () => {
+      const replicas = [replica("a", "ready"), slot("f1", "ready", "fallback"), slot("f2", "ready", "fallback")];
+      expect(launches(planEndpoint(endpoint({ replicas: 3, capacity }), replicas, NOW, SETTINGS))).toEqual(["launch bid only"]);
+      const coming = [...replicas, slot("b", "starting", "bid")];
+      expect(launches(planEndpoint(endpoint({ replicas: 3, capacity }), coming, NOW, SETTINGS))).toEqual([]);
+    });
+    it("drains a fallback only once a bid that takes its place is ready", () => {
+      const replicas = [replica("a", "ready"), slot("f1", "ready", "fallback"), slot("f2", "ready", "fallback"), slot("b", "ready", "bid")];
+      expect(launches(planEndpoint(endpoint({ replicas: 3, capacity }), replicas, NOW, SETTINGS))).toEqual(["drain f1"]);
+    });
+    it("drains the fallbacks first when the target falls", () => {
+      const replicas = [replica("a", "ready"), slot("f1", "ready", "fallback")];
+      expect(launches(planEndpoint(endpoint({ replicas: 1, capacity }), replicas, NOW, SETTINGS))).toEqual(["drain f1"]);
+    });
+  });
+
   describe("a budget lowered below what runs", () => {
     const priced = (id: string, kind: Kind, cost: number) => {
       const facts = replica(id, kind);
