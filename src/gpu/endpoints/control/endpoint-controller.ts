@@ -62,6 +62,8 @@ interface Round {
   held: string | undefined;
   /** A preempted replica was removed: its replacement goes at once, whatever the backoff. */
   urgent: boolean;
+  /** The machines the endpoint's billed replicas run on. */
+  machineIds: string[];
 }
 
 function newRound(facts: readonly ReplicaFacts[]): Round {
@@ -70,7 +72,9 @@ function newRound(facts: readonly ReplicaFacts[]): Round {
     const f = byId.get(id);
     return f ? billedCost(f) : 0;
   };
-  return { byId, costOf, spend: facts.reduce((sum, f) => sum + billedCost(f), 0), blocked: false, launched: false, held: undefined, urgent: false };
+  const machineIds = facts.flatMap((f) => (f.record?.machineId && billedCost(f) > 0 ? [f.record.machineId] : []));
+  const spend = facts.reduce((sum, f) => sum + billedCost(f), 0);
+  return { byId, costOf, spend, blocked: false, launched: false, held: undefined, urgent: false, machineIds };
 }
 
 /** The round stops here: this process lost the lead. */
@@ -208,12 +212,13 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
       round.blocked = true;
       return;
     }
-    // The machines its other replicas run on: a new one goes elsewhere while offers there fit.
-    const avoidMachineIds = [...round.byId.values()].flatMap((f) => (f.record?.machineId && billedCost(f) > 0 ? [f.record.machineId] : []));
-    const request = { interruptible: action.interruptible, fallback: action.fallback, avoidMachineIds };
+    // The machines its other replicas run on, this round's launches included: a new one goes
+    // elsewhere while offers there fit.
+    const request = { interruptible: action.interruptible, fallback: action.fallback, avoidMachineIds: round.machineIds };
     const outcome = await launchReplica(launchDeps, endpoint, endpoint.maxCostPerHour - round.spend, request);
     if (outcome.kind === "launched") {
       round.spend += outcome.costPerHour;
+      if (outcome.machineId) round.machineIds.push(outcome.machineId);
       round.launched = true;
     } else if (outcome.kind === "failed") {
       round.blocked = true;

@@ -23,7 +23,7 @@ export function launchBackoffMs(failures: number): number {
 }
 
 export type LaunchOutcome =
-  | { kind: "launched"; costPerHour: number }
+  | { kind: "launched"; costPerHour: number; machineId: string | null }
   /** The budget leaves no room: nothing rented, the launch backs off. */
   | { kind: "held"; detail: string }
   /** Failed (event launch_failed, backoff), or its outcome is unknown (the reconciler settles it): the round launches no more. */
@@ -76,7 +76,7 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
     await endpoints.markFallback(instanceId);
     await note(deps, endpoint, "fallback", `${instanceId} rented on-demand in an interruptible slot: no bid fits for less than an on-demand machine`, instanceId);
   }
-  return { kind: "launched", costPerHour };
+  return { kind: "launched", costPerHour, machineId: record?.machineId ?? null };
 }
 
 async function failedLaunch(
