@@ -28,11 +28,17 @@ const recordOf = async (instanceId: string) =>
 
 describe("interruptible replicas on vast.ai", () => {
   it("spreads bids over machines, and replaces an outbid one with another bid", async () => {
-    // The cheapest bids are all on one machine: without spreading, both replicas would land on it.
-    const byBid = [...svc.vast.asks].sort((a, b) => a.min_bid - b.min_bid);
-    const crowded = byBid[0]!.machine_id;
-    for (const ask of byBid.slice(0, 6)) ask.machine_id = crowded;
-    await createEndpoint(svc.server.url, { name: "spread", template_name: "budget", replicas: 2, max_cost_per_hour: 5, capacity: CAPACITY });
+    await createEndpoint(svc.server.url, { name: "spread", template_name: "budget", replicas: 1, max_cost_per_hour: 5, capacity: CAPACITY });
+    const first = await waitForEndpoint(svc.server.url, "spread", "one bid ready", (e) => readyBids(e).length === 1, 30_000);
+    const { offer_id: firstAsk, machine_id: crowded } = (await svc.db.knex("gpu_instances").where({ instance_id: readyBids(first)[0]!.instance_id }).first()) as {
+      offer_id: string;
+      machine_id: string;
+    };
+    // Every other ask of the same GPUs (the next cheapest that fit) is on that machine too: without
+    // spreading, the second replica would land on it.
+    const model = svc.vast.asks.find((a) => String(a.id) === firstAsk)!;
+    for (const ask of svc.vast.asks) if (ask.gpu_name === model.gpu_name && ask.num_gpus === model.num_gpus) ask.machine_id = Number(crowded);
+    expect((await rest(svc.server.url, "PATCH", "/api/gpu/endpoints/spread", { replicas: 2 })).status).toBe(200);
     const ready = await waitForEndpoint(svc.server.url, "spread", "two bids ready", (e) => readyBids(e).length === 2, 30_000);
     const records = await Promise.all(readyBids(ready).map((i) => recordOf(i.instance_id)));
     expect(new Set(records.map((r) => r.machine_id)).size).toBe(2);
