@@ -1,0 +1,116 @@
+// npm run bench:serve, its settings: the compression of the simulated day into wall time, the
+// simulated marketplace's clocks, the controller's clocks, the three endpoints' settings, and the
+// peak the fixed policy is sized for. Every clock is chosen in simulated time and divided by the
+// compression, with a floor where the machine (two cores, one Node process, PostgreSQL) cannot go
+// faster; the printout says what each became in both times.
+import { DAY_S, mulberry32 } from "./serve-day.js";
+
+/** A streamed answer: 12 tokens over a simulated minute. */
+export const TOKENS = 12;
+export const STREAM_SIM_S = 60;
+/**
+ * Streams in flight per endpoint at the peak (Little's law: rate x stream length); twice that in a
+ * burst. Small, with a small target per replica, because the wall rate of requests grows with the
+ * compression and the service, its model servers and these callers share one process.
+ */
+export const PEAK_IN_FLIGHT = 8;
+export const TARGET_IN_FLIGHT = 2;
+/** The cold start: rent (creating) 30 s, boot and weights (loading) 90 to 210 s, model server 60 s: 3 to 5 simulated minutes. */
+const CREATING_SIM_S = 30;
+const LOADING_SIM_S = { min: 90, max: 210 };
+const MODEL_START_SIM_S = 60;
+/** Random preemptions per interruptible replica-hour, in simulated hours. */
+export const PREEMPT_PER_SIM_HOUR = 0.2;
+/** Interruptible bids at the market's min_bid x (1 + margin). */
+export const BID_MARGIN = 0.25;
+
+/**
+ * Ten times the simulated market's default catalogue: the policies rent the cheapest fitting
+ * offers, each offer one machine, and the fixed policy holds its machines all day, so with few
+ * cheap offers the autoscaled policies would pay more per machine-hour for renting later.
+ */
+export const CATALOGUE_SIZE = 3_200;
+
+export interface Setup {
+  wallMinutes: number;
+  /** Simulated seconds per wall second. */
+  factor: number;
+  /** Arrivals at the peak, per simulated second. */
+  peakPerS: number;
+  /** Replicas of the fixed policy: ceil(2 x peak rate x stream length / target_in_flight). */
+  fixedReplicas: number;
+  tokenDelayMs: number;
+  env: Record<string, string>;
+  autoscale: { min_replicas: number; max_replicas: number; target_in_flight: number; scale_up_after_s: number; scale_down_after_s: number };
+  market: { catalogue: { size: number }; creatingMs: number; loadingMs: number; modelServerStartMs: number; tokenDelayMs: number; preemptPerHour: number; random: () => number };
+  /** Lines that say what each clock is, wall and simulated. */
+  describe: string[];
+}
+
+export function setupFor(wallMinutes: number, seed: number): Setup {
+  const factor = DAY_S / (wallMinutes * 60);
+  const wallMs = (simS: number) => (simS * 1000) / factor;
+  const simOf = (ms: number) => `${fmtSim((ms / 1000) * factor)}`;
+  const peakPerS = PEAK_IN_FLIGHT / STREAM_SIM_S;
+  const fixedReplicas = Math.ceil((2 * peakPerS * STREAM_SIM_S) / TARGET_IN_FLIGHT);
+  const tokenDelayMs = wallMs(STREAM_SIM_S) / TOKENS;
+
+  const probeMs = Math.round(Math.max(250, wallMs(10)));
+  const clocks = {
+    GPU_ENDPOINT_PROBE_MS: probeMs,
+    GPU_ENDPOINT_READY_AFTER: 2,
+    GPU_STATUS_SYNC_MS: Math.round(Math.max(500, wallMs(15))),
+    GPU_STATUS_CACHE_MS: 0,
+    GPU_ENDPOINT_UNHEALTHY_MS: Math.round(Math.max(4 * probeMs, wallMs(180))),
+    GPU_ENDPOINT_START_TIMEOUT_MS: Math.round(Math.max(5_000, wallMs(1_200))),
+    // Longer than a stream (and the event loop's delays on top), so that a drain never cuts one.
+    GPU_ENDPOINT_DRAIN_MS: Math.round(Math.max(1_000, wallMs(120))),
+    GPU_ENDPOINT_FIRST_BYTE_MS: Math.round(Math.max(10_000, wallMs(300))),
+    // Through a cold start (5 simulated minutes) plus the load's publication (1 s wall), a
+    // controller round and two probes, with room to spare.
+    GPU_ENDPOINT_HOLD_MS: Math.round(Math.max(15_000, wallMs(600))),
+  };
+  const env = Object.fromEntries(Object.entries(clocks).map(([k, v]) => [k, String(v)]));
+  const autoscale = {
+    min_replicas: 0,
+    max_replicas: fixedReplicas,
+    target_in_flight: TARGET_IN_FLIGHT,
+    scale_up_after_s: Math.round(120 / factor),
+    // The API's floor is 30 s (wall): at a high compression that is long in simulated time.
+    scale_down_after_s: Math.max(30, Math.round(600 / factor)),
+  };
+  // The loading time is drawn per rental: the simulated market reads loadingMs once per creation.
+  const coldRandom = mulberry32(seed + 1);
+  const market = {
+    catalogue: { size: CATALOGUE_SIZE },
+    creatingMs: wallMs(CREATING_SIM_S),
+    get loadingMs() {
+      return wallMs(LOADING_SIM_S.min + (LOADING_SIM_S.max - LOADING_SIM_S.min) * coldRandom());
+    },
+    modelServerStartMs: wallMs(MODEL_START_SIM_S),
+    tokenDelayMs,
+    preemptPerHour: PREEMPT_PER_SIM_HOUR * factor,
+    random: mulberry32(seed + 2),
+  };
+
+  const describe = [
+    `compression: 24 simulated hours in ${wallMinutes} wall minutes, ${factor.toFixed(0)}x (1 wall s = ${fmtSim(factor)})`,
+    `answers: ${TOKENS} streamed tokens ${tokenDelayMs.toFixed(1)} ms apart (${STREAM_SIM_S} simulated s); peak ${(peakPerS * 60).toFixed(1)} requests per simulated minute (${PEAK_IN_FLIGHT} in flight per endpoint), bursts ${(2 * peakPerS * 60).toFixed(1)}`,
+    `cold start on the simulated market: rent ${CREATING_SIM_S} s + boot and load ${LOADING_SIM_S.min}-${LOADING_SIM_S.max} s (uniform, per rental) + model server ${MODEL_START_SIM_S} s = 3 to 5 simulated minutes`,
+    `simulated market: ${CATALOGUE_SIZE} offers (10x its default catalogue); endpoints rent the cheapest that fit the 'budget' template`,
+    `preemptions: ${PREEMPT_PER_SIM_HOUR} per interruptible replica-hour (${market.preemptPerHour.toFixed(1)} per wall hour) plus half of them at 14:00; bids at min_bid x ${1 + BID_MARGIN}`,
+    `fixed: ceil(2 x peak rate x stream length / target_in_flight) = ceil(2 x ${PEAK_IN_FLIGHT} / ${TARGET_IN_FLIGHT}) = ${fixedReplicas} replicas (the bursts' load); autoscaled: 0..${fixedReplicas}, target ${TARGET_IN_FLIGHT} in flight`,
+    `autoscale: scale_up_after_s ${autoscale.scale_up_after_s} (${simOf(autoscale.scale_up_after_s * 1000)}), scale_down_after_s ${autoscale.scale_down_after_s} (${simOf(autoscale.scale_down_after_s * 1000)}; the API's floor is 30 s)`,
+    "clocks (wall ms = simulated):",
+    ...Object.entries(clocks).map(([k, v]) => `  ${k}=${v}${k.endsWith("_MS") && v > 0 ? ` = ${simOf(v)}` : ""}`),
+    "  load published by each process every 1000 ms (fixed in the service) = " + simOf(1000),
+  ];
+  return { wallMinutes, factor, peakPerS, fixedReplicas, tokenDelayMs, env, autoscale, market, describe };
+}
+
+/** Simulated seconds as `45 s`, `2.4 min` or `1.2 h`. */
+export function fmtSim(s: number): string {
+  if (s < 120) return `${s.toFixed(s < 10 ? 1 : 0)} simulated s`;
+  if (s < 7_200) return `${(s / 60).toFixed(1)} simulated min`;
+  return `${(s / 3_600).toFixed(1)} simulated h`;
+}

@@ -1,0 +1,261 @@
+// npm run bench:serve: a compressed day of load and a preemption trace on the simulated
+// marketplace against three endpoints side by side (SPEC.md section 2, "Interruptible replicas
+// with on-demand fallback"): `fixed` on-demand replicas sized for the peak, `ondemand` autoscaled
+// on-demand, `spot` autoscaled interruptible with on-demand fallback.
+//
+// One service in this process (startTestServer: its controller, its directory in PostgreSQL, its
+// proxy) on a fresh database and one simulated marketplace with compressed clocks. The same
+// Poisson arrivals (seeded: BENCH_SEED) go to the three endpoints, each a streamed chat
+// completion through the proxy. Money and machine-hours come from the instance records the
+// service keeps (gpu_instances.endpoint), clipped to the day. BENCH_SERVE_MINUTES sets the wall
+// minutes of the day (default 10).
+import { Agent } from "node:http";
+import { loadavg } from "node:os";
+import { createElasticsearchClient } from "../src/elasticsearch-client.js";
+import { createSimulatedMarketplace } from "../src/gpu/marketplace/simulated/simulated.js";
+import { createTestDatabase } from "../test/support/postgres.js";
+import { startTestServer } from "../test/support/server.js";
+import { clock, DAY_S, expectedArrivals, mulberry32, poissonArrivals, PROFILE_TEXT, quantile, rateShare } from "./serve-day.js";
+import { newTally, streamOnce, type Tally } from "./serve-load.js";
+import { eventsByHour, heldOf, machinesOf, moneyOf, TIMELINE_KINDS, type DayWindow, type Money } from "./serve-report.js";
+import { BID_MARGIN, setupFor, TOKENS } from "./serve-setup.js";
+import { adminDatabaseUrl, printTable, wholeNumber } from "./support.js";
+
+const POLICIES = ["fixed", "ondemand", "spot"] as const;
+type Policy = (typeof POLICIES)[number];
+/** Per endpoint, $/h: well above what its most replicas cost, so that the budget never holds a launch back. */
+const BUDGET_PER_HOUR = 10;
+const TARGETS: Partial<Record<Policy, number>> = { spot: 0.35, ondemand: 0.6 };
+const PREEMPT_HALF_AT_S = 14 * 3_600;
+
+async function main(): Promise<void> {
+  const minutes = Number(process.env.BENCH_SERVE_MINUTES ?? 10);
+  if (!(minutes > 0)) throw new Error(`BENCH_SERVE_MINUTES must be a number > 0, got '${process.env.BENCH_SERVE_MINUTES}'`);
+  const seed = wholeNumber(process.env.BENCH_SEED ?? "1", "BENCH_SEED");
+  const setup = setupFor(minutes, seed);
+  const arrivals = poissonArrivals(setup.peakPerS, mulberry32(seed));
+  console.log(`bench:serve, seed ${seed}`);
+  for (const line of setup.describe) console.log(line);
+  console.log(`the day's load:\n${PROFILE_TEXT}`);
+  console.log(`${arrivals.length} arrivals (Poisson; ${expectedArrivals(setup.peakPerS).toFixed(0)} expected), each sent to every endpoint\n`);
+
+  process.env.DATABASE_URL ??= adminDatabaseUrl();
+  const db = await createTestDatabase();
+  const market = createSimulatedMarketplace(setup.market);
+  const server = await startTestServer({ knex: db.knex, elasticsearch: createElasticsearchClient("http://127.0.0.1:9"), marketplace: market, env: setup.env });
+  const api = async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(`${server.url}${path}`, { method, headers: { "content-type": "application/json" }, body: body === undefined ? undefined : JSON.stringify(body) });
+    return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+  };
+  const created: Policy[] = [];
+  try {
+    const base = { template_name: "budget", max_cost_per_hour: BUDGET_PER_HOUR };
+    const capacity = { interruptible: true, on_demand_base: 0, fallback: true, bid_margin: BID_MARGIN };
+    const requests: Record<Policy, Record<string, unknown>> = {
+      fixed: { ...base, name: "fixed", replicas: setup.fixedReplicas },
+      ondemand: { ...base, name: "ondemand", autoscale: setup.autoscale },
+      spot: { ...base, name: "spot", autoscale: setup.autoscale, capacity },
+    };
+    const notRun = new Map<Policy, string>();
+    for (const policy of POLICIES) {
+      const answer = await api("POST", "/api/gpu/endpoints", requests[policy]);
+      if (answer.status !== 200) {
+        notRun.set(policy, `the service answered ${answer.status}: ${JSON.stringify(answer.body)}`);
+        continue;
+      }
+      created.push(policy);
+      // A service that ignored `capacity` would serve on-demand under the spot name: not that policy.
+      const shown = answer.body.capacity as { interruptible?: boolean } | undefined;
+      if (policy === "spot" && shown?.interruptible !== true) {
+        notRun.set(policy, `the service created it without interruptible capacity (capacity in its answer: ${JSON.stringify(shown ?? null)})`);
+        await api("DELETE", "/api/gpu/endpoints/spot");
+        created.pop();
+      }
+    }
+    for (const [policy, why] of notRun) console.log(`policy '${policy}' could not be created, and is left out: ${why}`);
+    const run = created.filter((p) => !notRun.has(p));
+    if (!run.includes("fixed")) throw new Error("the fixed policy could not be created: nothing to compare with");
+
+    // The fixed policy was running before the day began: its replicas are ready at 00:00.
+    const warmDeadline = Date.now() + 120_000;
+    for (;;) {
+      const fixed = (await api("GET", "/api/gpu/endpoints/fixed")).body as { state: string; ready_replicas: number };
+      if (fixed.state === "ready") break;
+      if (Date.now() > warmDeadline) throw new Error(`the fixed endpoint never became ready: ${JSON.stringify(fixed)}`);
+      await sleep(200);
+    }
+
+    const day = await replayDay(setup, arrivals, run, server.port, db.knex, market, api);
+    const window: DayWindow = { startMs: day.startMs, endMs: day.endMs, factor: setup.factor };
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    const money = new Map<Policy, Money>();
+    for (const policy of run) money.set(policy, moneyOf(await machinesOf(db.knex, policy), window));
+    await report(setup, run, notRun, day, window, money, metrics, db.knex);
+  } finally {
+    for (const policy of created) await api("DELETE", `/api/gpu/endpoints/${policy}`).catch(() => undefined);
+    await server.close();
+    await market.close();
+    await db.drop();
+  }
+}
+
+interface Day {
+  startMs: number;
+  endMs: number;
+  tallies: Map<Policy, Tally>;
+  /** The highest target (`replicas`) each endpoint showed, per simulated hour (sampled every 500 ms wall). */
+  topTarget: Map<Policy, number[]>;
+  arrivalsByHour: number[];
+  lateMs: number;
+  preemptedAt14: string;
+}
+
+/** Sends every arrival at its wall moment to every endpoint, preempts half the interruptible machines at 14:00, and waits for the last answer. */
+async function replayDay(
+  setup: ReturnType<typeof setupFor>,
+  arrivals: readonly number[],
+  run: readonly Policy[],
+  port: number,
+  knex: import("knex").Knex,
+  market: ReturnType<typeof createSimulatedMarketplace>,
+  api: (method: string, path: string) => Promise<{ status: number; body: Record<string, unknown> }>,
+): Promise<Day> {
+  const tallies = new Map(run.map((p) => [p, newTally()]));
+  const topTarget = new Map(run.map((p) => [p, Array.from({ length: 24 }, () => -1)]));
+  const agents = new Map(run.map((p) => [p, new Agent({ keepAlive: true })]));
+  const arrivalsByHour = Array.from({ length: 24 }, () => 0);
+  const open = new Set<Promise<void>>();
+  const startMs = Date.now();
+  const endMs = startMs + (DAY_S * 1000) / setup.factor;
+  const simNow = () => ((Date.now() - startMs) / 1000) * setup.factor;
+  let lateMs = 0;
+  let preemptedAt14 = run.includes("spot") ? "not reached" : "no interruptible policy";
+
+  const sampler = setInterval(() => {
+    const hour = Math.min(23, Math.floor(simNow() / 3_600));
+    void api("GET", "/api/gpu/endpoints").then(({ body }) => {
+      for (const e of (body.endpoints ?? []) as Array<{ name: Policy; replicas: number }>) {
+        const hours = topTarget.get(e.name);
+        if (hours) hours[hour] = Math.max(hours[hour]!, e.replicas);
+      }
+    }, () => undefined);
+  }, 500);
+
+  const preemptHalf = async () => {
+    const live = (await knex("gpu_instances")
+      .where({ endpoint: "spot", interruptible: true })
+      .whereNull("destroyed_at")
+      .whereNull("preempted_at")
+      .whereNotNull("market_instance_id")
+      .select("instance_id", "market_instance_id")) as Array<{ instance_id: string; market_instance_id: string }>;
+    const chosen = live.slice(0, Math.ceil(live.length / 2));
+    const results = await Promise.allSettled(chosen.map((r) => market.preempt(r.market_instance_id)));
+    const done = chosen.filter((_, i) => results[i]!.status === "fulfilled").map((r) => r.instance_id);
+    preemptedAt14 = `${done.length} of ${live.length} interruptible machines preempted at once (${done.join(", ") || "none"})`;
+  };
+  const preemptTimer = run.includes("spot") ? setTimeout(() => void preemptHalf(), (PREEMPT_HALF_AT_S * 1000) / setup.factor) : undefined;
+
+  await new Promise<void>((resolve) => {
+    let next = 0;
+    const tick = () => {
+      const now = simNow();
+      for (; next < arrivals.length && arrivals[next]! <= now; next++) {
+        const at = arrivals[next]!;
+        lateMs = Math.max(lateMs, ((now - at) * 1000) / setup.factor);
+        const hour = Math.floor(at / 3_600);
+        arrivalsByHour[hour]! += 1;
+        for (const policy of run) {
+          const p = streamOnce(agents.get(policy)!, port, policy, TOKENS, tallies.get(policy)!, hour);
+          open.add(p);
+          void p.then(() => open.delete(p));
+        }
+      }
+      if (next >= arrivals.length && Date.now() >= endMs) return resolve();
+      setTimeout(tick, 5);
+    };
+    tick();
+  });
+  clearTimeout(preemptTimer);
+  await Promise.all(open);
+  clearInterval(sampler);
+  for (const agent of agents.values()) agent.destroy();
+  return { startMs, endMs, tallies, topTarget, arrivalsByHour, lateMs, preemptedAt14 };
+}
+
+async function report(
+  setup: ReturnType<typeof setupFor>,
+  run: readonly Policy[],
+  notRun: ReadonlyMap<Policy, string>,
+  day: Day,
+  window: DayWindow,
+  money: ReadonlyMap<Policy, Money>,
+  metrics: string,
+  knex: import("knex").Knex,
+): Promise<void> {
+  const fixed = money.get("fixed")!;
+  const sim = (ms: number) => ((ms / 1000) * setup.factor).toFixed(1);
+  const col = (f: (p: Policy) => string) => run.map(f);
+  const m = (p: Policy) => money.get(p)!;
+  const t = (p: Policy) => day.tallies.get(p)!;
+  const waits = (p: Policy) => [...t(p).firstByteMs].sort((a, b) => a - b);
+  const share = (p: Policy) => m(p).dollars / fixed.dollars;
+  console.log(`\nthe day: arrivals sent up to ${day.lateMs.toFixed(0)} ms (wall) after their moment; 14:00: ${day.preemptedAt14}`);
+  console.log(`load average at the end ${loadavg().map((l) => l.toFixed(1)).join(" ")}\n`);
+  printTable([
+    ["", ...run],
+    ["machine-hours (simulated)", ...col((p) => m(p).machineHours.toFixed(1))],
+    ["dollars, as billed", ...col((p) => m(p).dollars.toFixed(2))],
+    ["dollars per machine-hour", ...col((p) => (m(p).dollars / m(p).machineHours).toFixed(3))],
+    ["machines rented (interruptible)", ...col((p) => `${m(p).machines} (${m(p).interruptibleMachines})`)],
+    ["most machines at once", ...col((p) => String(m(p).mostAtOnce))],
+    ["most replicas targeted", ...col((p) => String(Math.max(...day.topTarget.get(p)!)))],
+    ["requests answered", ...col((p) => String(t(p).answered))],
+    ["requests failed", ...col((p) => String(t(p).failed) + (t(p).failed ? ` (${[...t(p).failures].map(([k, v]) => `${k}: ${v}`).join(", ")})` : ""))],
+    ["requests held (gpu_endpoint_hold_seconds)", ...col((p) => String(heldOf(metrics, p).count))],
+    ["wait to first byte p50 / p99, simulated s", ...col((p) => `${sim(quantile(waits(p), 0.5))} / ${sim(quantile(waits(p), 0.99))}`)],
+    ["  the same in wall ms", ...col((p) => `${quantile(waits(p), 0.5).toFixed(0)} / ${quantile(waits(p), 0.99).toFixed(0)}`)],
+    ["machine-hours / fixed's", ...col((p) => (m(p).machineHours / fixed.machineHours).toFixed(3))],
+    ["dollars / fixed's", ...col((p) => share(p).toFixed(3))],
+  ]);
+
+  const autoscaled = run.filter((p) => p !== "fixed");
+  const topOf = (p: Policy) => Math.max(...day.topTarget.get(p)!);
+  const reached = Math.max(0, ...autoscaled.map(topOf));
+  console.log(
+    `\nfixed, sized up front for the bursts: ${setup.fixedReplicas} replicas; the autoscaled policies targeted at most ${reached} (${autoscaled.map((p) => `${p} ${topOf(p)}`).join(", ")}; max_replicas ${setup.autoscale.max_replicas}): ${reached <= setup.fixedReplicas ? "within" : "ABOVE"} the fixed count`,
+  );
+  console.log("targets:");
+  for (const [policy, limit] of Object.entries(TARGETS) as Array<[Policy, number]>) {
+    if (!run.includes(policy)) console.log(`  ${policy} dollars <= ${limit} x fixed: not run (${notRun.get(policy) ?? "left out"})`);
+    else console.log(`  ${policy} dollars <= ${limit} x fixed: ${share(policy).toFixed(3)} ${share(policy) <= limit ? "met" : "MISSED"}`);
+  }
+  for (const policy of run) console.log(`  ${policy} 0 failed requests: ${t(policy).failed} ${t(policy).failed === 0 ? "met" : "MISSED"}`);
+
+  for (const policy of autoscaled) {
+    const events = await eventsByHour(knex, policy, window);
+    const kinds = TIMELINE_KINDS.filter((k) => events.has(k));
+    console.log(`\n${policy}, per simulated hour: arrivals, machines billed (mean), highest target, events${kinds.length ? "" : " (none)"}, failed`);
+    printTable([
+      ["hour", "load", "arrivals", "machines", "target", ...kinds, "failed"],
+      ...Array.from({ length: 24 }, (_, h) => [
+        clock(h * 3_600),
+        `${Math.round(rateShare(h * 3_600 + 1_800) * 100)}%`,
+        String(day.arrivalsByHour[h]),
+        m(policy).byHour[h]!.toFixed(1),
+        day.topTarget.get(policy)![h]! < 0 ? "-" : String(day.topTarget.get(policy)![h]),
+        ...kinds.map((k) => String(events.get(k)![h] || "")),
+        String(t(policy).failedByHour[h] || ""),
+      ]),
+    ]);
+  }
+  console.log(`\nfixed: machines billed per hour ${fixed.byHour.map((x) => x.toFixed(1)).join(" ")}`);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
