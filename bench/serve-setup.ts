@@ -25,9 +25,9 @@ export const PREEMPT_PER_SIM_HOUR = 0.2;
 export const BID_MARGIN = 0.25;
 
 /**
- * Ten times the simulated market's default catalogue: the policies rent the cheapest fitting
- * offers, each offer one machine, and the fixed policy holds its machines all day, so with few
- * cheap offers the autoscaled policies would pay more per machine-hour for renting later.
+ * Ten times the simulated market's default catalogue, for each policy's own market: an endpoint
+ * rents the cheapest fitting offers, each offer one machine, and a market of many offers close in
+ * price is what a large real one looks like to a single endpoint.
  */
 export const CATALOGUE_SIZE = 3_200;
 
@@ -97,7 +97,7 @@ export function setupFor(wallMinutes: number, seed: number): Setup {
     `compression: 24 simulated hours in ${wallMinutes} wall minutes, ${factor.toFixed(0)}x (1 wall s = ${fmtSim(factor)})`,
     `answers: ${TOKENS} streamed tokens ${tokenDelayMs.toFixed(1)} ms apart (${STREAM_SIM_S} simulated s); peak ${(peakPerS * 60).toFixed(1)} requests per simulated minute (${PEAK_IN_FLIGHT} in flight per endpoint), bursts ${(2 * peakPerS * 60).toFixed(1)}`,
     `cold start on the simulated market: rent ${CREATING_SIM_S} s + boot and load ${LOADING_SIM_S.min}-${LOADING_SIM_S.max} s (uniform, per rental) + model server ${MODEL_START_SIM_S} s = 3 to 5 simulated minutes`,
-    `simulated market: ${CATALOGUE_SIZE} offers (10x its default catalogue); endpoints rent the cheapest that fit the 'budget' template`,
+    `simulated market: one per policy, each of ${CATALOGUE_SIZE} offers (10x its default catalogue, the same for the three); an endpoint rents the cheapest that fit the 'budget' template`,
     `preemptions: ${PREEMPT_PER_SIM_HOUR} per interruptible replica-hour (${market.preemptPerHour.toFixed(1)} per wall hour) plus half of them at 14:00; bids at min_bid x ${1 + BID_MARGIN}`,
     `fixed: ceil(2 x peak rate x stream length / target_in_flight) = ceil(2 x ${PEAK_IN_FLIGHT} / ${TARGET_IN_FLIGHT}) = ${fixedReplicas} replicas (the bursts' load); autoscaled: 0..${fixedReplicas}, target ${TARGET_IN_FLIGHT} in flight`,
     `autoscale: scale_up_after_s ${autoscale.scale_up_after_s} (${simOf(autoscale.scale_up_after_s * 1000)}), scale_down_after_s ${autoscale.scale_down_after_s} (${simOf(autoscale.scale_down_after_s * 1000)}; the API's floor is 30 s)`,

@@ -3,10 +3,12 @@
 // with on-demand fallback"): `fixed` on-demand replicas sized for the peak, `ondemand` autoscaled
 // on-demand, `spot` autoscaled interruptible with on-demand fallback.
 //
-// One service in this process (startTestServer: its controller, its directory in PostgreSQL, its
-// proxy) on a fresh database and one simulated marketplace with compressed clocks. The same
+// Each policy runs on a service of its own in this process (startTestServer: its controller, its
+// directory in PostgreSQL, its proxy), on a fresh database and a simulated marketplace of its own
+// (the same catalogue, with compressed clocks): each rents from the whole market, as one endpoint
+// does from a real one, instead of the three competing for its cheapest machines. The same
 // Poisson arrivals (seeded: BENCH_SEED) go to the three endpoints, each a streamed chat
-// completion through the proxy. Money and machine-hours come from the instance records the
+// completion through the proxy. Money and machine-hours come from the instance records each
 // service keeps (gpu_instances.endpoint), clipped to the day. BENCH_SERVE_MINUTES sets the wall
 // minutes of the day (default 10).
 import { Agent } from "node:http";
@@ -40,13 +42,8 @@ async function main(): Promise<void> {
   console.log(`${arrivals.length} arrivals (Poisson; ${expectedArrivals(setup.peakPerS).toFixed(0)} expected), each sent to every endpoint\n`);
 
   process.env.DATABASE_URL ??= adminDatabaseUrl();
-  const db = await createTestDatabase();
-  const market = createSimulatedMarketplace(setup.market);
-  const server = await startTestServer({ knex: db.knex, elasticsearch: createElasticsearchClient("http://127.0.0.1:9"), marketplace: market, env: setup.env });
-  const api = async (method: string, path: string, body?: unknown) => {
-    const res = await fetch(`${server.url}${path}`, { method, headers: { "content-type": "application/json" }, body: body === undefined ? undefined : JSON.stringify(body) });
-    return { status: res.status, body: (await res.json()) as Record<string, unknown> };
-  };
+  const services = new Map<Policy, Service>();
+  for (const policy of POLICIES) services.set(policy, await startService(setup));
   const created: Policy[] = [];
   try {
     const base = { template_name: "budget", max_cost_per_hour: BUDGET_PER_HOUR };
@@ -58,6 +55,7 @@ async function main(): Promise<void> {
     };
     const notRun = new Map<Policy, string>();
     for (const policy of POLICIES) {
+      const { api } = services.get(policy)!;
       const answer = await api("POST", "/api/gpu/endpoints", requests[policy]);
       if (answer.status !== 200) {
         notRun.set(policy, `the service answered ${answer.status}: ${JSON.stringify(answer.body)}`);
@@ -79,24 +77,55 @@ async function main(): Promise<void> {
     // The fixed policy was running before the day began: its replicas are ready at 00:00.
     const warmDeadline = Date.now() + 120_000;
     for (;;) {
-      const fixed = (await api("GET", "/api/gpu/endpoints/fixed")).body as { state: string; ready_replicas: number };
+      const fixed = (await services.get("fixed")!.api("GET", "/api/gpu/endpoints/fixed")).body as { state: string; ready_replicas: number };
       if (fixed.state === "ready") break;
       if (Date.now() > warmDeadline) throw new Error(`the fixed endpoint never became ready: ${JSON.stringify(fixed)}`);
       await sleep(200);
     }
 
-    const day = await replayDay(setup, arrivals, run, server.port, db.knex, market, api);
+    const day = await replayDay(setup, arrivals, run, services);
     const window: DayWindow = { startMs: day.startMs, endMs: day.endMs, factor: setup.factor };
-    const metrics = await (await fetch(`${server.url}/metrics`)).text();
     const money = new Map<Policy, Money>();
-    for (const policy of run) money.set(policy, moneyOf(await machinesOf(db.knex, policy), window));
-    await report(setup, run, notRun, day, window, money, metrics, db.knex);
+    const held = new Map<Policy, number>();
+    for (const policy of run) {
+      const service = services.get(policy)!;
+      money.set(policy, moneyOf(await machinesOf(service.db.knex, policy), window));
+      held.set(policy, heldOf(await (await fetch(`${service.server.url}/metrics`)).text(), policy).count);
+    }
+    await report(setup, run, notRun, day, window, money, held, services);
   } finally {
-    for (const policy of created) await api("DELETE", `/api/gpu/endpoints/${policy}`).catch(() => undefined);
-    await server.close();
-    await market.close();
-    await db.drop();
+    for (const policy of created) await services.get(policy)!.api("DELETE", `/api/gpu/endpoints/${policy}`).catch(() => undefined);
+    for (const service of services.values()) await service.close();
   }
+}
+
+/** One policy's service: its database, its marketplace, the service on them, and its REST API. */
+interface Service {
+  db: Awaited<ReturnType<typeof createTestDatabase>>;
+  market: ReturnType<typeof createSimulatedMarketplace>;
+  server: Awaited<ReturnType<typeof startTestServer>>;
+  api(method: string, path: string, body?: unknown): Promise<{ status: number; body: Record<string, unknown> }>;
+  close(): Promise<void>;
+}
+
+async function startService(setup: ReturnType<typeof setupFor>): Promise<Service> {
+  const db = await createTestDatabase();
+  const market = createSimulatedMarketplace(setup.market);
+  const server = await startTestServer({ knex: db.knex, elasticsearch: createElasticsearchClient("http://127.0.0.1:9"), marketplace: market, env: setup.env });
+  return {
+    db,
+    market,
+    server,
+    async api(method, path, body) {
+      const res = await fetch(`${server.url}${path}`, { method, headers: { "content-type": "application/json" }, body: body === undefined ? undefined : JSON.stringify(body) });
+      return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+    },
+    async close() {
+      await server.close();
+      await market.close();
+      await db.drop();
+    },
+  };
 }
 
 interface Day {
@@ -115,10 +144,7 @@ async function replayDay(
   setup: ReturnType<typeof setupFor>,
   arrivals: readonly number[],
   run: readonly Policy[],
-  port: number,
-  knex: import("knex").Knex,
-  market: ReturnType<typeof createSimulatedMarketplace>,
-  api: (method: string, path: string) => Promise<{ status: number; body: Record<string, unknown> }>,
+  services: ReadonlyMap<Policy, Service>,
 ): Promise<Day> {
   const tallies = new Map(run.map((p) => [p, newTally()]));
   const topTarget = new Map(run.map((p) => [p, Array.from({ length: 24 }, () => -1)]));
@@ -133,16 +159,19 @@ async function replayDay(
 
   const sampler = setInterval(() => {
     const hour = Math.min(23, Math.floor(simNow() / 3_600));
-    void api("GET", "/api/gpu/endpoints").then(({ body }) => {
-      for (const e of (body.endpoints ?? []) as Array<{ name: Policy; replicas: number }>) {
-        const hours = topTarget.get(e.name);
-        if (hours) hours[hour] = Math.max(hours[hour]!, e.replicas);
-      }
-    }, () => undefined);
+    for (const policy of run) {
+      void services.get(policy)!.api("GET", "/api/gpu/endpoints").then(({ body }) => {
+        for (const e of (body.endpoints ?? []) as Array<{ name: Policy; replicas: number }>) {
+          const hours = topTarget.get(e.name);
+          if (hours) hours[hour] = Math.max(hours[hour]!, e.replicas);
+        }
+      }, () => undefined);
+    }
   }, 500);
 
   const preemptHalf = async () => {
-    const live = (await knex("gpu_instances")
+    const { db, market } = services.get("spot")!;
+    const live = (await db.knex("gpu_instances")
       .where({ endpoint: "spot", interruptible: true })
       .whereNull("destroyed_at")
       .whereNull("preempted_at")
@@ -165,7 +194,7 @@ async function replayDay(
         const hour = Math.floor(at / 3_600);
         arrivalsByHour[hour]! += 1;
         for (const policy of run) {
-          const p = streamOnce(agents.get(policy)!, port, policy, TOKENS, tallies.get(policy)!, hour);
+          const p = streamOnce(agents.get(policy)!, services.get(policy)!.server.port, policy, TOKENS, tallies.get(policy)!, hour);
           open.add(p);
           void p.then(() => open.delete(p));
         }
@@ -189,8 +218,8 @@ async function report(
   day: Day,
   window: DayWindow,
   money: ReadonlyMap<Policy, Money>,
-  metrics: string,
-  knex: import("knex").Knex,
+  held: ReadonlyMap<Policy, number>,
+  services: ReadonlyMap<Policy, Service>,
 ): Promise<void> {
   const fixed = money.get("fixed")!;
   const sim = (ms: number) => ((ms / 1000) * setup.factor).toFixed(1);
@@ -211,7 +240,7 @@ async function report(
     ["most replicas targeted", ...col((p) => String(Math.max(...day.topTarget.get(p)!)))],
     ["requests answered", ...col((p) => String(t(p).answered))],
     ["requests failed", ...col((p) => String(t(p).failed) + (t(p).failed ? ` (${[...t(p).failures].map(([k, v]) => `${k}: ${v}`).join(", ")})` : ""))],
-    ["requests held (gpu_endpoint_hold_seconds)", ...col((p) => String(heldOf(metrics, p).count))],
+    ["requests held (gpu_endpoint_hold_seconds)", ...col((p) => String(held.get(p) ?? 0))],
     ["wait to first byte p50 / p99, simulated s", ...col((p) => `${sim(quantile(waits(p), 0.5))} / ${sim(quantile(waits(p), 0.99))}`)],
     ["  the same in wall ms", ...col((p) => `${quantile(waits(p), 0.5).toFixed(0)} / ${quantile(waits(p), 0.99).toFixed(0)}`)],
     ["machine-hours / fixed's", ...col((p) => (m(p).machineHours / fixed.machineHours).toFixed(3))],
@@ -232,7 +261,7 @@ async function report(
   for (const policy of run) console.log(`  ${policy} 0 failed requests: ${t(policy).failed} ${t(policy).failed === 0 ? "met" : "MISSED"}`);
 
   for (const policy of autoscaled) {
-    const events = await eventsByHour(knex, policy, window);
+    const events = await eventsByHour(services.get(policy)!.db.knex, policy, window);
     const kinds = TIMELINE_KINDS.filter((k) => events.has(k));
     console.log(`\n${policy}, per simulated hour: arrivals, machines billed (mean), highest target, events${kinds.length ? "" : " (none)"}, failed`);
     printTable([
