@@ -4,7 +4,7 @@ import { createTestElasticsearch } from "../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
 import { startTestServer, type TestServer } from "../../support/server.js";
 import { waitFor } from "../helpers.js";
-import { createEndpoint, eventsOf, FAST_ENDPOINT_ENV, getEndpoint, liveMachines, waitForEndpoint, type EventJson } from "./helpers.js";
+import { createEndpoint, eventsOf, FAST_ENDPOINT_ENV, getEndpoint, liveMachines, waitForEndpoint, watchMachines, type EventJson } from "./helpers.js";
 
 // Endpoints that follow their load, end to end on the real service: the simulated marketplace's
 // model servers (each answer 12 tokens, 400 ms apart: streams of about five seconds), the real
@@ -55,34 +55,12 @@ async function stream(via: TestServer, name: string): Promise<Answer> {
 const kinds = (events: EventJson[]) => events.map((e) => e.kind);
 const scaledTo = (events: EventJson[], to: number) => events.find((e) => e.kind === "scaled" && e.actor === "system" && e.detail.includes(`-> ${to}:`));
 
-/** Samples the endpoint's billed machines until stopped: the most at once, and the highest spend. */
-function watchMachines(name: string) {
-  let most = 0;
-  let spend = 0;
-  let running = true;
-  const loop = (async () => {
-    while (running) {
-      const live = (await db.knex("gpu_instances").where({ endpoint: name }).whereNotIn("status", ["destroyed", "failed"]).select("cost_per_hour")) as Array<{
-        cost_per_hour: number;
-      }>;
-      most = Math.max(most, live.length);
-      spend = Math.max(spend, live.reduce((sum, r) => sum + r.cost_per_hour, 0));
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-  })();
-  return async () => {
-    running = false;
-    await loop;
-    return { most, spend };
-  };
-}
-
 describe("endpoints that follow their load", () => {
   it("wakes from idle on one request, scales 1 -> 3 under 8 streams, and drains back to zero with no stream cut", async () => {
     const created = await createEndpoint(server.url, { name: "follows", template_name: "budget", max_cost_per_hour: 5, autoscale: AUTOSCALE });
     expect(created).toMatchObject({ state: "idle", replicas: 0 });
     expect(await liveMachines(db.knex, "follows")).toEqual([]);
-    const watch = watchMachines("follows");
+    const watch = watchMachines(db.knex, "follows");
 
     // One request wakes it: held through the cold start, then answered, never a 503.
     const first = await stream(server, "follows");
@@ -105,7 +83,7 @@ describe("endpoints that follow their load", () => {
     await waitFor("no machine", async () => ((await liveMachines(db.knex, "follows")).length === 0 ? true : undefined));
     const seen = await watch();
     expect(seen.most).toBe(3); // never past max_replicas
-    expect(seen.spend).toBeLessThanOrEqual(5);
+    expect(seen.highestSpend).toBeLessThanOrEqual(5);
     const events = await eventsOf(server.url, "follows");
     expect(kinds(events).filter((k) => k === "idle")).toHaveLength(1);
     expect(kinds(events).filter((k) => k === "drained")).toHaveLength(3);

@@ -13,6 +13,7 @@ import {
   liveMachines,
   readyIds,
   waitForEndpoint,
+  watchMachines,
   type EventJson,
 } from "./helpers.js";
 
@@ -40,30 +41,7 @@ const marketIdOf = async (instanceId: string) =>
 
 const kinds = (events: EventJson[], instanceId?: string) => events.filter((e) => !instanceId || e.instance_id === instanceId).map((e) => e.kind);
 
-/**
- * Samples the endpoint's billed machines (records not destroyed or failed) until stopped: the
- * most machines and the highest summed cost_per_hour seen at any one time.
- */
-function watchSpend(name: string) {
-  let most = 0;
-  let highest = 0;
-  let running = true;
-  const loop = (async () => {
-    while (running) {
-      const live = (await db.knex("gpu_instances").where({ endpoint: name }).whereNotIn("status", ["destroyed", "failed"]).select("cost_per_hour")) as Array<{
-        cost_per_hour: number;
-      }>;
-      most = Math.max(most, live.length);
-      highest = Math.max(highest, live.reduce((sum, r) => sum + r.cost_per_hour, 0));
-      await new Promise((resolve) => setTimeout(resolve, 10));
-    }
-  })();
-  return async () => {
-    running = false;
-    await loop;
-    return { most, highest };
-  };
-}
+const watchSpend = (name: string) => watchMachines(db.knex, name);
 
 async function deleteAndWait(name: string): Promise<void> {
   expect((await rest(server.url, "DELETE", `/api/gpu/endpoints/${name}`)).status).toBe(200);
@@ -179,7 +157,7 @@ describe("endpoint controller", () => {
     expect(down.ready_replicas).toBe(1);
     const seen = await spend();
     expect(seen.most).toBe(3);
-    expect(seen.highest).toBeLessThanOrEqual(5);
+    expect(seen.highestSpend).toBeLessThanOrEqual(5);
     const events = await eventsOf(server.url, "scales");
     expect(kinds(events).filter((k) => k === "drained")).toHaveLength(2);
     expect(events.filter((e) => e.kind === "scaled" && e.actor === "anonymous").map((e) => e.detail)).toEqual([
@@ -212,7 +190,7 @@ describe("endpoint controller", () => {
     expect(kinds(events).filter((k) => k === "launched")).toHaveLength(1);
     const seen = await spend();
     expect(seen.most).toBe(1);
-    expect(seen.highest).toBeLessThanOrEqual(budget);
+    expect(seen.highestSpend).toBeLessThanOrEqual(budget);
     // More budget lets the held replica launch.
     expect((await rest(server.url, "PATCH", "/api/gpu/endpoints/held", { max_cost_per_hour: 5 })).status).toBe(200);
     await waitForEndpoint(server.url, "held", "both ready", (e) => e.state === "ready" && e.ready_replicas === 2);

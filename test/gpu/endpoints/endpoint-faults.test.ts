@@ -5,7 +5,7 @@ import { createTestElasticsearch } from "../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
 import { startTestServer, type TestServer } from "../../support/server.js";
 import { rest, waitFor } from "../helpers.js";
-import { createEndpoint, eventsOf, FAST_ENDPOINT_ENV, getEndpoint, liveMachines, readyIds, waitForEndpoint, type EventJson } from "./helpers.js";
+import { createEndpoint, eventsOf, FAST_ENDPOINT_ENV, getEndpoint, liveMachines, readyIds, waitForEndpoint, watchMachines, type EventJson } from "./helpers.js";
 
 // What a review of the controller found, each on the real service (simulated marketplace, real
 // model servers and probes, real PostgreSQL): a lowered budget is enforced, scaling never cuts a
@@ -40,26 +40,6 @@ const endpointRow = async (name: string) =>
 const kinds = (events: EventJson[], instanceId?: string) => events.filter((e) => !instanceId || e.instance_id === instanceId).map((e) => e.kind);
 const settle = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** The endpoint's billed spend ($/h over records not destroyed or failed), sampled until stopped: the highest seen. */
-function watchSpend(name: string) {
-  let highest = 0;
-  let running = true;
-  const loop = (async () => {
-    while (running) {
-      const live = (await db.knex("gpu_instances").where({ endpoint: name }).whereNotIn("status", ["destroyed", "failed"]).select("cost_per_hour")) as Array<{
-        cost_per_hour: number;
-      }>;
-      highest = Math.max(highest, live.reduce((sum, r) => sum + r.cost_per_hour, 0));
-      await settle(10);
-    }
-  })();
-  return async () => {
-    running = false;
-    await loop;
-    return highest;
-  };
-}
-
 async function deleteAndWait(name: string): Promise<void> {
   expect((await rest(server.url, "DELETE", `/api/gpu/endpoints/${name}`)).status).toBe(200);
   await waitForEndpoint(server.url, name, "deleted", (e) => e.state === "deleted");
@@ -77,9 +57,9 @@ describe("endpoints under faults", () => {
     const after = await waitForEndpoint(server.url, "lowered", "within its budget", (e) => e.instances!.length === 1, 10_000);
     expect(after).toMatchObject({ state: "degraded", ready_replicas: 1 });
     expect(readyIds(after)).toEqual([cheap!.instance_id]);
-    const spend = watchSpend("lowered");
+    const spend = watchMachines(db.knex, "lowered");
     await settle(1000); // twenty rounds: nothing is launched into a budget that has no room
-    expect(await spend()).toBeLessThanOrEqual(budget);
+    expect((await spend()).highestSpend).toBeLessThanOrEqual(budget);
     const events = await eventsOf(server.url, "lowered");
     expect(kinds(events, costly!.instance_id)).toEqual(["launched", "ready", "scaled", "drained"]);
     expect(events.find((e) => e.kind === "scaled" && e.instance_id === costly!.instance_id)!.detail).toContain(`over its budget of $${budget}/h`);

@@ -89,3 +89,28 @@ export function directoryOn(knex: Knex): { readyReplicas(name: string): Promise<
 export async function liveMachines(knex: Knex, endpoint: string): Promise<Array<{ instance_id: string; status: string }>> {
   return knex("gpu_instances").where({ endpoint }).whereNotIn("status", ["destroyed", "failed"]).select("instance_id", "status");
 }
+
+/**
+ * Samples an endpoint's billed machines (records not destroyed or failed) every 10 ms until
+ * stopped: the most machines and the highest summed cost_per_hour seen at any one time.
+ */
+export function watchMachines(knex: Knex, endpoint: string): () => Promise<{ most: number; highestSpend: number }> {
+  let most = 0;
+  let highestSpend = 0;
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const live = (await knex("gpu_instances").where({ endpoint }).whereNotIn("status", ["destroyed", "failed"]).select("cost_per_hour")) as Array<{
+        cost_per_hour: number;
+      }>;
+      most = Math.max(most, live.length);
+      highestSpend = Math.max(highestSpend, live.reduce((sum, r) => sum + r.cost_per_hour, 0));
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  })();
+  return async () => {
+    running = false;
+    await loop;
+    return { most, highestSpend };
+  };
+}
