@@ -33,7 +33,9 @@ export function createEndpointLoop(options: EndpointLoopOptions): EndpointLoop {
   // Each tick starts a round for every endpoint whose last one has ended, without waiting for the
   // rounds to end: one endpoint's slow rental never holds another's next round.
   const decisions = every("endpoint controller round", async () => {
-    if (await leading()) void controller.decideOnce();
+    // Not awaited, so nothing else catches it: a round that cannot even list the endpoints (the
+    // database away) is logged here, never left to reject unhandled (which would end the process).
+    if (await leading()) void controller.decideOnce().catch((err: unknown) => options.logger.warn({ err }, "endpoint controller round failed; retrying next round"));
   });
   return {
     start() {
