@@ -4,7 +4,7 @@ import type { Logger } from "pino";
 import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from "../../module.js";
 import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
 import { downstreamHeaders, upstreamHeaders } from "./forward-headers.js";
-import { HoldQueues, RETRY_AFTER_SECONDS, refusalDetail, refuse, type Held } from "./hold-queue.js";
+import { HoldQueues, RETRY_AFTER_SECONDS, refusalDetail, refuse, type Held, type Unreached } from "./hold-queue.js";
 import { KeptBody } from "./kept-body.js";
 import type { ProxyMetrics } from "./proxy-metrics.js";
 import { createProxyLoad } from "./proxy-load.js";
@@ -14,7 +14,8 @@ import { ReplicaBalancer } from "./replica-balancer.js";
 // chosen by least outstanding requests; the answer is passed on as it arrives, never parsed nor
 // buffered; a connection error or a 502/503/504 before any answer byte is sent once more to
 // another ready replica. With no ready replica while one is coming, the request waits in the hold
-// queue (hold-queue.ts). docs/endpoints.md tells the rules an operator sees.
+// queue (hold-queue.ts), and so does one whose replicas could not be reached at all (preempted
+// between two probes). docs/endpoints.md tells the rules an operator sees.
 
 export interface EndpointProxyOptions {
   directory: EndpointDirectory;
@@ -54,7 +55,7 @@ const RETRYABLE_STATUS = new Set([502, 503, 504]);
 export function createEndpointProxy(options: EndpointProxyOptions): EndpointProxy {
   const { directory, maxBodyBytes, logger, metrics } = options;
   const load = options.load ?? createProxyLoad();
-  const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map(), load };
+  const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map(), load, requeue: () => false };
   const holds = new HoldQueues({
     directory,
     holdMs: options.holdMs ?? 300_000,
@@ -68,6 +69,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     dispatch: (held: Held, route: EndpointRoute) =>
       new Exchange(shared, held.req, held.res, held.name, route.endpointId, held.path, route.targets, process.hrtime.bigint(), held.body).start(),
   });
+  shared.requeue = (held, unreached) => holds.requeue(held, unreached);
 
   const handle = async (req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): Promise<void> => {
     const started = process.hrtime.bigint();
@@ -130,6 +132,8 @@ interface Shared {
   /** Parsed replica URLs, by URL text. */
   addresses: Map<string, Address>;
   load: ProxyLoad;
+  /** Holds again a request whose replicas could not be reached; false when it cannot wait. */
+  requeue(held: Held, unreached: Unreached): boolean;
 }
 
 interface Address {
@@ -144,6 +148,8 @@ class Exchange {
   private readonly body: KeptBody;
   private attempt: ClientRequest | undefined;
   private target!: RouteTarget;
+  /** The replicas this exchange could not reach. */
+  private readonly unreached: string[] = [];
   private retried = false;
   private answering = false;
   private settled = false;
@@ -247,9 +253,28 @@ class Exchange {
     if (attempt !== this.attempt || this.settled || this.answering) return;
     clearTimeout(this.timer);
     if (!attempt.reusedSocket) this.shared.balancer.shun(this.target);
+    if (!this.unreached.includes(this.target.instanceId)) this.unreached.push(this.target.instanceId);
     if (this.retryTo(this.nextTarget(attempt.reusedSocket))) return;
     this.shared.options.logger.warn({ endpoint: this.name, instance_id: this.target.instanceId, code: err.code }, "replica unreachable");
-    this.reply(502, `replica ${this.target.instanceId} could not be reached`);
+    const detail = `replica ${this.target.instanceId} could not be reached`;
+    if (this.requeue(detail)) return;
+    this.reply(502, detail);
+  }
+
+  /**
+   * Nothing was sent to the caller and the body is kept: the request waits in the hold queue for
+   * a replica other than the ones it could not reach, instead of answering 502.
+   */
+  private requeue(detail: string): boolean {
+    if (!this.body.replayable) return false;
+    this.body.detach();
+    const held: Held = { req: this.req, res: this.res, name: this.name, endpointId: this.endpointId, path: this.path, body: this.body };
+    if (!this.shared.requeue(held, { instanceIds: this.unreached, detail })) return false;
+    // This exchange is over without an answer: the one the hold queue starts answers.
+    this.settled = true;
+    this.counted = true;
+    this.attempt?.destroy();
+    return true;
   }
 
   private onFirstByteTimeout(attempt: ClientRequest): void {

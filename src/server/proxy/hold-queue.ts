@@ -2,13 +2,16 @@ import type { Logger } from "pino";
 import type { EndpointDirectory, EndpointRoute, ProxyLoad } from "../../module.js";
 import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
 import { KeptBody } from "./kept-body.js";
+import { SHUN_MS } from "./replica-balancer.js";
 import type { ProxyMetrics } from "./proxy-metrics.js";
 
 // Requests that found no ready replica while one is coming wait here, first in first out, per
 // endpoint (SPEC.md section 2, "Endpoints that follow their load", Holding): bounded in time
 // (holdMs) and in count (holdMax per endpoint in this process), dropped at once when their caller
 // leaves, and sent to the first replica that becomes ready. Held requests are counted as the
-// endpoint's load (ProxyLoad): they are what wakes and scales it.
+// endpoint's load (ProxyLoad): they are what wakes and scales it. A request whose replicas could
+// not be reached before any answer byte (a machine preempted or gone between two probes) comes
+// back here rather than answering 502, passing those replicas over, while a replica is coming.
 
 /** What a caller is told to wait before asking again: about one readiness probe. */
 export const RETRY_AFTER_SECONDS = 10;
@@ -40,10 +43,19 @@ export interface Held {
   body: KeptBody;
 }
 
+/** What a request sent back by `requeue` answers when nothing else is coming: the replica's failure. */
+export interface Unreached {
+  instanceIds: string[];
+  detail: string;
+}
+
 interface Entry extends Held {
   since: bigint;
   timer: NodeJS.Timeout;
   onClose: () => void;
+  /** Replicas that could not be reached, passed over until then (Date.now() ms). */
+  avoid?: Map<string, number>;
+  unreached?: Unreached;
 }
 
 interface Queue {
@@ -81,30 +93,50 @@ export class HoldQueues {
 
   /** Holds the request, or answers 503 at once when the queue is full or the service stops. */
   hold(req: NodeRequest, res: NodeResponse, name: string, path: string, route: EndpointRoute): void {
-    const { holdMs, holdMax, shutdown, metrics } = this.options;
-    if (shutdown?.aborted) return refuse(res, metrics, name, "the service is stopping");
-    if (holdMs === 0) return refuse(res, metrics, name, refusalDetail(name, undefined));
-    if (this.waiting(name) >= holdMax) {
-      return refuse(res, metrics, name, `endpoint '${name}' has no ready replica, and ${this.waiting(name)} requests already wait for one here (GPU_ENDPOINT_HOLD_MAX)`);
+    const refusal = this.refusal(name);
+    if (refusal !== undefined) return refuse(res, this.options.metrics, name, refusal);
+    let entry: Entry | undefined;
+    // Read while held: the upload must end within HTTP_REQUEST_TIMEOUT_MS, whatever the wait.
+    const body = new KeptBody(req, this.options.maxBodyBytes, () => this.onOverflow(entry!));
+    entry = this.enqueue({ req, res, name, endpointId: route.endpointId, path, body });
+  }
+
+  /**
+   * Holds again a request whose replicas (`unreached`) could not be reached before any answer
+   * byte, its body kept: it goes to another replica that is or becomes ready, passing those over
+   * for SHUN_MS; with nothing coming it answers 502 naming them. False (nothing done) when it
+   * cannot wait: the queue is full, the service stops, or holding is off.
+   */
+  requeue(held: Held, unreached: Unreached): boolean {
+    if (this.refusal(held.name) !== undefined || !held.body.replayable) return false;
+    const until = Date.now() + SHUN_MS;
+    const entry = this.enqueue(held, { avoid: new Map(unreached.instanceIds.map((id) => [id, until])), unreached });
+    held.body.onOverflow = () => this.onOverflow(entry);
+    return true;
+  }
+
+  /** Why a request cannot wait here now, or undefined. */
+  private refusal(name: string): string | undefined {
+    if (this.options.shutdown?.aborted) return "the service is stopping";
+    if (this.options.holdMs === 0) return refusalDetail(name, undefined);
+    if (this.waiting(name) >= this.options.holdMax) {
+      return `endpoint '${name}' has no ready replica, and ${this.waiting(name)} requests already wait for one here (GPU_ENDPOINT_HOLD_MAX)`;
     }
+    return undefined;
+  }
+
+  private enqueue(held: Held, extra: Pick<Entry, "avoid" | "unreached"> = {}): Entry {
+    const { holdMs, metrics } = this.options;
+    const { name, res } = held;
     let queue = this.queues.get(name);
     if (queue === undefined) {
       queue = { entries: [], poll: undefined };
       this.queues.set(name, queue);
     }
     const entry: Entry = {
-      req,
-      res,
-      name,
-      endpointId: route.endpointId,
-      path,
+      ...held,
+      ...extra,
       since: process.hrtime.bigint(),
-      // Read while held: the upload must end within HTTP_REQUEST_TIMEOUT_MS, whatever the wait.
-      body: new KeptBody(req, this.options.maxBodyBytes, () => {
-        if (!this.leave(entry)) return;
-        metrics.answered(name, 413);
-        sendJson(res, 413, { detail: `request body exceeds ${this.options.maxBodyBytes} bytes` }, req.httpVersionMajor === 1 ? { connection: "close" } : {});
-      }),
       timer: setTimeout(() => {
         if (this.leave(entry)) refuse(res, metrics, name, `no replica of endpoint '${name}' became ready within ${holdMs} ms`);
       }, holdMs),
@@ -117,13 +149,28 @@ export class HoldQueues {
     queue.entries.push(entry);
     this.options.load.held(entry.endpointId, 1);
     this.schedule(name, queue);
+    return entry;
   }
 
-  /** Sends every request held for `name` to `route`'s ready replicas, first in first out. */
+  private onOverflow(entry: Entry): void {
+    if (!this.leave(entry)) return;
+    const { maxBodyBytes, metrics } = this.options;
+    metrics.answered(entry.name, 413);
+    sendJson(entry.res, 413, { detail: `request body exceeds ${maxBodyBytes} bytes` }, entry.req.httpVersionMajor === 1 ? { connection: "close" } : {});
+  }
+
+  /**
+   * Sends every request held for `name` to `route`'s ready replicas, first in first out; one that
+   * passes over every ready replica (it could not reach them) stays.
+   */
   release(name: string, route: EndpointRoute): void {
     const queue = this.queues.get(name);
     if (queue === undefined) return;
-    for (const entry of [...queue.entries]) if (this.leave(entry)) this.options.dispatch(entry, route);
+    const now = Date.now();
+    for (const entry of [...queue.entries]) {
+      const targets = route.targets.filter((target) => (entry.avoid?.get(target.instanceId) ?? 0) <= now);
+      if (targets.length > 0 && this.leave(entry)) this.options.dispatch(entry, { ...route, targets });
+    }
   }
 
   private schedule(name: string, queue: Queue): void {
@@ -142,18 +189,24 @@ export class HoldQueues {
       this.options.logger.warn({ err, endpoint: name }, "endpoint directory failed while requests are held");
     }
     if (route === undefined) this.endAll(name, 404, `endpoint '${name}' not found`);
-    else if (route !== null && route.targets.length > 0) this.release(name, route);
-    else if (route !== null && !route.coming) this.endAll(name, 503, refusalDetail(name, route.refusal));
+    else if (route !== null) {
+      this.release(name, route);
+      if (!route.coming) this.endAll(name, 503, refusalDetail(name, route.refusal), true);
+    }
     if (queue.entries.length > 0) this.schedule(name, queue);
     else if (this.queues.get(name) === queue) this.queues.delete(name);
   }
 
-  private endAll(name: string, status: number, detail: string): void {
+  /** Answers every request held for `name`; with `nothingComing`, a requeued one its replicas' failure. */
+  private endAll(name: string, status: number, detail: string, nothingComing = false): void {
     const queue = this.queues.get(name);
     if (queue === undefined) return;
     for (const entry of [...queue.entries]) {
       if (!this.leave(entry)) continue;
-      if (status === 503) refuse(entry.res, this.options.metrics, name, detail);
+      if (nothingComing && entry.unreached !== undefined) {
+        this.options.metrics.answered(name, 502);
+        sendJson(entry.res, 502, { detail: entry.unreached.detail }, { "x-endpoint-instance": entry.unreached.instanceIds.at(-1)! });
+      } else if (status === 503) refuse(entry.res, this.options.metrics, name, detail);
       else sendJson(entry.res, status, { detail });
     }
   }

@@ -173,4 +173,44 @@ describe("holding in the endpoint proxy", () => {
     await closed;
     expect(Date.now() - started).toBeLessThan(1_000);
   });
+
+  it("holds a request whose replicas all refuse the connection while one is coming (preempted between two probes), then answers it from the next", async () => {
+    // Two replicas whose machines are gone, still listed as ready: the first try and its one retry both fail.
+    const gone = await Promise.all(["gpu-gone-1", "gpu-gone-2"].map(async (id) => {
+      const { target } = await recordingReplica(id);
+      const server = servers.pop()!;
+      await new Promise((resolve) => server.close(resolve));
+      return target;
+    }));
+    proxy.endpoints.set("preempted", gone);
+    proxy.coming.set("preempted", { coming: true });
+    const answer = callEndpoint(proxy, "/endpoints/preempted/v1/chat/completions", chat, { headers: { "x-seq": "7" } });
+    await heldCount(proxy, "preempted", 1);
+    // Still listed (the probes have not seen it yet): passed over, the request waits.
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect(counts(proxy, "preempted").held).toBe(1);
+    const next = await recordingReplica("gpu-next");
+    proxy.endpoints.set("preempted", [...gone, next.target]);
+    const res = await answer;
+    expect(res.status).toBe(200);
+    expect(res.headers.get("x-endpoint-instance")).toBe("gpu-next");
+    expect(next.seen).toEqual(["7"]);
+    expect(await metricValue(proxy, "gpu_endpoint_requests_total", 'endpoint="preempted",code="502"')).toBe(0);
+    expect(await metricValue(proxy, "gpu_endpoint_hold_seconds_count", 'endpoint="preempted"')).toBe(1);
+  });
+
+  it("answers 502 naming the replica when a request's replicas cannot be reached and nothing is coming", async () => {
+    const { target } = await recordingReplica("gpu-lost");
+    const server = servers.pop()!;
+    await new Promise((resolve) => server.close(resolve));
+    proxy.endpoints.set("lost", [target]);
+    proxy.coming.set("lost", { coming: true });
+    const answer = callEndpoint(proxy, "/endpoints/lost/v1/chat/completions", chat);
+    await heldCount(proxy, "lost", 1);
+    proxy.coming.set("lost", { coming: false, refusal: "parked" });
+    const res = await answer;
+    expect(res.status).toBe(502);
+    expect(res.headers.get("x-endpoint-instance")).toBe("gpu-lost");
+    expect(((await res.json()) as { detail: string }).detail).toBe("replica gpu-lost could not be reached");
+  });
 });
