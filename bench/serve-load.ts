@@ -2,7 +2,8 @@
 // through the service's proxy to each endpoint at the same wall moment, so that the policies face
 // the same load. Each request is counted as answered (200 and the stream ends with [DONE]) or
 // failed (another status, a connection error, or a stream cut before [DONE]), with its wait to
-// the first byte of the answer.
+// the first byte of the answer. A cut stream keeps the replica that answered it
+// (x-endpoint-instance): the report tells those cut by a preemption from the others.
 import { Agent, request } from "node:http";
 
 const BODY = (tokens: number) =>
@@ -17,13 +18,15 @@ export interface Tally {
   firstByteMs: number[];
   /** Failed requests per simulated hour of their arrival. */
   failedByHour: number[];
+  /** The replica of each stream cut mid-answer (x-endpoint-instance). */
+  cutOn: string[];
   inFlight: number;
   /** The most requests this client had open at once. */
   maxOpen: number;
 }
 
 export function newTally(): Tally {
-  return { answered: 0, failed: 0, failures: new Map(), firstByteMs: [], failedByHour: Array.from({ length: 24 }, () => 0), inFlight: 0, maxOpen: 0 };
+  return { answered: 0, failed: 0, failures: new Map(), firstByteMs: [], failedByHour: Array.from({ length: 24 }, () => 0), cutOn: [], inFlight: 0, maxOpen: 0 };
 }
 
 /** One streamed request to `/endpoints/{name}/v1/chat/completions`; resolves when it has ended either way. */
@@ -58,13 +61,17 @@ export function streamOnce(agent: Agent, port: number, name: string, tokens: num
         }
         let firstByte: number | undefined;
         let tail = "";
+        const cut = () => {
+          if (!settled) tally.cutOn.push(String(res.headers["x-endpoint-instance"]));
+          done("cut");
+        };
         res.on("data", (chunk: Buffer) => {
           firstByte ??= performance.now() - sent;
           tail = (tail + chunk.toString()).slice(-32);
         });
-        res.once("end", () => done(tail.endsWith("data: [DONE]\n\n") ? undefined : "cut", firstByte));
-        res.once("error", () => done("cut"));
-        res.once("aborted", () => done("cut"));
+        res.once("end", () => (tail.endsWith("data: [DONE]\n\n") ? done(undefined, firstByte) : cut()));
+        res.once("error", cut);
+        res.once("aborted", cut);
       },
     );
     req.once("error", (err: NodeJS.ErrnoException) => done(`error ${err.code ?? err.message}`));

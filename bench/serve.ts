@@ -87,12 +87,15 @@ async function main(): Promise<void> {
     const window: DayWindow = { startMs: day.startMs, endMs: day.endMs, factor: setup.factor };
     const money = new Map<Policy, Money>();
     const held = new Map<Policy, number>();
+    const preempted = new Map<Policy, Set<string>>();
     for (const policy of run) {
       const service = services.get(policy)!;
-      money.set(policy, moneyOf(await machinesOf(service.db.knex, policy), window));
+      const machines = await machinesOf(service.db.knex, policy);
+      money.set(policy, moneyOf(machines, window));
+      preempted.set(policy, new Set(machines.filter((r) => r.preemptedAt !== null).map((r) => r.instanceId)));
       held.set(policy, heldOf(await (await fetch(`${service.server.url}/metrics`)).text(), policy).count);
     }
-    await report(setup, run, notRun, day, window, money, held, services);
+    await report(setup, run, notRun, day, window, money, held, preempted, services);
   } finally {
     for (const policy of created) await services.get(policy)!.api("DELETE", `/api/gpu/endpoints/${policy}`).catch(() => undefined);
     for (const service of services.values()) await service.close();
@@ -219,6 +222,7 @@ async function report(
   window: DayWindow,
   money: ReadonlyMap<Policy, Money>,
   held: ReadonlyMap<Policy, number>,
+  preempted: ReadonlyMap<Policy, ReadonlySet<string>>,
   services: ReadonlyMap<Policy, Service>,
 ): Promise<void> {
   const fixed = money.get("fixed")!;
@@ -228,6 +232,10 @@ async function report(
   const t = (p: Policy) => day.tallies.get(p)!;
   const waits = (p: Policy) => [...t(p).firstByteMs].sort((a, b) => a - b);
   const share = (p: Policy) => m(p).dollars / fixed.dollars;
+  // Failed requests by when: before any answer byte (the proxy's to prevent), or a stream cut
+  // mid-answer, on a machine that was preempted (its model server killed) or on another.
+  const cutByPreemption = (p: Policy) => t(p).cutOn.filter((id) => preempted.get(p)!.has(id)).length;
+  const beforeAnswer = (p: Policy) => t(p).failed - t(p).cutOn.length;
   console.log(`\nthe day: arrivals sent up to ${day.lateMs.toFixed(0)} ms (wall) after their moment; 14:00: ${day.preemptedAt14}`);
   console.log(`load average at the end ${loadavg().map((l) => l.toFixed(1)).join(" ")}\n`);
   printTable([
@@ -240,6 +248,9 @@ async function report(
     ["most replicas targeted", ...col((p) => String(Math.max(...day.topTarget.get(p)!)))],
     ["requests answered", ...col((p) => String(t(p).answered))],
     ["requests failed", ...col((p) => String(t(p).failed) + (t(p).failed ? ` (${[...t(p).failures].map(([k, v]) => `${k}: ${v}`).join(", ")})` : ""))],
+    ["  failed before the answer started", ...col((p) => String(beforeAnswer(p)))],
+    ["  streams cut by their machine's preemption", ...col((p) => String(cutByPreemption(p)))],
+    ["  streams cut otherwise", ...col((p) => String(t(p).cutOn.length - cutByPreemption(p)))],
     ["requests held (gpu_endpoint_hold_seconds)", ...col((p) => String(held.get(p) ?? 0))],
     ["wait to first byte p50 / p99, simulated s", ...col((p) => `${sim(quantile(waits(p), 0.5))} / ${sim(quantile(waits(p), 0.99))}`)],
     ["  the same in wall ms", ...col((p) => `${quantile(waits(p), 0.5).toFixed(0)} / ${quantile(waits(p), 0.99).toFixed(0)}`)],
@@ -258,7 +269,11 @@ async function report(
     if (!run.includes(policy)) console.log(`  ${policy} dollars <= ${limit} x fixed: not run (${notRun.get(policy) ?? "left out"})`);
     else console.log(`  ${policy} dollars <= ${limit} x fixed: ${share(policy).toFixed(3)} ${share(policy) <= limit ? "met" : "MISSED"}`);
   }
-  for (const policy of run) console.log(`  ${policy} 0 failed requests: ${t(policy).failed} ${t(policy).failed === 0 ? "met" : "MISSED"}`);
+  for (const policy of run) {
+    const cut = t(policy).cutOn.length;
+    const why = t(policy).failed === 0 ? "" : ` (${beforeAnswer(policy)} before the answer started, ${cutByPreemption(policy)} streams cut by a preemption, ${cut - cutByPreemption(policy)} cut otherwise)`;
+    console.log(`  ${policy} 0 failed requests: ${t(policy).failed} ${t(policy).failed === 0 ? "met" : "MISSED"}${why}`);
+  }
 
   for (const policy of autoscaled) {
     const events = await eventsByHour(services.get(policy)!.db.knex, policy, window);
