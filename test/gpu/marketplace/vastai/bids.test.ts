@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ConflictError } from "../../../../src/errors.js";
+import { ConflictError, InvalidInputError, NotFoundError } from "../../../../src/errors.js";
 import type { CreateMarketInstanceRequest, Marketplace } from "../../../../src/gpu/marketplace/port.js";
 import { createVastMarketplace } from "../../../../src/gpu/marketplace/vastai/vastai.js";
 import { bidTotal, dphTotal, storagePerHour } from "../../../support/vastai/catalogue.js";
@@ -145,5 +145,18 @@ describe("vast.ai bids", () => {
     expect(change!.body).toEqual({ client_id: "me", price: ask.min_bid });
     expect(await statusOf(created.id)).toBe("running");
     expect((await market.getInstance(created.id))!.dphTotal).toBe(bidTotal(ask, ask.min_bid, 20));
+  });
+
+  it("refuses a change of bid as vast.ai does: 404 no_such_instance is not found, 400 invalid_args a clear invalid input", async () => {
+    await expect(market.changeBid!("987654", 0.5)).rejects.toBeInstanceOf(NotFoundError);
+    const ask = rentable();
+    const bid = await market.createInstance(request(String(ask.id), "d1/gpu-9", { bidPerHour: ask.min_bid }));
+    await expect(market.changeBid!(bid.id, 0)).rejects.toThrow(InvalidInputError);
+    await expect(market.changeBid!(bid.id, 0)).rejects.toThrow(/vast\.ai refused the bid of \$0\/h: Please set a bid price >= 0\.001\./);
+    const onDemand = await market.createInstance(request(String(rentable("RTX 4090").id), "d1/gpu-10"));
+    await expect(market.changeBid!(onDemand.id, 0.5)).rejects.toThrow(/is not an interruptible instance/);
+    // Each refusal was one request: a 4xx is not retried.
+    expect(calls("PUT", /^\/api\/v0\/instances\/bid_price\/\d+\/$/).length).toBe(4);
+    expect((await market.getInstance(bid.id))!.dphTotal).toBe(bidTotal(ask, ask.min_bid, 20));
   });
 });
