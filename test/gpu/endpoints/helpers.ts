@@ -114,3 +114,51 @@ export function watchMachines(knex: Knex, endpoint: string): () => Promise<{ mos
     return { most, highestSpend };
   };
 }
+
+/**
+ * Streamed chat completions through the proxy, `inFlight` at a time, until the returned function
+ * is called: answers by outcome (complete with [DONE], failed before the answer started, cut).
+ */
+export function streamLoad(baseUrl: string, name: string, inFlight: number): () => Promise<{ complete: number; failedBeforeStart: number; cut: number }> {
+  const tally = { complete: 0, failedBeforeStart: 0, cut: 0 };
+  let running = true;
+  const one = async () => {
+    while (running) {
+      const res = await fetch(`${baseUrl}/endpoints/${name}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ messages: [{ role: "user", content: "hi" }], max_tokens: 12, stream: true }),
+      }).catch(() => undefined);
+      if (!res || res.status !== 200) {
+        tally.failedBeforeStart++;
+        continue;
+      }
+      const text = await res.text().catch(() => "");
+      if (text.endsWith("data: [DONE]\n\n")) tally.complete++;
+      else tally.cut++;
+    }
+  };
+  const loops = Array.from({ length: inFlight }, one);
+  return async () => {
+    running = false;
+    await Promise.all(loops);
+    return tally;
+  };
+}
+
+/** Samples the endpoint's ready replicas every 20 ms until stopped: the fewest seen. */
+export function watchFewestReady(baseUrl: string, name: string): () => Promise<number> {
+  let fewest = Infinity;
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      fewest = Math.min(fewest, (await getEndpoint(baseUrl, name)).ready_replicas);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  })();
+  return async () => {
+    running = false;
+    await loop;
+    return fewest;
+  };
+}
