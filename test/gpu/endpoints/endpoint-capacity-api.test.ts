@@ -143,7 +143,7 @@ describe("endpoint capacity over REST", () => {
         ["gpu-cap-fallback", { interruptible: false, fallback: true }],
       ] as const;
       for (const [instanceId, kind] of kinds) {
-        await store.insertReplica(endpoint.id, instanceId, trx, kind);
+        await store.replicas.insert(endpoint.id, instanceId, trx, kind);
         await instances.insertCreating(
           {
             instanceId,
@@ -166,10 +166,10 @@ describe("endpoint capacity over REST", () => {
         );
       }
       // A launch whose record is not written yet: not listed, so not counted either.
-      await store.insertReplica(endpoint.id, "gpu-cap-unwritten", trx, { interruptible: true, fallback: false });
+      await store.replicas.insert(endpoint.id, "gpu-cap-unwritten", trx, { interruptible: true, fallback: false });
     });
 
-    const rows = await store.replicasOf((await store.getByName("cap-mix"))!.id);
+    const rows = await store.replicas.listOf((await store.getByName("cap-mix"))!.id);
     expect(rows.map((r) => [r.instanceId, r.interruptible, r.fallback])).toEqual([
       ["gpu-cap-base", false, false],
       ["gpu-cap-bid", true, false],

@@ -48,7 +48,7 @@ describe("endpoint directory: is a replica coming?", () => {
     const endpoint = await create("budget", 2);
     await store.setControl(endpoint.id, { budgetHeld: true });
     expect(await directory.route("budget")).toMatchObject({ coming: false, refusal: "budget" });
-    await store.insertReplica(endpoint.id, "gpu-on-its-way");
+    await store.replicas.insert(endpoint.id, "gpu-on-its-way");
     expect(await directory.route("budget")).toMatchObject({ coming: true });
   });
 });

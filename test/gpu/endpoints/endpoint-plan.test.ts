@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { planEndpoint, type PlanSettings } from "../../../src/gpu/endpoints/control/endpoint-plan.js";
-import type { EndpointRecord, ReplicaRow } from "../../../src/gpu/endpoints/resource/endpoint-store.js";
+import type { EndpointRecord } from "../../../src/gpu/endpoints/resource/endpoint-store.js";
+import type { ReplicaRow } from "../../../src/gpu/endpoints/resource/replica-store.js";
 import { probeOutcome } from "../../../src/gpu/endpoints/replicas/replica-probes.js";
 import { endpointState, type ReplicaFacts } from "../../../src/gpu/endpoints/replicas/replica-state.js";
 import { launchBackoffMs } from "../../../src/gpu/endpoints/control/endpoint-controller.js";

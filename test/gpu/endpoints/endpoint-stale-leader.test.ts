@@ -68,7 +68,7 @@ describe("a leader whose lock lapses mid-round", () => {
     newLeader = await takeTheLead();
     const [row] = (await svc.db.knex("gpu_endpoint_replicas").whereNull("removed_at")) as Array<{ instance_id: string }>;
     // The new leader gives the launch up: its record never came.
-    expect(await EndpointStore.create({ knex: svc.db.knex }).removeUnclaimed(row!.instance_id)).toBe(true);
+    expect(await EndpointStore.create({ knex: svc.db.knex }).replicas.removeUnclaimed(row!.instance_id)).toBe(true);
     svc.vast.onSearch(undefined);
     release.open();
     await settle(1000); // twenty rounds of the old leader's timers

@@ -101,14 +101,14 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
    * (the sync loop retries it) is finished by a later round with this same event.
    */
   async function destroyReplica(endpoint: EndpointRecord, facts: ReplicaFacts | undefined, instanceId: string, kind: EventKind, detail: string): Promise<void> {
-    await endpoints.markDestroying(instanceId, { kind, detail });
+    await endpoints.replicas.markDestroying(instanceId, { kind, detail });
     await finish(endpoint, facts, instanceId, { kind, detail });
   }
 
   async function finish(endpoint: EndpointRecord, facts: ReplicaFacts | undefined, instanceId: string, event: { kind: EventKind; detail: string } | null) {
     const record = facts?.record ?? null;
     if (record && !isTerminal(record.status)) await destroyRecord(ctx, ACTOR_SYSTEM, record, "destroy_instance");
-    await endpoints.removeReplica(instanceId);
+    await endpoints.replicas.remove(instanceId);
     if (event) await note(endpoint, event.kind, event.detail, instanceId);
   }
 
@@ -155,15 +155,15 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
       case "remove":
         return remove(endpoint, round, facts, action);
       case "condemn":
-        await endpoints.condemn(action.instanceId);
+        await endpoints.replicas.condemn(action.instanceId);
         return note(endpoint, "unhealthy", `${action.instanceId} is replaced: ${action.reason}`, action.instanceId);
       case "retire":
         return retire(endpoint, round, action.instanceId, action.reason);
       case "drain":
-        await endpoints.markDraining(action.instanceId);
+        await endpoints.replicas.markDraining(action.instanceId);
         return note(endpoint, "scaled", `${action.instanceId} drains for ${settings.drainMs / 1000} s (${action.reason})`, action.instanceId);
       case "undrain":
-        await endpoints.undrain(action.instanceId);
+        await endpoints.replicas.undrain(action.instanceId);
         return note(endpoint, "scaled", `${action.instanceId} taken back from draining (scale up to ${endpoint.replicas})`, action.instanceId);
       case "drained":
         return destroyReplica(endpoint, facts, action.instanceId, "drained", `${action.instanceId} drained and destroyed`);
@@ -186,11 +186,11 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
     const { instanceId, reason } = action;
     const record = facts?.record ?? null;
     // A launch whose record never came is given up only if its record is not being written now.
-    if (record === null && !(await endpoints.removeUnclaimed(instanceId))) return;
+    if (record === null && !(await endpoints.replicas.removeUnclaimed(instanceId))) return;
     round.spend -= round.costOf(instanceId);
     if (record?.status === "failed") {
       // Nothing to destroy: a failed creation's machine is the creation's to release.
-      await endpoints.removeReplica(instanceId);
+      await endpoints.replicas.remove(instanceId);
       return launchFailed(launchDeps, endpoint, `${instanceId}: ${reason}`, instanceId);
     }
     if (action.preempted) {
@@ -246,14 +246,14 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
       // A creation still under way (here, or on a leader that just lost its lock) is waited for:
       // destroying only once it has a machine or has failed leaves no machine behind.
       const launching = record === null ? now - row.createdAt.getTime() < settings.missingGraceMs : record.status === "creating" && record.marketInstanceId === null;
-      if (launching || (record === null && !(await endpoints.removeUnclaimed(row.instanceId)))) {
+      if (launching || (record === null && !(await endpoints.replicas.removeUnclaimed(row.instanceId)))) {
         pending++;
         continue;
       }
       try {
         if (!(await confirmLead())) return;
         if (record && !isTerminal(record.status)) await destroyRecord(ctx, ACTOR_SYSTEM, record, "destroy_instance");
-        await endpoints.removeReplica(row.instanceId);
+        await endpoints.replicas.remove(row.instanceId);
       } catch (err) {
         pending++;
         ctx.logger.warn({ err, endpoint: endpoint.name, instance_id: row.instanceId }, "endpoint machine not destroyed yet; retrying next round");

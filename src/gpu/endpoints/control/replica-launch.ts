@@ -48,9 +48,9 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
   if (priceCap <= 0) return holdBack(deps, endpoint, `one replica held back: ${budgetText}`);
   const instanceId = await ctx.instances.nextInstanceId();
   // The intent first (with its slot): should this process die from here on, the next round finds the row.
-  await endpoints.insertReplica(endpoint.id, instanceId, undefined, { interruptible: request.interruptible, fallback: false });
+  await endpoints.replicas.insert(endpoint.id, instanceId, undefined, { interruptible: request.interruptible, fallback: false });
   const fence = {
-    claimRecord: (trx: Knex.Transaction) => endpoints.claimRecord(instanceId, trx),
+    claimRecord: (trx: Knex.Transaction) => endpoints.replicas.claimRecord(instanceId, trx),
     async beforeRent() {
       if (!(await deps.confirmLead())) throw new UnavailableError("this process no longer leads the endpoint controller; nothing is rented");
     },
@@ -73,7 +73,7 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
   const machine = record ? `${record.gpuInfo.numGpus}x ${record.gpuInfo.gpuName} at $${costPerHour}/h (${rented})` : "a machine";
   await note(deps, endpoint, "launched", `${instanceId} launched on ${machine}`, instanceId);
   if (request.interruptible && record && !record.interruptible) {
-    await endpoints.markFallback(instanceId);
+    await endpoints.replicas.markFallback(instanceId);
     await note(deps, endpoint, "fallback", `${instanceId} rented on-demand in an interruptible slot: no bid fits for less than an on-demand machine`, instanceId);
   }
   return { kind: "launched", costPerHour, machineId: record?.machineId ?? null };
@@ -101,8 +101,8 @@ async function failedLaunch(
     ctx.logger.warn({ err, endpoint: endpoint.name, instance_id: instanceId }, "replica launch outcome unknown; the reconciler settles it");
     return { kind: "failed" };
   }
-  if (record === null) await endpoints.forgetReplica(instanceId);
-  else await endpoints.removeReplica(instanceId);
+  if (record === null) await endpoints.replicas.forget(instanceId);
+  else await endpoints.replicas.remove(instanceId);
   const templateMax = findTemplate(endpoint.templateName)?.config?.maxPrice ?? 0;
   // A bid-only launch (the way back from a fallback) that finds no bid is a launch that failed.
   const bidOnly = request.interruptible && !request.fallback;

@@ -7,7 +7,7 @@ export async function replicaFactsOf(
   deps: { ctx: Pick<GpuContext, "instances">; endpoints: EndpointStore },
   endpoint: Pick<EndpointRecord, "id">,
 ): Promise<ReplicaFacts[]> {
-  const rows = await deps.endpoints.replicasOf(endpoint.id);
+  const rows = await deps.endpoints.replicas.listOf(endpoint.id);
   const records = new Map((await deps.ctx.instances.getMany(rows.map((r) => r.instanceId))).map((r) => [r.instanceId, r]));
   return rows.map((row) => ({ row, record: records.get(row.instanceId) ?? null }));
 }

@@ -5,7 +5,8 @@ import { syncRecord } from "../../lifecycle/status-sync.js";
 import type { InstanceRecord } from "../../store/instance-store.js";
 import { isTerminal } from "../../store/status.js";
 import type { EndpointEventStore } from "../resource/endpoint-events.js";
-import type { EndpointRecord, EndpointStore, ReplicaProbeFields } from "../resource/endpoint-store.js";
+import type { EndpointRecord, EndpointStore } from "../resource/endpoint-store.js";
+import type { ReplicaProbeFields } from "../resource/replica-store.js";
 import type { ReadinessProbe } from "./readiness-probe.js";
 import type { ReplicaFacts } from "./replica-state.js";
 
@@ -51,7 +52,7 @@ export async function probeReplicas(
       // now, not at the next sync, so that a preemption is seen within one probe interval.
       if (!ok && record.interruptible) await readPreemption(deps.ctx, record);
       const { fields, event } = probeOutcome(row, ok, deps.settings.readyAfter, new Date());
-      await deps.endpoints.updateProbe(row.instanceId, fields);
+      await deps.endpoints.replicas.updateProbe(row.instanceId, fields);
       if (event) {
         await deps.events.append({ endpointId: endpoint.id, kind: event.kind, instanceId: row.instanceId, detail: `${row.instanceId} ${event.detail}` });
         // Only a newly launched replica's readiness ends the launch backoff; one back in routing

@@ -1,6 +1,7 @@
 import type { InstanceRecord } from "../../store/instance-store.js";
 import { isTerminal } from "../../store/status.js";
-import type { EndpointRecord, ReplicaRow } from "../resource/endpoint-store.js";
+import type { EndpointRecord } from "../resource/endpoint-store.js";
+import type { ReplicaRow } from "../resource/replica-store.js";
 
 // The states SPEC.md section 2 shows for an endpoint and its replicas, from what is stored:
 // the replica's row (probes, draining) and its instance record (the marketplace's status, as the

@@ -1,10 +1,10 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { Knex } from "knex";
 import { ConflictError } from "../../../errors.js";
-import type { EventKind } from "./endpoint-events.js";
+import { ReplicaStore } from "./replica-store.js";
 
-// Endpoints and their replicas (tables gpu_endpoints, gpu_endpoint_replicas). Rows map to the
-// records below here and nowhere else. Write methods take an optional transaction.
+// Endpoints (table gpu_endpoints), and their replicas through `replicas` (replica-store.ts). Rows
+// map to the records below here and nowhere else. Write methods take an optional transaction.
 
 const ENDPOINTS = "gpu_endpoints";
 const REPLICAS = "gpu_endpoint_replicas";
@@ -84,40 +84,6 @@ export interface EndpointChange {
 }
 
 /** What kind of machine a replica is rented as; an on-demand replica is neither. */
-export interface ReplicaKind {
-  /** Rented as an interruptible bid. */
-  interruptible: boolean;
-  /** On-demand, rented in an interruptible slot because no bid fitted (never interruptible itself). */
-  fallback: boolean;
-}
-
-/** What the controller wrote down and observed about one replica. */
-export interface ReplicaRow {
-  instanceId: string;
-  endpointId: string;
-  draining: boolean;
-  /** Consecutive successful readiness probes. */
-  successes: number;
-  /** Consecutive failed readiness probes. */
-  failedProbes: number;
-  readySince: Date | null;
-  failingSince: Date | null;
-  drainingSince: Date | null;
-  condemnedAt: Date | null;
-  /** Set while its instance record is written: from then on the row is never removed as a launch that never came. */
-  recordClaimedAt: Date | null;
-  /** The controller decided to destroy it; the event to write once the destroy is confirmed. */
-  destroyingAt: Date | null;
-  destroyEvent: { kind: EventKind; detail: string } | null;
-  /** Rented as an interruptible bid. */
-  interruptible: boolean;
-  /** On-demand, rented in an interruptible slot because no bid fitted. */
-  fallback: boolean;
-  createdAt: Date;
-}
-
-export type ReplicaProbeFields = Partial<Pick<ReplicaRow, "successes" | "failedProbes" | "readySince" | "failingSince">>;
-
 interface EndpointRow {
   id: string;
   name: string;
@@ -144,25 +110,6 @@ interface EndpointRow {
   next_launch_at: Date | null;
   created_at: Date;
   deleted_at: Date | null;
-}
-
-interface ReplicaDbRow {
-  instance_id: string;
-  endpoint_id: string;
-  draining: boolean;
-  successes: number;
-  failed_probes: number;
-  ready_since: Date | null;
-  failing_since: Date | null;
-  draining_since: Date | null;
-  condemned_at: Date | null;
-  record_claimed_at: Date | null;
-  destroying_at: Date | null;
-  destroy_event: EventKind | null;
-  destroy_detail: string | null;
-  interruptible: boolean;
-  fallback: boolean;
-  created_at: Date;
 }
 
 function toEndpoint(row: EndpointRow): EndpointRecord {
@@ -222,38 +169,16 @@ function capacityColumns(settings: CapacitySettings) {
   };
 }
 
-function toReplica(row: ReplicaDbRow): ReplicaRow {
-  return {
-    instanceId: row.instance_id,
-    endpointId: String(row.endpoint_id),
-    draining: row.draining,
-    successes: row.successes,
-    failedProbes: row.failed_probes,
-    readySince: row.ready_since,
-    failingSince: row.failing_since,
-    drainingSince: row.draining_since,
-    condemnedAt: row.condemned_at,
-    recordClaimedAt: row.record_claimed_at,
-    destroyingAt: row.destroying_at,
-    destroyEvent: row.destroy_event ? { kind: row.destroy_event, detail: row.destroy_detail ?? "" } : null,
-    interruptible: row.interruptible,
-    fallback: row.fallback,
-    createdAt: row.created_at,
-  };
-}
-
-const PROBE_COLUMNS: Record<keyof ReplicaProbeFields, string> = {
-  successes: "successes",
-  failedProbes: "failed_probes",
-  readySince: "ready_since",
-  failingSince: "failing_since",
-};
-
 /** PostgreSQL's unique_violation: a second endpoint with a name in use. */
 const UNIQUE_VIOLATION = "23505";
 
 export class EndpointStore {
-  private constructor(private readonly knex: Knex) {}
+  /** The endpoints' replicas. */
+  readonly replicas: ReplicaStore;
+
+  private constructor(private readonly knex: Knex) {
+    this.replicas = new ReplicaStore(knex);
+  }
 
   static create({ knex }: { knex: Knex }): EndpointStore {
     return new EndpointStore(knex);
@@ -386,88 +311,6 @@ export class EndpointStore {
       ...(fields.nextLaunchAt !== undefined ? { next_launch_at: fields.nextLaunchAt } : {}),
     };
     if (Object.keys(columns).length > 0) await (trx ?? this.knex)(ENDPOINTS).where({ id }).update(columns);
-  }
-
-  /**
-   * Writes down a replica about to be launched, before its instance record exists, with the kind
-   * of machine it is to be rented as (on-demand when not given).
-   */
-  async insertReplica(endpointId: string, instanceId: string, trx?: Knex.Transaction, kind?: ReplicaKind): Promise<void> {
-    await (trx ?? this.knex)(REPLICAS).insert({
-      endpoint_id: endpointId,
-      instance_id: instanceId,
-      interruptible: kind?.interruptible ?? false,
-      fallback: kind?.fallback ?? false,
-    });
-  }
-
-  /** A replica launched as a bid was rented on-demand instead (no bid fitted): a fallback. */
-  async markFallback(instanceId: string, trx?: Knex.Transaction): Promise<void> {
-    await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).update({ interruptible: false, fallback: true });
-  }
-
-  /** The replicas not removed, oldest first. */
-  async replicasOf(endpointId: string): Promise<ReplicaRow[]> {
-    const rows = await this.knex(REPLICAS).where({ endpoint_id: endpointId }).whereNull("removed_at").orderBy([{ column: "created_at" }, { column: "instance_id" }]);
-    return (rows as ReplicaDbRow[]).map(toReplica);
-  }
-
-  async updateProbe(instanceId: string, fields: ReplicaProbeFields, trx?: Knex.Transaction): Promise<void> {
-    const columns = Object.fromEntries(Object.entries(fields).map(([key, value]) => [PROBE_COLUMNS[key as keyof ReplicaProbeFields], value]));
-    if (Object.keys(columns).length > 0) await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).update(columns);
-  }
-
-  async markDraining(instanceId: string, trx?: Knex.Transaction): Promise<void> {
-    await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId, draining: false }).update({ draining: true, draining_since: this.knex.fn.now() });
-  }
-
-  /** Scaling back up: a draining replica serves again. */
-  async undrain(instanceId: string, trx?: Knex.Transaction): Promise<void> {
-    await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId, draining: true }).whereNull("destroying_at").update({ draining: false, draining_since: null });
-  }
-
-  /** The controller's decision to destroy the replica, with the event that tells it once the destroy is confirmed. */
-  async markDestroying(instanceId: string, event: { kind: EventKind; detail: string }, trx?: Knex.Transaction): Promise<void> {
-    await (trx ?? this.knex)(REPLICAS)
-      .where({ instance_id: instanceId })
-      .whereNull("destroying_at")
-      .update({ destroying_at: this.knex.fn.now(), destroy_event: event.kind, destroy_detail: event.detail });
-  }
-
-  /**
-   * In the transaction that writes the replica's instance record: claims the row for it, or
-   * throws ConflictError when the row was removed meanwhile (a new leader gave the launch up).
-   */
-  async claimRecord(instanceId: string, trx: Knex.Transaction): Promise<void> {
-    const claimed = await trx(REPLICAS).where({ instance_id: instanceId }).whereNull("removed_at").update({ record_claimed_at: this.knex.fn.now() });
-    if (claimed === 0) throw new ConflictError(`The replica '${instanceId}' was given up meanwhile; nothing is rented for it`);
-  }
-
-  /**
-   * Gives up a launch whose record never came; false when its record is being written (claimed),
-   * so that the row and the record stay together.
-   */
-  async removeUnclaimed(instanceId: string, trx?: Knex.Transaction): Promise<boolean> {
-    const removed = await (trx ?? this.knex)(REPLICAS)
-      .where({ instance_id: instanceId })
-      .whereNull("removed_at")
-      .whereNull("record_claimed_at")
-      .update({ removed_at: this.knex.fn.now() });
-    return removed > 0;
-  }
-
-  async condemn(instanceId: string, trx?: Knex.Transaction): Promise<void> {
-    await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).whereNull("condemned_at").update({ condemned_at: this.knex.fn.now() });
-  }
-
-  /** The replica is gone from the endpoint; its row stays for the endpoint's total cost. */
-  async removeReplica(instanceId: string, trx?: Knex.Transaction): Promise<void> {
-    await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).whereNull("removed_at").update({ removed_at: this.knex.fn.now() });
-  }
-
-  /** Forgets a launch that wrote no record (nothing was rented): no row is kept for it. */
-  async forgetReplica(instanceId: string, trx?: Knex.Transaction): Promise<void> {
-    await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).delete();
   }
 
   /** What every machine the endpoint ever had has cost, in dollars (a record's cost ends at destroyed_at). */
