@@ -1,5 +1,5 @@
 import { Client } from "@elastic/elasticsearch";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { generateGoods } from "../../src/indexing/goods/goods-generator.js";
 import { deleteGoodsIndices } from "../indexing/helpers.js";
 import { createTestElasticsearch, elasticsearchUrl, uniqueIndexName } from "../support/elasticsearch.js";

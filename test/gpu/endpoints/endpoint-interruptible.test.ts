@@ -1,10 +1,18 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createSimulatedMarketplace, type SimulatedMarketplace } from "../../../src/gpu/marketplace/simulated/simulated.js";
-import { createTestElasticsearch } from "../../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
-import { startTestServer, type TestServer } from "../../support/server.js";
-import { rest, waitFor } from "../helpers.js";
-import { createEndpoint, eventsOf, FAST_ENDPOINT_ENV, liveMachines, streamLoad, waitForEndpoint, watchFewestReady, watchMachines, type EndpointJson, type EventJson } from "./helpers.js";
+import { waitFor } from "../helpers.js";
+import {
+  createEndpoint,
+  deleteAndWait,
+  eventsOf,
+  startSimulatedService,
+  streamLoad,
+  waitForEndpoint,
+  watchFewestReady,
+  watchMachines,
+  type EndpointJson,
+  type EventJson,
+  type SimulatedService,
+} from "./helpers.js";
 
 // Interruptible replicas with on-demand fallback, end to end on the real service and the simulated
 // marketplace (bids at half the on-demand price, preempted on demand). The status sync runs every
@@ -13,20 +21,14 @@ import { createEndpoint, eventsOf, FAST_ENDPOINT_ENV, liveMachines, streamLoad, 
 const BUDGET = 5;
 const CAPACITY = { interruptible: true, on_demand_base: 0, fallback: true, bid_margin: 0.25 };
 
-let db: TestDatabase;
-let server: TestServer;
-let market: SimulatedMarketplace;
+let svc: SimulatedService;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  market = createSimulatedMarketplace({ creatingMs: 100, loadingMs: 100, modelServerStartMs: 100, tokenDelayMs: 100 });
-  server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace: market, env: { ...FAST_ENDPOINT_ENV, GPU_STATUS_SYNC_MS: "5000" } });
+  svc = await startSimulatedService({ tokenDelayMs: 100 }, { GPU_STATUS_SYNC_MS: "5000" });
 });
 
 afterAll(async () => {
-  await server?.close();
-  await market?.close();
-  await db?.drop();
+  await svc?.close();
 });
 
 type Instance = NonNullable<EndpointJson["instances"]>[number] & { interruptible?: boolean };
@@ -34,82 +36,76 @@ const instancesOf = (e: EndpointJson) => (e.instances ?? []) as Instance[];
 const readyBids = (e: EndpointJson) => instancesOf(e).filter((i) => i.state === "ready" && i.interruptible);
 const kinds = (events: EventJson[]) => events.map((e) => e.kind);
 const marketIdOf = async (instanceId: string) =>
-  ((await db.knex("gpu_instances").where({ instance_id: instanceId }).first()) as { market_instance_id: string }).market_instance_id;
-
-async function deleteAndWait(name: string): Promise<void> {
-  expect((await rest(server.url, "DELETE", `/api/gpu/endpoints/${name}`)).status).toBe(200);
-  await waitForEndpoint(server.url, name, "deleted", (e) => e.state === "deleted");
-  expect(await liveMachines(db.knex, name)).toEqual([]);
-}
+  ((await svc.db.knex("gpu_instances").where({ instance_id: instanceId }).first()) as { market_instance_id: string }).market_instance_id;
 
 describe("interruptible replicas", () => {
   it("replaces a replica outbid under streaming load at once, failing no request that had not started", async () => {
-    await createEndpoint(server.url, { name: "outbid", template_name: "budget", replicas: 2, max_cost_per_hour: BUDGET, capacity: CAPACITY });
-    const ready = await waitForEndpoint(server.url, "outbid", "two bids ready", (e) => readyBids(e).length === 2, 30_000);
+    await createEndpoint(svc.server.url, { name: "outbid", template_name: "budget", replicas: 2, max_cost_per_hour: BUDGET, capacity: CAPACITY });
+    const ready = await waitForEndpoint(svc.server.url, "outbid", "two bids ready", (e) => readyBids(e).length === 2, 30_000);
     expect(ready).toMatchObject({ interruptible_replicas: 2, on_demand_replicas: 0 });
-    const stop = streamLoad(server.url, "outbid", 6);
+    const stop = streamLoad(svc.server.url, "outbid", 6);
     await new Promise((resolve) => setTimeout(resolve, 1000));
     const victim = readyBids(ready)[0]!.instance_id;
     const preemptedAt = Date.now();
-    await market.preempt(await marketIdOf(victim));
-    const event = await waitFor("the preempted event", async () => (await eventsOf(server.url, "outbid")).find((e) => e.kind === "preempted" && e.instance_id === victim), 10_000);
+    await svc.market.preempt(await marketIdOf(victim));
+    const event = await waitFor("the preempted event", async () => (await eventsOf(svc.server.url, "outbid")).find((e) => e.kind === "preempted" && e.instance_id === victim), 10_000);
     // Seen by the failed probe's own status read, not by the 5 s status sync.
     expect(Date.parse(event.at) - preemptedAt).toBeLessThan(2000);
-    const healed = await waitForEndpoint(server.url, "outbid", "two bids ready again", (e) => readyBids(e).length === 2 && !readyBids(e).some((i) => i.instance_id === victim), 30_000);
+    const healed = await waitForEndpoint(svc.server.url, "outbid", "two bids ready again", (e) => readyBids(e).length === 2 && !readyBids(e).some((i) => i.instance_id === victim), 30_000);
     await new Promise((resolve) => setTimeout(resolve, 1000));
     const tally = await stop();
     expect(tally.failedBeforeStart).toBe(0);
     expect(tally.complete).toBeGreaterThan(10);
     expect(readyBids(healed)).toHaveLength(2);
-    const events = await eventsOf(server.url, "outbid");
+    const events = await eventsOf(svc.server.url, "outbid");
     // The probe saw it first (not_ready), then its status read (preempted).
     expect(kinds(events.filter((e) => e.instance_id === victim))).toEqual(["launched", "ready", "not_ready", "preempted"]);
     expect(kinds(events)).not.toContain("launch_failed");
-    await deleteAndWait("outbid");
+    await deleteAndWait(svc.server.url, "outbid", svc.db.knex);
   }, 60_000);
 
   it("falls back to on-demand when every replica is outbid at once, and returns to bids when they fit, never fewer ready replicas on the way back", async () => {
-    await createEndpoint(server.url, { name: "falls-back", template_name: "budget", replicas: 2, max_cost_per_hour: BUDGET, capacity: CAPACITY });
-    const ready = await waitForEndpoint(server.url, "falls-back", "two bids ready", (e) => readyBids(e).length === 2, 30_000);
-    const spend = watchMachines(db.knex, "falls-back");
-    market.setBidsOpen(false); // every machine outbid by others: no bid fits anywhere
-    for (const bid of readyBids(ready)) await market.preempt(await marketIdOf(bid.instance_id));
+    await createEndpoint(svc.server.url, { name: "falls-back", template_name: "budget", replicas: 2, max_cost_per_hour: BUDGET, capacity: CAPACITY });
+    const ready = await waitForEndpoint(svc.server.url, "falls-back", "two bids ready", (e) => readyBids(e).length === 2, 30_000);
+    const spend = watchMachines(svc.db.knex, "falls-back");
+    svc.market.setBidsOpen(false); // every machine outbid by others: no bid fits anywhere
+    for (const bid of readyBids(ready)) await svc.market.preempt(await marketIdOf(bid.instance_id));
     const fallen = await waitForEndpoint(
-      server.url,
+      svc.server.url,
       "falls-back",
       "two on-demand fallbacks ready",
       (e) => e.ready_replicas === 2 && instancesOf(e).filter((i) => i.state === "ready" && !i.interruptible).length === 2,
       30_000,
     );
     expect(fallen.on_demand_replicas).toBeGreaterThanOrEqual(2);
-    expect(kinds(await eventsOf(server.url, "falls-back")).filter((k) => k === "fallback")).toHaveLength(2);
+    expect(kinds(await eventsOf(svc.server.url, "falls-back")).filter((k) => k === "fallback")).toHaveLength(2);
     // A try to return finds no bid and backs off like any launch.
-    await waitFor("a return found no bid", async () => (kinds(await eventsOf(server.url, "falls-back")).includes("launch_failed") ? true : undefined), 10_000);
-    const wayBack = watchFewestReady(server.url, "falls-back");
-    market.setBidsOpen(true);
-    const back = await waitForEndpoint(server.url, "falls-back", "two bids again, fallbacks gone", (e) => readyBids(e).length === 2 && instancesOf(e).length === 2, 60_000);
+    await waitFor("a return found no bid", async () => (kinds(await eventsOf(svc.server.url, "falls-back")).includes("launch_failed") ? true : undefined), 10_000);
+    const wayBack = watchFewestReady(svc.server.url, "falls-back");
+    svc.market.setBidsOpen(true);
+    const back = await waitForEndpoint(svc.server.url, "falls-back", "two bids again, fallbacks gone", (e) => readyBids(e).length === 2 && instancesOf(e).length === 2, 60_000);
     expect(back).toMatchObject({ interruptible_replicas: 2, on_demand_replicas: 0 });
     expect(await wayBack()).toBeGreaterThanOrEqual(2);
     const overall = await spend();
     expect(overall.most).toBeLessThanOrEqual(3); // replicas + 1, preempted machines counting until destroyed
     expect(overall.highestSpend).toBeLessThanOrEqual(BUDGET);
-    const events = kinds(await eventsOf(server.url, "falls-back"));
+    const events = kinds(await eventsOf(svc.server.url, "falls-back"));
     expect(events.filter((k) => k === "preempted")).toHaveLength(2);
     expect(events.filter((k) => k === "drained")).toHaveLength(2); // each fallback drained once its bid was ready
-    await deleteAndWait("falls-back");
+    await deleteAndWait(svc.server.url, "falls-back", svc.db.knex);
   }, 120_000);
 
   it("keeps on_demand_base replicas on-demand, and replaces an outbid bid with a bid", async () => {
-    await createEndpoint(server.url, { name: "based", template_name: "budget", replicas: 3, max_cost_per_hour: BUDGET, capacity: { ...CAPACITY, on_demand_base: 1 } });
-    const ready = await waitForEndpoint(server.url, "based", "three ready", (e) => e.state === "ready", 30_000);
+    await createEndpoint(svc.server.url, { name: "based", template_name: "budget", replicas: 3, max_cost_per_hour: BUDGET, capacity: { ...CAPACITY, on_demand_base: 1 } });
+    const ready = await waitForEndpoint(svc.server.url, "based", "three ready", (e) => e.state === "ready", 30_000);
     expect(ready).toMatchObject({ on_demand_replicas: 1, interruptible_replicas: 2 });
     const onDemand = instancesOf(ready).find((i) => !i.interruptible)!.instance_id;
-    await market.preempt(await marketIdOf(readyBids(ready)[0]!.instance_id));
-    const healed = await waitForEndpoint(server.url, "based", "healed", (e) => e.state === "ready" && readyBids(e).length === 2 && instancesOf(e).length === 3, 30_000);
+    await svc.market.preempt(await marketIdOf(readyBids(ready)[0]!.instance_id));
+    const healed = await waitForEndpoint(svc.server.url, "based", "healed", (e) => e.state === "ready" && readyBids(e).length === 2 && instancesOf(e).length === 3, 30_000);
     expect(instancesOf(healed).find((i) => !i.interruptible)!.instance_id).toBe(onDemand);
     // Each replica on a machine of its own.
-    const machines = (await db.knex("gpu_instances").where({ endpoint: "based" }).whereNotIn("status", ["destroyed", "failed"]).pluck("machine_id")) as string[];
+    const machines = (await svc.db.knex("gpu_instances").where({ endpoint: "based" }).whereNotIn("status", ["destroyed", "failed"]).pluck("machine_id")) as string[];
     expect(new Set(machines).size).toBe(machines.length);
-    await deleteAndWait("based");
+    await deleteAndWait(svc.server.url, "based", svc.db.knex);
   }, 60_000);
 });

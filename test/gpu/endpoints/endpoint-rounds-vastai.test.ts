@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { startVastService, type VastService } from "../../support/vastai/service.js";
 import { rest, waitFor } from "../helpers.js";
-import { createEndpoint, eventsOf, FAST_ENDPOINT_ENV, waitForEndpoint } from "./helpers.js";
+import { createEndpoint, deleteAndWait, eventsOf, FAST_ENDPOINT_ENV, waitForEndpoint } from "./helpers.js";
 
 // The controller's rounds against vast.ai's wire format (the emulator): a launch the budget holds
 // back backs off instead of searching offers every round; a market where nothing fits at all is a
@@ -41,11 +41,6 @@ function gate() {
   return { open, opened };
 }
 
-async function deleteAndWait(name: string): Promise<void> {
-  expect((await rest(svc.server.url, "DELETE", `/api/gpu/endpoints/${name}`)).status).toBe(200);
-  await waitForEndpoint(svc.server.url, name, "deleted", (e) => e.state === "deleted", 30_000);
-}
-
 describe("endpoint rounds on vast.ai", () => {
   it("backs a budget hold off instead of searching vast.ai's offers every round", async () => {
     await createEndpoint(svc.server.url, { name: "held-back", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
@@ -60,7 +55,7 @@ describe("endpoint rounds on vast.ai", () => {
     const events = await kindsOf("held-back");
     expect(events.filter((k) => k === "budget_held")).toHaveLength(1);
     expect(events).not.toContain("launch_failed");
-    await deleteAndWait("held-back");
+    await deleteAndWait(svc.server.url, "held-back", svc.db.knex);
   });
 
   it("reports a market where no offer fits the template at all as a launch failure, not a budget hold", async () => {
@@ -72,7 +67,7 @@ describe("endpoint rounds on vast.ai", () => {
     const events = await eventsOf(svc.server.url, "nothing-fits");
     expect(events.map((e) => e.kind)).not.toContain("budget_held");
     expect(events.find((e) => e.kind === "launch_failed")!.detail).toMatch(/No rentable offer matches template 'budget'/);
-    await deleteAndWait("nothing-fits");
+    await deleteAndWait(svc.server.url, "nothing-fits", svc.db.knex);
   });
 
   it("brings one endpoint to ready while another's rental waits on vast.ai", async () => {
@@ -86,8 +81,8 @@ describe("endpoint rounds on vast.ai", () => {
     await waitForEndpoint(svc.server.url, "fast", "ready while the other rents", (e) => e.state === "ready", 10_000);
     release.open();
     await waitForEndpoint(svc.server.url, "slow", "ready", (e) => e.state === "ready");
-    await deleteAndWait("fast");
-    await deleteAndWait("slow");
+    await deleteAndWait(svc.server.url, "fast", svc.db.knex);
+    await deleteAndWait(svc.server.url, "slow", svc.db.knex);
   });
 
   it("sees a change made while a rental is under way before it rents the next replica", async () => {
@@ -105,6 +100,6 @@ describe("endpoint rounds on vast.ai", () => {
     await waitForEndpoint(svc.server.url, "patched", "ready with one", (e) => e.state === "ready");
     await settle(1000);
     expect(createsFor("patched")).toBe(1);
-    await deleteAndWait("patched");
+    await deleteAndWait(svc.server.url, "patched", svc.db.knex);
   });
 });

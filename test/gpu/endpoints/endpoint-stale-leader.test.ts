@@ -3,8 +3,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { EndpointStore } from "../../../src/gpu/endpoints/resource/endpoint-store.js";
 import { SYNC_LEADER_LOCK_KEY } from "../../../src/gpu/lifecycle/sync-leader.js";
 import { startVastService, type VastService } from "../../support/vastai/service.js";
-import { rest, waitFor } from "../helpers.js";
-import { createEndpoint, eventsOf, FAST_ENDPOINT_ENV, waitForEndpoint } from "./helpers.js";
+import { waitFor } from "../helpers.js";
+import { createEndpoint, deleteAndWait as deleteEndpointAndWait, eventsOf, FAST_ENDPOINT_ENV, waitForEndpoint } from "./helpers.js";
 
 // A leader whose lock lapses in the middle of a round (a slow vast.ai search or create) must do
 // nothing more that spends, and must never rent for a replica row the new leader gave up. The test
@@ -115,7 +115,6 @@ describe("a leader whose lock lapses mid-round", () => {
 });
 
 async function deleteAndWait(name: string): Promise<void> {
-  expect((await rest(svc.server.url, "DELETE", `/api/gpu/endpoints/${name}`)).status).toBe(200);
-  await waitForEndpoint(svc.server.url, name, "deleted", (e) => e.state === "deleted");
-  await waitFor("no machine left", async () => (liveMachines() === 0 ? true : undefined));
+  await deleteEndpointAndWait(svc.server.url, name, svc.db.knex);
+  await waitFor("no machine left at vast.ai", async () => (liveMachines() === 0 ? true : undefined));
 }

@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startVastService, type VastService } from "../../support/vastai/service.js";
-import { rest } from "../helpers.js";
-import { createEndpoint, eventsOf, FAST_ENDPOINT_ENV, waitForEndpoint, type EndpointJson } from "./helpers.js";
+import { createEndpoint, deleteAndWait, eventsOf, FAST_ENDPOINT_ENV, waitForEndpoint, type EndpointJson } from "./helpers.js";
 
 // Replicas on the vast.ai emulator (vast.ai's wire format, its model servers on loopback): a
 // model server that dies while its machine runs is replaced; a host that reboots for less than
@@ -23,11 +22,6 @@ afterAll(async () => {
 const readyOf = (e: EndpointJson) => (e.instances ?? []).filter((i) => i.state === "ready").map((i) => i.instance_id);
 const machineOf = async (instanceId: string) => Number((await svc.db.knex("gpu_instances").where({ instance_id: instanceId }).first()).market_instance_id);
 
-async function deleteAndWait(name: string): Promise<void> {
-  expect((await rest(svc.server.url, "DELETE", `/api/gpu/endpoints/${name}`)).status).toBe(200);
-  await waitForEndpoint(svc.server.url, name, "deleted", (e) => e.state === "deleted");
-}
-
 describe("endpoints on vast.ai", () => {
   it("replaces a replica whose model server dies while its machine keeps running", async () => {
     await createEndpoint(svc.server.url, { name: "vast-model-dies", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
@@ -42,7 +36,7 @@ describe("endpoints on vast.ai", () => {
     expect(events.filter((e) => e.instance_id === victim).map((e) => e.kind)).toEqual(["launched", "ready", "not_ready", "unhealthy", "replaced"]);
     expect(events.filter((e) => e.instance_id === replacement).map((e) => e.kind)).toEqual(["launched", "ready"]);
     expect(svc.vast.instances.has(machine.id)).toBe(false);
-    await deleteAndWait("vast-model-dies");
+    await deleteAndWait(svc.server.url, "vast-model-dies", svc.db.knex);
   });
 
   it("keeps a replica whose host reboots for less than the unhealthy limit", async () => {
@@ -58,6 +52,6 @@ describe("endpoints on vast.ai", () => {
     const kinds = (await eventsOf(svc.server.url, "vast-reboot")).map((e) => e.kind);
     expect(kinds).not.toContain("unhealthy");
     expect(kinds).not.toContain("replaced");
-    await deleteAndWait("vast-reboot");
+    await deleteAndWait(svc.server.url, "vast-reboot", svc.db.knex);
   });
 });

@@ -1,4 +1,9 @@
 import type { Knex } from "knex";
+import { expect } from "vitest";
+import { createSimulatedMarketplace, type SimulatedMarketplace, type SimulatedMarketplaceOptions } from "../../../src/gpu/marketplace/simulated/simulated.js";
+import { createTestElasticsearch } from "../../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
+import { startTestServer, type TestServer } from "../../support/server.js";
 import { createEndpointDirectory } from "../../../src/gpu/endpoints/resource/endpoint-directory.js";
 import { EndpointStore } from "../../../src/gpu/endpoints/resource/endpoint-store.js";
 import { InstanceStore } from "../../../src/gpu/store/instance-store.js";
@@ -29,6 +34,41 @@ export interface EventJson {
   instance_id?: string;
   detail: string;
   actor: string;
+}
+
+/** The service on a database of its own and the simulated marketplace: what most endpoint tests run on. */
+export interface SimulatedService {
+  db: TestDatabase;
+  market: SimulatedMarketplace;
+  server: TestServer;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the service on the simulated marketplace (machines up in about 0.3 s unless `market`
+ * says otherwise) with FAST_ENDPOINT_ENV and `env` over it.
+ */
+export async function startSimulatedService(market: Partial<SimulatedMarketplaceOptions> = {}, env: Record<string, string> = {}): Promise<SimulatedService> {
+  const db = await createTestDatabase();
+  const marketplace = createSimulatedMarketplace({ creatingMs: 100, loadingMs: 100, modelServerStartMs: 100, ...market });
+  const server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace, env: { ...FAST_ENDPOINT_ENV, ...env } });
+  return {
+    db,
+    market: marketplace,
+    server,
+    async close() {
+      await server.close();
+      await marketplace.close();
+      await db.drop();
+    },
+  };
+}
+
+/** Deletes the endpoint and waits until it is deleted; with `knex`, no machine of it may be left in the database then. */
+export async function deleteAndWait(baseUrl: string, name: string, knex?: Knex): Promise<void> {
+  expect((await rest(baseUrl, "DELETE", `/api/gpu/endpoints/${name}`)).status).toBe(200);
+  await waitForEndpoint(baseUrl, name, "deleted", (e) => e.state === "deleted", 30_000);
+  if (knex !== undefined) expect(await liveMachines(knex, name)).toEqual([]);
 }
 
 /** Clocks short enough for tests: probes every 50 ms, unhealthy after 1.5 s of failures. */

@@ -1,46 +1,36 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createSimulatedMarketplace, type SimulatedMarketplace } from "../../../src/gpu/marketplace/simulated/simulated.js";
-import { createTestElasticsearch } from "../../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
-import { startTestServer, type TestServer } from "../../support/server.js";
 import { rest, waitFor } from "../../gpu/helpers.js";
-import { createEndpoint, FAST_ENDPOINT_ENV, readyIds, waitForEndpoint } from "../../gpu/endpoints/helpers.js";
+import { createEndpoint, readyIds, startSimulatedService, waitForEndpoint, type SimulatedService } from "../../gpu/endpoints/helpers.js";
 
 // The proxy on the real service: an endpoint created over REST, its replicas rented on the
 // simulated marketplace (real model servers that demand their own keys), kept ready by the
 // controller, and reached at /endpoints/{name}/v1/... on the service's port.
 
-let db: TestDatabase;
-let server: TestServer;
-let market: SimulatedMarketplace;
+let svc: SimulatedService;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  market = createSimulatedMarketplace({ creatingMs: 100, loadingMs: 100, modelServerStartMs: 100 });
-  server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace: market, env: FAST_ENDPOINT_ENV });
+  svc = await startSimulatedService();
 });
 
 afterAll(async () => {
-  await server?.close();
-  await market?.close();
-  await db?.drop();
+  await svc?.close();
 });
 
 const chat = { messages: [{ role: "user", content: "hi" }], max_tokens: 3 };
-const post = (path: string, body: unknown) => fetch(`${server.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+const post = (path: string, body: unknown) => fetch(`${svc.server.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
 const marketIdOf = async (instanceId: string) =>
-  ((await db.knex("gpu_instances").where({ instance_id: instanceId }).first()) as { market_instance_id: string }).market_instance_id;
+  ((await svc.db.knex("gpu_instances").where({ instance_id: instanceId }).first()) as { market_instance_id: string }).market_instance_id;
 
 describe("the endpoint proxy on the service", () => {
   it("holds a request sent while the endpoint starts, and answers it from its first ready replica", async () => {
-    await createEndpoint(server.url, { name: "early", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
+    await createEndpoint(svc.server.url, { name: "early", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
     const res = await post("/endpoints/early/v1/chat/completions", chat);
     expect(res.status).toBe(200);
-    const ready = await waitForEndpoint(server.url, "early", "ready", (e) => e.state === "ready");
+    const ready = await waitForEndpoint(svc.server.url, "early", "ready", (e) => e.state === "ready");
     expect(readyIds(ready)).toContain(res.headers.get("x-endpoint-instance"));
     expect(((await res.json()) as { object: string }).object).toBe("chat.completion");
     // A parked endpoint has nothing coming: 503 at once.
-    expect((await rest(server.url, "PATCH", "/api/gpu/endpoints/early", { replicas: 0 })).status).toBe(200);
+    expect((await rest(svc.server.url, "PATCH", "/api/gpu/endpoints/early", { replicas: 0 })).status).toBe(200);
     await new Promise((resolve) => setTimeout(resolve, 1_100)); // the directory's cached answer expires
     const parked = await post("/endpoints/early/v1/chat/completions", chat);
     expect(parked.status).toBe(503);
@@ -48,8 +38,8 @@ describe("the endpoint proxy on the service", () => {
   });
 
   it("serves a ready endpoint's model, streamed, from both replicas, each with its own key", async () => {
-    await createEndpoint(server.url, { name: "e2e", template_name: "budget", replicas: 2, max_cost_per_hour: 5 });
-    const ready = await waitForEndpoint(server.url, "e2e", "ready", (e) => e.state === "ready");
+    await createEndpoint(svc.server.url, { name: "e2e", template_name: "budget", replicas: 2, max_cost_per_hour: 5 });
+    const ready = await waitForEndpoint(svc.server.url, "e2e", "ready", (e) => e.state === "ready");
     const ids = readyIds(ready);
 
     const streamed = await post("/endpoints/e2e/v1/chat/completions", { ...chat, stream: true });
@@ -74,8 +64,8 @@ describe("the endpoint proxy on the service", () => {
   });
 
   it("keeps answering while one replica's model dies: requests go to the other", async () => {
-    const [victim, survivor] = readyIds(await waitForEndpoint(server.url, "e2e", "ready", (e) => e.state === "ready"));
-    await market.stopModelServer(await marketIdOf(victim!));
+    const [victim, survivor] = readyIds(await waitForEndpoint(svc.server.url, "e2e", "ready", (e) => e.state === "ready"));
+    await svc.market.stopModelServer(await marketIdOf(victim!));
     const answeredBy: string[] = [];
     for (let i = 0; i < 10; i++) {
       const res = await post("/endpoints/e2e/v1/chat/completions", chat);
@@ -88,8 +78,8 @@ describe("the endpoint proxy on the service", () => {
 
   it("answers 404 for an unknown endpoint and, within a second of its deletion, for this one", async () => {
     expect((await post("/endpoints/nope/v1/chat/completions", chat)).status).toBe(404);
-    expect((await rest(server.url, "DELETE", "/api/gpu/endpoints/e2e")).status).toBe(200);
-    await waitForEndpoint(server.url, "e2e", "deleted", (e) => e.state === "deleted");
+    expect((await rest(svc.server.url, "DELETE", "/api/gpu/endpoints/e2e")).status).toBe(200);
+    await waitForEndpoint(svc.server.url, "e2e", "deleted", (e) => e.state === "deleted");
     // Every process's directory keeps an answer for about a second (endpoint-directory.ts).
     const gone = await waitFor("the proxy to forget e2e", async () => {
       const res = await post("/endpoints/e2e/v1/chat/completions", chat);

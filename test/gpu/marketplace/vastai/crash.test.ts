@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { resolveDeployment, type Deployment } from "../../../../src/gpu/deployment.js";
 import { elasticsearchUrl } from "../../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../../support/postgres.js";
-import { serviceGroup, type ServiceProcess } from "../../../support/spawn-service.js";
+import { serviceGroup } from "../../../support/spawn-service.js";
 import { startVastEmulator, type VastEmulator } from "../../../support/vastai/emulator.js";
 import { waitFor } from "../../../support/wait.js";
 
