@@ -3,7 +3,7 @@ import pg from "pg";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createSessionLock, type SessionLock, type SessionLockOptions } from "../../src/db/session-lock.js";
-import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
+import { createTestDatabase, queryOnServer, type TestDatabase } from "../support/postgres.js";
 import { waitFor } from "../support/wait.js";
 
 // A lock holder that vanishes (its host dies, its network is cut) sends nothing more and closes
@@ -59,18 +59,8 @@ function lock(connectionString: string, logs: string[], options: Partial<Session
   return created;
 }
 
-/** Runs one query as a client of its own, on the server's maintenance database (never a session of the test database). */
-async function onServer<T extends pg.QueryResultRow>(sql: string, params: unknown[] = []): Promise<T[]> {
-  const url = new URL(db.url);
-  url.pathname = "/postgres";
-  const client = new pg.Client({ connectionString: url.toString() });
-  await client.connect();
-  try {
-    return (await client.query<T>(sql, params)).rows;
-  } finally {
-    await client.end();
-  }
-}
+/** One query as a client of its own on the server's maintenance database (which a restart leaves alone). */
+const onServer = <T extends pg.QueryResultRow>(sql: string, params: unknown[] = []) => queryOnServer<T>(db, sql, params);
 
 /** The sessions of the test database opened under `applicationName`, with whether each holds `key`'s lock and when it last ran a query. */
 async function sessionsOf(applicationName: string, key: string) {

@@ -13,6 +13,22 @@ export function adminDatabaseUrl(): string {
   return url;
 }
 
+/**
+ * Runs one query as a client of its own on the maintenance database of `database`'s server: never
+ * a session of the test database, so it can watch or end that database's sessions.
+ */
+export async function queryOnServer<T extends pg.QueryResultRow>(database: Pick<TestDatabase, "url">, sql: string, params: unknown[] = []): Promise<T[]> {
+  const url = new URL(database.url);
+  url.pathname = "/postgres";
+  const client = new pg.Client({ connectionString: url.toString() });
+  await client.connect();
+  try {
+    return (await client.query<T>(sql, params)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
 export interface TestDatabase {
   readonly name: string;
   readonly url: string;

@@ -1,9 +1,8 @@
-import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Marketplace } from "../../../src/gpu/marketplace/port.js";
 import type { SimulatedMarketplace } from "../../../src/gpu/marketplace/simulated/simulated.js";
 import { createTestElasticsearch } from "../../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
+import { createTestDatabase, queryOnServer, type TestDatabase } from "../../support/postgres.js";
 import { createFastSimulatedMarketplace, startTestServer, type TestServer } from "../../support/server.js";
 import { rest } from "../helpers.js";
 
@@ -33,19 +32,8 @@ afterAll(async () => {
 
 /** Ends the sync leader's lock session from a client of its own on the maintenance database. */
 async function terminateLeaderSession(): Promise<number> {
-  const url = new URL(db.url);
-  url.pathname = "/postgres";
-  const client = new pg.Client({ connectionString: url.toString() });
-  await client.connect();
-  try {
-    const { rows } = await client.query(
-      `select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and application_name = 'gpu-sync-leader'`,
-      [db.name],
-    );
-    return rows.length;
-  } finally {
-    await client.end();
-  }
+  const rows = await queryOnServer(db, `select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and application_name = 'gpu-sync-leader'`, [db.name]);
+  return rows.length;
 }
 
 /** The simulated marketplace, whose destroys all wait until the leader's session has been ended by the first. */

@@ -1,7 +1,7 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { elasticsearchUrl } from "../../support/elasticsearch.js";
-import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
+import { createTestDatabase, queryOnServer, type TestDatabase } from "../../support/postgres.js";
 import { serviceGroup, type ServiceProcess } from "../../support/spawn-service.js";
 import { waitFor } from "../../support/wait.js";
 
@@ -80,18 +80,8 @@ const restartedServices = serviceGroup(() => ({
 
 afterAll(() => restartedServices.stopAll());
 
-/** One query as a client of its own on the server's maintenance database, which the restart leaves alone. */
-async function onServer<T extends pg.QueryResultRow>(sql: string, params: unknown[] = []): Promise<T[]> {
-  const url = new URL(db.url);
-  url.pathname = "/postgres";
-  const client = new pg.Client({ connectionString: url.toString() });
-  await client.connect();
-  try {
-    return (await client.query<T>(sql, params)).rows;
-  } finally {
-    await client.end();
-  }
-}
+/** One query as a client of its own on the server's maintenance database (which a restart leaves alone). */
+const onServer = <T extends pg.QueryResultRow>(sql: string, params: unknown[] = []) => queryOnServer<T>(db, sql, params);
 
 /** The database goes away as in a restart (every session ended, connections refused), and comes back; resolves when it is back. */
 async function restartDatabase(): Promise<number> {
