@@ -94,6 +94,12 @@ describe("interruptible replicas on vast.ai under streaming load", () => {
     expect(Date.parse(event.at) - outbidAt).toBeLessThan(2000);
     const healed = await waitForEndpoint(url, "loaded", "two bids again", (e) => readyBids(e).length === 2 && !readyBids(e).some((i) => i.instance_id === victim), 30_000);
     expect(loaded.vast.instances.has(victimMarketId)).toBe(false);
+    // The preemption's timeline from the events, for the record: the victim's, then its replacement's.
+    const replacement = readyBids(healed).find((i) => !readyBids(ready).some((r) => r.instance_id === i.instance_id))!.instance_id;
+    const timeline = (await eventsOf(url, "loaded"))
+      .filter((e) => Date.parse(e.at) >= outbidAt && (e.instance_id === victim || e.instance_id === replacement))
+      .map((e) => `${e.kind} ${e.instance_id} +${Date.parse(e.at) - outbidAt} ms`);
+    console.log(`preemption timeline (outbid at 0, probes every ${FAST_ENDPOINT_ENV.GPU_ENDPOINT_PROBE_MS} ms, status sync every 5 s): ${timeline.join(", ")}`);
 
     // Every bid outbid at once, and no bid fits any more: each machine's min_bid ten times its
     // on-demand price (at its own on-demand price, a bid could still undercut another machine's).
