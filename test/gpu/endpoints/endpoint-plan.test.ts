@@ -46,6 +46,7 @@ type Kind =
   | "exited"
   | "draining"
   | "drained"
+  | "drain-routed"
   | "missing"
   | "creating"
   | "destroying";
@@ -104,6 +105,10 @@ function replica(id: string, kind: Kind): ReplicaFacts {
     case "drained":
       Object.assign(row, { readySince: ago(300_000), draining: true, drainingSince: ago(31_000) });
       break;
+    case "drain-routed":
+      // 30.5 s into a 30 s drain: a process may have routed a request to it in its first second.
+      Object.assign(row, { readySince: ago(300_000), draining: true, drainingSince: ago(30_500) });
+      break;
     case "missing":
       Object.assign(row, { createdAt: ago(61_000), recordClaimedAt: null });
       return { row, record: null };
@@ -141,6 +146,12 @@ describe("endpoint plan", () => {
     ["scale down: a replica not ready is destroyed at once", { replicas: 1 }, [["a", "ready"], ["b", "starting"]], ["scale_in b"]],
     ["a draining replica is destroyed after the drain time", { replicas: 1 }, [["a", "ready"], ["b", "drained"]], ["drained b"]],
     ["a draining replica keeps its in-flight requests meanwhile", { replicas: 1 }, [["a", "ready"], ["b", "draining"]], []],
+    [
+      "a drain lasts drainMs past the last moment a process's cached directory could route to it",
+      { replicas: 1 },
+      [["a", "ready"], ["b", "drain-routed"]],
+      [],
+    ],
     ["parked: every replica goes", { replicas: 0 }, [["a", "ready"], ["b", "starting"]], ["scale_in b", "drain a"]],
     ["a creation still waiting for the marketplace is not destroyed", { replicas: 0 }, [["a", "creating"]], []],
     [

@@ -1,4 +1,5 @@
 import type { EndpointLoad } from "../load/load-store.js";
+import { DIRECTORY_CACHE_MS } from "../resource/endpoint-directory.js";
 import type { AutoscaleMemory, EndpointRecord } from "../resource/endpoint-store.js";
 import { billedCost, endedReason, replicaState, type ReplicaFacts } from "../replicas/replica-state.js";
 import { autoscale, type TargetChange } from "./autoscaler.js";
@@ -23,7 +24,8 @@ import { drainableFallbacks, isFallback, launchKinds, wantsReturn, type LaunchKi
 // - surplus replicas (scale down) go those not serving yet first, then the unhealthy, then the
 //   ready, each group the fewest requests in flight first; one whose creation still waits for the
 //   marketplace is waited for, never swapped for a ready one; every replica that may still hold
-//   a request (it was ever ready) drains for drainMs first;
+//   a request (it was ever ready) drains for drainMs first (counted from when no process can
+//   route to it any more);
 // - a gap is filled by taking draining replicas back first, then by launches, never past
 //   replicas + 1 machines; the executor checks the budget against the prices actually rented;
 // - each launch's kind (on-demand, or interruptible with or without fallback) and the way back
@@ -100,7 +102,9 @@ export function planEndpoint(
   for (const facts of live) {
     const { row } = facts;
     if (row.draining) {
-      if (row.drainingSince && now.getTime() - row.drainingSince.getTime() >= settings.drainMs) {
+      // Processes whose directory answer predates the drain still send it requests for up to
+      // DIRECTORY_CACHE_MS: the last of those gets the whole drainMs too.
+      if (row.drainingSince && now.getTime() - row.drainingSince.getTime() >= settings.drainMs + DIRECTORY_CACHE_MS) {
         actions.push({ kind: "drained", instanceId: row.instanceId });
         leaving.push(facts);
       } else {

@@ -12,7 +12,10 @@ import { isRoutable, replicaState, type ReplicaFacts } from "../replicas/replica
 // database per request; a ready replica that fails a probe is out of routing within one probe
 // and that second.
 
-export function createEndpointDirectory(deps: { ctx: Pick<GpuContext, "instances">; endpoints: EndpointStore }, cacheMs = 1000): EndpointDirectory {
+/** How long each process keeps a directory answer: a replica out of routing may still get requests that long. */
+export const DIRECTORY_CACHE_MS = 1000;
+
+export function createEndpointDirectory(deps: { ctx: Pick<GpuContext, "instances">; endpoints: EndpointStore }, cacheMs = DIRECTORY_CACHE_MS): EndpointDirectory {
   const cache = new Map<string, { at: number; answer: Promise<EndpointRoute | undefined> }>();
 
   async function lookUp(name: string): Promise<EndpointRoute | undefined> {
