@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { Marketplace } from "../../../src/gpu/marketplace/port.js";
 import { withStatusCache } from "../../../src/gpu/marketplace/status-cache.js";
-import { createVastMarketplace } from "../../../src/gpu/marketplace/vastai/vastai.js";
+import { adapterOn } from "../../support/vastai/adapter.js";
 import { startVastEmulator, type VastEmulator } from "../../support/vastai/emulator.js";
 
 // The status cache in front of a real adapter (vast.ai's, against its emulator, which counts every
@@ -15,17 +15,7 @@ let adapter: Marketplace;
 
 beforeEach(async () => {
   vast = await startVastEmulator({ apiKey: API_KEY, minIntervalMs: { destroy: 300 } });
-  adapter = createVastMarketplace({
-    baseUrl: vast.url,
-    apiKey: API_KEY,
-    timeoutMs: 2000,
-    createTimeoutMs: 2000,
-    minReliability: 0.95,
-    minIntervalMs: undefined,
-    retries: 2,
-    backoffMs: 5,
-    maxBackoffMs: 20,
-  });
+  adapter = adapterOn(vast, API_KEY, { createLookupMs: undefined, minIntervalMs: undefined, retries: 2, maxBackoffMs: 20 });
   market = withStatusCache(adapter, 2_000);
 });
 

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ConflictError, InvalidInputError, NotFoundError } from "../../../../src/errors.js";
 import type { CreateMarketInstanceRequest, Marketplace } from "../../../../src/gpu/marketplace/port.js";
-import { createVastMarketplace } from "../../../../src/gpu/marketplace/vastai/vastai.js";
+import { adapterOn } from "../../../support/vastai/adapter.js";
 import { bidTotal, dphTotal, storagePerHour } from "../../../support/vastai/catalogue.js";
 import { startVastEmulator, type VastEmulator } from "../../../support/vastai/emulator.js";
 import { waitFor } from "../../../support/wait.js";
@@ -16,18 +16,7 @@ let market: Marketplace;
 
 beforeEach(async () => {
   vast = await startVastEmulator({ apiKey: API_KEY, provisioningMs: 50, loadingMs: 50 });
-  market = createVastMarketplace({
-    baseUrl: vast.url,
-    apiKey: API_KEY,
-    timeoutMs: 2000,
-    createTimeoutMs: 2000,
-    createLookupMs: 600,
-    minReliability: 0.95,
-    minIntervalMs: 0,
-    retries: 2,
-    backoffMs: 5,
-    maxBackoffMs: 40,
-  });
+  market = adapterOn(vast, API_KEY, { retries: 2 });
 });
 
 afterEach(async () => {

@@ -1,7 +1,8 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, OutcomeUnknownError, UnavailableError } from "../../../../src/errors.js";
 import type { CreateMarketInstanceRequest, Marketplace } from "../../../../src/gpu/marketplace/port.js";
-import { createVastMarketplace, type VastMarketplaceOptions } from "../../../../src/gpu/marketplace/vastai/vastai.js";
+import type { VastMarketplaceOptions } from "../../../../src/gpu/marketplace/vastai/vastai.js";
+import { adapterOn } from "../../../support/vastai/adapter.js";
 import { thresholdMsOf, VAST_INTERVALS_MS } from "../../../../src/gpu/marketplace/vastai/vastai-http.js";
 import { dphTotal, storagePerHour } from "../../../support/vastai/catalogue.js";
 import { startVastEmulator, type VastEmulator } from "../../../support/vastai/emulator.js";
@@ -15,19 +16,7 @@ let vast: VastEmulator;
 let market: Marketplace;
 
 function connect(options: Partial<VastMarketplaceOptions> = {}): Marketplace {
-  return createVastMarketplace({
-    baseUrl: vast.url,
-    apiKey: API_KEY,
-    timeoutMs: 2000,
-    createTimeoutMs: 2000,
-    createLookupMs: 600,
-    minReliability: 0.95,
-    minIntervalMs: 0,
-    retries: 6,
-    backoffMs: 5,
-    maxBackoffMs: 40,
-    ...options,
-  });
+  return adapterOn(vast, API_KEY, options);
 }
 
 beforeEach(async () => {
