@@ -4,7 +4,7 @@ import type { Logger } from "pino";
 import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from "../../module.js";
 import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
 import { downstreamHeaders, upstreamHeaders } from "./forward-headers.js";
-import { HoldQueues, RETRY_AFTER_SECONDS, refusalDetail, refuse, type Held, type Unreached } from "./hold-queue.js";
+import { HoldQueues, RETRY_AFTER_SECONDS, refusalDetail, refuse, type Held } from "./hold-queue.js";
 import { KeptBody } from "./kept-body.js";
 import type { ProxyMetrics } from "./proxy-metrics.js";
 import { createProxyLoad } from "./proxy-load.js";
@@ -55,7 +55,6 @@ const RETRYABLE_STATUS = new Set([502, 503, 504]);
 export function createEndpointProxy(options: EndpointProxyOptions): EndpointProxy {
   const { directory, maxBodyBytes, logger, metrics } = options;
   const load = options.load ?? createProxyLoad();
-  const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map(), load, requeue: () => false };
   const holds = new HoldQueues({
     directory,
     holdMs: options.holdMs ?? 300_000,
@@ -69,7 +68,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     dispatch: (held: Held, route: EndpointRoute) =>
       new Exchange(shared, held.req, held.res, held.name, route.endpointId, held.path, route.targets, process.hrtime.bigint(), held.body).start(),
   });
-  shared.requeue = (held, unreached) => holds.requeue(held, unreached);
+  const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map(), load, holds };
 
   const handle = async (req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): Promise<void> => {
     const started = process.hrtime.bigint();
@@ -132,8 +131,8 @@ interface Shared {
   /** Parsed replica URLs, by URL text. */
   addresses: Map<string, Address>;
   load: ProxyLoad;
-  /** Holds again a request whose replicas could not be reached; false when it cannot wait. */
-  requeue(held: Held, unreached: Unreached): boolean;
+  /** Where a request whose replicas could not be reached waits again. */
+  holds: HoldQueues;
 }
 
 interface Address {
@@ -266,10 +265,9 @@ class Exchange {
    * a replica other than the ones it could not reach, instead of answering 502.
    */
   private requeue(detail: string): boolean {
-    if (!this.body.replayable) return false;
     this.body.detach();
     const held: Held = { req: this.req, res: this.res, name: this.name, endpointId: this.endpointId, path: this.path, body: this.body };
-    if (!this.shared.requeue(held, { instanceIds: this.unreached, detail })) return false;
+    if (!this.shared.holds.requeue(held, { instanceIds: this.unreached, detail })) return false;
     // This exchange is over without an answer: the one the hold queue starts answers.
     this.settled = true;
     this.counted = true;

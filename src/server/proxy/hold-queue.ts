@@ -95,10 +95,9 @@ export class HoldQueues {
   hold(req: NodeRequest, res: NodeResponse, name: string, path: string, route: EndpointRoute): void {
     const refusal = this.refusal(name);
     if (refusal !== undefined) return refuse(res, this.options.metrics, name, refusal);
-    let entry: Entry | undefined;
     // Read while held: the upload must end within HTTP_REQUEST_TIMEOUT_MS, whatever the wait.
-    const body = new KeptBody(req, this.options.maxBodyBytes, () => this.onOverflow(entry!));
-    entry = this.enqueue({ req, res, name, endpointId: route.endpointId, path, body });
+    const body = new KeptBody(req, this.options.maxBodyBytes, () => this.onOverflow(entry));
+    const entry = this.enqueue({ req, res, name, endpointId: route.endpointId, path, body });
   }
 
   /**
