@@ -76,11 +76,51 @@ describe("the autoscaler", () => {
     const { targets } = replay(SETTINGS, 1, [
       [0, load(0, 0, -1)],
       [300, load(0, 0, 299)], // a short request came and went
-      [600, load(0, 0, 299)],
-      [899, load(0, 0, 299)],
-      [900, load(0, 0, 299)], // 600 s since 299... not yet: the window started at 0
+      [600, load(0, 0, 599)],
+      [899, load(0, 0, 899)],
+      [1400, load(0, 0, 899)],
     ]);
     expect(targets).toEqual([1, 1, 1, 1, 1]);
+  });
+
+  it("goes idle scale_down_after_s after the last request, however short it was", () => {
+    const { targets, events } = replay(SETTINGS, 1, [
+      [0, load(0, 0, -1)],
+      [300, load(0, 0, 299)], // a short request came and went between two samples
+      [898, load(0, 0, 299)],
+      [899, load(0, 0, 299)], // 600 s after it
+    ]);
+    expect(targets).toEqual([1, 1, 1, 0]);
+    expect(events).toEqual(["899s idle 1->0"]);
+  });
+
+  it("scales to zero over a simulated day after one short request, sampled every 10 s", () => {
+    // Woken, one request at t = 100 s answered between two samples, then silence.
+    const samples: Array<[number, LoadNow]> = [];
+    for (let s = 0; s <= 86_400; s += 10) samples.push([s, load(0, 0, s >= 105 ? 105 : null)]);
+    const { targets, events } = replay({ ...SETTINGS, scaleDownAfterS: 300 }, 1, samples);
+    expect(events).toEqual(["410s idle 1->0"]);
+    expect(targets.at(-1)).toBe(0);
+  });
+
+  it("wakes at once for a request that found it idle and left before any sample held it", () => {
+    const { targets, events } = replay(SETTINGS, 0, [
+      [0, load(0)],
+      [10, load(0, 0, 9.75)], // held 250 ms, or refused with holding off: never seen held
+      [20, load(0, 0, 9.75)],
+    ]);
+    expect(targets).toEqual([0, 1, 1]);
+    expect(events).toEqual(["10s woke 0->1"]);
+  });
+
+  it("does not wake for the request it went idle after", () => {
+    const { targets } = replay(SETTINGS, 1, [
+      [0, load(0, 0, 0)],
+      [600, load(0, 0, 0)], // idle
+      [610, load(0, 0, 0)],
+      [3600, load(0, 0, 0)],
+    ]);
+    expect(targets).toEqual([1, 0, 0, 0]);
   });
 
   it("keeps min_replicas", () => {

@@ -32,6 +32,8 @@ export interface EmulatorOptions {
   /** How long actual_status stays null, then "loading", ms. */
   provisioningMs?: number;
   loadingMs?: number;
+  /** How long a running machine's model server loads its model before it answers, ms (default 0). */
+  modelLoadMs?: number;
   /**
    * Answer 429 when one endpoint is called again within this interval (0: no limit), one for all
    * or per endpoint (search, ask, show, list, destroy). As on vast.ai, a call inside the interval
@@ -86,7 +88,7 @@ const TOO_FREQUENT_THRESHOLD = "API requests too frequent endpoint threshold=0.5
 
 export async function startVastEmulator(options: EmulatorOptions): Promise<VastEmulator> {
   const asks = createAsks();
-  const instances = createInstances({ provisioningMs: options.provisioningMs ?? 100, loadingMs: options.loadingMs ?? 100 });
+  const instances = createInstances({ provisioningMs: options.provisioningMs ?? 100, loadingMs: options.loadingMs ?? 100, modelLoadMs: options.modelLoadMs ?? 0 });
   const requests: EmulatorRequest[] = [];
   const lastCall = new Map<string, number>();
   const switches = { throttle: 0, throttleJson: false, fail: 0, failStatus: 503, delayMs: 0, failStart: false, showLagMs: 0, createAnswerMs: 0, refuseCreate: undefined as undefined | "not-your-own" | "gone" | "invalid-price" };

@@ -1,3 +1,4 @@
+import { createServer } from "node:net";
 import { startModelServer, type ModelServer } from "../../../src/gpu/marketplace/simulated/model-server.js";
 import { bidTotal, dphTotal, type VastAsk } from "./catalogue.js";
 
@@ -37,6 +38,8 @@ export interface EmulatedInstance {
   mapsLlmPort: boolean;
   server: ModelServer | undefined;
   starting: Promise<void> | undefined;
+  /** The host port 8000 maps to while the model loads (nothing listens on it yet), then its server's. */
+  llmPort: number | undefined;
 }
 
 /** The two ways an outbid instance shows: its actual_status, or its contract's three states. */
@@ -45,6 +48,8 @@ export type OutbidForm = "actual_status" | "states";
 export interface Clock {
   provisioningMs: number;
   loadingMs: number;
+  /** How long a running machine's model server takes to load its model before it answers (vLLM's weights load). */
+  modelLoadMs: number;
 }
 
 export function createInstances(clock: Clock) {
@@ -64,10 +69,15 @@ export function createInstances(clock: Clock) {
     return age < clock.provisioningMs + clock.loadingMs ? "loading" : "running";
   }
 
-  /** Starts the model server the first time a running instance is looked at. */
+  /**
+   * Starts the model server the first time a running instance is looked at once its model has
+   * loaded; while it loads, port 8000 is mapped to a port where nothing listens yet (as a vLLM
+   * container's is), and its server then starts on that port.
+   */
   function ensureServer(i: EmulatedInstance): void {
     if (i.server || i.starting || !i.mapsLlmPort || !i.model) return;
-    i.starting = startModelServer({ model: i.model, host: "127.0.0.1", apiKey: i.apiKey, instance: String(i.id) }).then((server) => {
+    if (Date.now() - i.createdAt < clock.provisioningMs + clock.loadingMs + clock.modelLoadMs) return;
+    i.starting = startModelServer({ model: i.model, host: "127.0.0.1", port: i.llmPort, apiKey: i.apiKey, instance: String(i.id) }).then((server) => {
       if (all.has(i.id) && actualStatus(i) === "running") i.server = server;
       else void server.close();
       i.starting = undefined;
@@ -80,7 +90,8 @@ export function createInstances(clock: Clock) {
     const running = status === "running";
     const ports: Record<string, Array<{ HostIp: string; HostPort: string }>> = {};
     if (running) ports["22/tcp"] = [{ HostIp: "0.0.0.0", HostPort: String(40_000 + (i.id % 1000)) }];
-    if (running && i.server) ports["8000/tcp"] = [{ HostIp: "0.0.0.0", HostPort: String(i.server.port) }];
+    const llmPort = i.server?.port ?? i.llmPort;
+    if (running && llmPort !== undefined) ports["8000/tcp"] = [{ HostIp: "0.0.0.0", HostPort: String(llmPort) }];
     return {
       id: i.id,
       machine_id: i.ask.machine_id,
@@ -129,6 +140,7 @@ export function createInstances(clock: Clock) {
       env: [],
       mapsLlmPort: false,
       server: undefined,
+      llmPort: undefined,
       starting: undefined,
       ...fields,
     };
@@ -147,6 +159,9 @@ export function createInstances(clock: Clock) {
       const envKey = typeof envMap.VLLM_API_KEY === "string" ? envMap.VLLM_API_KEY : undefined;
       const bid = typeof request.price === "number" ? request.price : undefined;
       const disk = typeof request.disk === "number" ? request.disk : 8;
+      const mapsLlmPort = env.some((key) => /^-p 8000:8000$/.test(key.trim()));
+      // While the model loads, port 8000 maps to a port nobody listens on yet.
+      const llmPort = mapsLlmPort && clock.modelLoadMs > 0 ? await freePort() : undefined;
       return add(ask, {
         bid,
         outbidAs: bid !== undefined && bid < ask.min_bid ? "states" : undefined,
@@ -158,7 +173,8 @@ export function createInstances(clock: Clock) {
         model: /vllm serve (\S+)/.exec(args)?.[1],
         apiKey: /--api-key (\S+)/.exec(args)?.[1] ?? envKey,
         env: Object.entries(envMap).filter(([name]) => !name.startsWith("-")).map(([name, value]) => [name, String(value)]),
-        mapsLlmPort: env.some((key) => /^-p 8000:8000$/.test(key.trim())),
+        mapsLlmPort,
+        llmPort,
       });
     },
     foreign(ask: VastAsk, label: string): EmulatedInstance {
@@ -204,4 +220,16 @@ function statesOf(i: EmulatedInstance): Record<string, string> {
   if (i.outbidAs === "actual_status") return { intended_status: "running", cur_state: "stopped", next_state: "running" };
   if (i.forcedStatus === "exited") return { intended_status: "stopped", cur_state: "stopped", next_state: "running" };
   return { intended_status: "running", cur_state: i.forcedStatus === "unloaded" ? "unloaded" : "running", next_state: "running" };
+}
+
+/** A loopback port nothing listens on now. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once("error", reject);
+    probe.listen(0, "127.0.0.1", () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
 }

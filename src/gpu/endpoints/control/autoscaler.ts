@@ -9,8 +9,14 @@ import type { AutoscaleMemory, AutoscaleSettings } from "../resource/endpoint-st
 // - the target rises once wanted has stayed above it for scale_up_after_s, to the least wanted
 //   in that time (what the load held up all along), and falls once wanted has stayed below it for
 //   scale_down_after_s, to the most wanted in that time: never faster, and never below what a
-//   request in that time needed (a request seen in the window counts as one replica wanted);
-// - at zero, a held request wakes the endpoint at once (event `woke`), to at least one replica;
+//   request in that time needed. A request seen only through `lastRequestAt` (it came and went
+//   between two samples) counts for its moment, as one replica wanted: when that is the whole
+//   target, the time below it starts again after that request, so that the endpoint goes idle
+//   scale_down_after_s after its last request, however short its requests were;
+// - at zero, any request wakes the endpoint at once (event `woke`), to at least one replica: one
+//   held now, or one that arrived since it went idle and is gone already (its caller gave up, or
+//   holding is off). It went idle scale_down_after_s after the request before, so a request
+//   within scale_down_after_s is one that found it idle;
 // - falling to zero is `idle`, any other change `scaled`.
 
 export type { AutoscaleMemory, AutoscaleSettings };
@@ -42,9 +48,13 @@ export function autoscale(settings: AutoscaleSettings, target: number, memory: A
   const demand = load.inFlight + load.held;
   const wanted = clamp(Math.ceil(demand / settings.targetInFlight), settings);
   const why = `load ${demand} (${load.inFlight} in flight, ${load.held} held), ${settings.targetInFlight} per replica`;
-  if (target === 0 && load.held > 0) {
-    const to = Math.max(1, wanted);
-    return { target: to, memory: NO_MEMORY, change: { from: 0, to, kind: "woke", why: `${why}: a request is held` } };
+  if (target === 0) {
+    const knocked = load.lastRequestAt !== null && now.getTime() - load.lastRequestAt.getTime() < settings.scaleDownAfterS * 1000;
+    if (load.held > 0 || knocked) {
+      const to = Math.max(1, wanted);
+      const reason = load.held > 0 ? "a request is held" : `a request arrived at ${load.lastRequestAt!.toISOString()}`;
+      return { target: to, memory: NO_MEMORY, change: { from: 0, to, kind: "woke", why: `${why}: ${reason}` } };
+    }
   }
   const inRange = clamp(target, settings);
   if (inRange !== target) {
@@ -54,10 +64,18 @@ export function autoscale(settings: AutoscaleSettings, target: number, memory: A
   if (wanted === target) return { target, memory: NO_MEMORY };
   const direction = wanted > target ? "up" : "down";
   const continuing = memory.direction === direction && memory.since !== null && memory.bound !== null;
-  const since = continuing ? memory.since! : now;
+  let since = continuing ? memory.since! : now;
   let bound = continuing ? (direction === "up" ? Math.min(memory.bound!, wanted) : Math.max(memory.bound!, wanted)) : wanted;
-  // A request that came and went between two samples still needed a replica.
-  if (direction === "down" && load.lastRequestAt !== null && load.lastRequestAt >= since) bound = Math.max(bound, clamp(1, settings));
+  if (direction === "down" && load.lastRequestAt !== null && load.lastRequestAt >= since) {
+    // A request that came and went between two samples needed a replica at its moment.
+    const needed = clamp(1, settings);
+    if (needed < target) bound = Math.max(bound, needed);
+    else {
+      // It needed the whole target: wanted was not below it then, so the time below starts after it.
+      since = load.lastRequestAt < now ? load.lastRequestAt : now;
+      bound = wanted;
+    }
+  }
   const after = (direction === "up" ? settings.scaleUpAfterS : settings.scaleDownAfterS) * 1000;
   const waited = now.getTime() - since.getTime();
   if (waited < after || bound === target) return { target, memory: { direction, since, bound } };

@@ -3,6 +3,9 @@ import type { ProxyLoadEntry } from "../../../module.js";
 
 // The endpoints' load across service processes (table gpu_endpoint_load): each process writes its
 // proxy's counts, the controller on the sync leader reads their sum. Rows map here and nowhere else.
+// Times cross processes as ages: a process writes last_request_at as the database's now() less how
+// long ago it saw the request, and the reader turns the database's age back into its own clock, so
+// that no two processes' clocks (nor a process's and the database's) are ever compared.
 
 const TABLE = "gpu_endpoint_load";
 
@@ -31,7 +34,7 @@ interface LoadRow {
   in_flight: number;
   held: number;
   by_replica: Record<string, number>;
-  last_request_at: Date | null;
+  last_request_age_ms: string | number | null;
   fresh: boolean;
 }
 
@@ -48,13 +51,14 @@ export class LoadStore {
   /** Writes one process's counts for the given endpoints, in one statement; ages are the database's clock. */
   async publish(processId: string, entries: readonly ProxyLoadEntry[]): Promise<void> {
     if (entries.length === 0) return;
+    const now = Date.now();
     const rows = entries.map((e) => ({
       process_id: processId,
       endpoint_id: e.endpointId,
       in_flight: e.inFlight,
       held: e.held,
       by_replica: JSON.stringify(e.byReplica),
-      last_request_at: e.lastRequestAt,
+      last_request_at: e.lastRequestAt === null ? null : this.knex.raw("now() - ? * interval '1 millisecond'", [Math.max(0, now - e.lastRequestAt.getTime())]),
       updated_at: this.knex.fn.now(),
     }));
     await this.knex(TABLE).insert(rows).onConflict(["process_id", "endpoint_id"]).merge();
@@ -66,10 +70,19 @@ export class LoadStore {
     if (endpointIds.length === 0) return loads;
     const rows = (await this.knex(TABLE)
       .whereIn("endpoint_id", endpointIds)
-      .select("endpoint_id", "in_flight", "held", "by_replica", "last_request_at", this.knex.raw("updated_at > now() - ? * interval '1 millisecond' as fresh", [this.freshMs]))) as LoadRow[];
+      .select(
+        "endpoint_id",
+        "in_flight",
+        "held",
+        "by_replica",
+        this.knex.raw("extract(epoch from now() - last_request_at) * 1000 as last_request_age_ms"),
+        this.knex.raw("updated_at > now() - ? * interval '1 millisecond' as fresh", [this.freshMs]),
+      )) as LoadRow[];
+    const now = Date.now();
     for (const row of rows) {
       const load = loads.get(String(row.endpoint_id))!;
-      if (row.last_request_at !== null && (load.lastRequestAt === null || row.last_request_at > load.lastRequestAt)) load.lastRequestAt = row.last_request_at;
+      const lastRequestAt = row.last_request_age_ms === null ? null : new Date(now - Number(row.last_request_age_ms));
+      if (lastRequestAt !== null && (load.lastRequestAt === null || lastRequestAt > load.lastRequestAt)) load.lastRequestAt = lastRequestAt;
       if (!row.fresh) continue;
       load.inFlight += row.in_flight;
       load.held += row.held;

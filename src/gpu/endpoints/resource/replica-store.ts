@@ -5,7 +5,9 @@ import type { EventKind } from "./endpoint-events.js";
 // An endpoint's replicas (table gpu_endpoint_replicas): one row per launch, written before its
 // instance record exists, claimed in the transaction that writes that record, and kept once
 // removed for the endpoint's total cost. Rows map to the records below here and nowhere else.
-// Write methods take an optional transaction.
+// Write methods take an optional transaction. The times the database stamps (created_at,
+// draining_since, ...) are read on this process's clock (shifted by how far the two clocks are
+// apart), so that the plan compares them with its own `now` and never one clock with another.
 
 const REPLICAS = "gpu_endpoint_replicas";
 
@@ -60,9 +62,13 @@ interface ReplicaDbRow {
   interruptible: boolean;
   fallback: boolean;
   created_at: Date;
+  db_now: Date;
 }
 
-function toReplica(row: ReplicaDbRow): ReplicaRow {
+function toReplica(row: ReplicaDbRow, readAt: number): ReplicaRow {
+  // The database's clock, shifted onto this process's.
+  const shift = readAt - row.db_now.getTime();
+  const local = (at: Date | null) => (at === null ? null : new Date(at.getTime() + shift));
   return {
     instanceId: row.instance_id,
     endpointId: String(row.endpoint_id),
@@ -71,14 +77,14 @@ function toReplica(row: ReplicaDbRow): ReplicaRow {
     failedProbes: row.failed_probes,
     readySince: row.ready_since,
     failingSince: row.failing_since,
-    drainingSince: row.draining_since,
-    condemnedAt: row.condemned_at,
-    recordClaimedAt: row.record_claimed_at,
-    destroyingAt: row.destroying_at,
+    drainingSince: local(row.draining_since),
+    condemnedAt: local(row.condemned_at),
+    recordClaimedAt: local(row.record_claimed_at),
+    destroyingAt: local(row.destroying_at),
     destroyEvent: row.destroy_event ? { kind: row.destroy_event, detail: row.destroy_detail ?? "" } : null,
     interruptible: row.interruptible,
     fallback: row.fallback,
-    createdAt: row.created_at,
+    createdAt: local(row.created_at)!,
   };
 }
 
@@ -112,8 +118,13 @@ export class ReplicaStore {
 
   /** The replicas not removed, oldest first. */
   async listOf(endpointId: string): Promise<ReplicaRow[]> {
-    const rows = await this.knex(REPLICAS).where({ endpoint_id: endpointId }).whereNull("removed_at").orderBy([{ column: "created_at" }, { column: "instance_id" }]);
-    return (rows as ReplicaDbRow[]).map(toReplica);
+    const rows = await this.knex(REPLICAS)
+      .where({ endpoint_id: endpointId })
+      .whereNull("removed_at")
+      .orderBy([{ column: "created_at" }, { column: "instance_id" }])
+      .select(`${REPLICAS}.*`, this.knex.raw("clock_timestamp() as db_now"));
+    const readAt = Date.now();
+    return (rows as ReplicaDbRow[]).map((row) => toReplica(row, readAt));
   }
 
   async updateProbe(instanceId: string, fields: ReplicaProbeFields, trx?: Knex.Transaction): Promise<void> {
