@@ -48,9 +48,11 @@ export async function probeReplicas(
       // A replica never ready without an address is still provisioning: nothing to count yet.
       if (url === undefined && row.readySince === null) return;
       const ok = url !== undefined && (await deps.probe(url, model, replicaKey(record)));
-      // An interruptible machine that stops answering may have been outbid: ask the marketplace
-      // now, not at the next sync, so that a preemption is seen within one probe interval.
-      if (!ok && record.interruptible) await readPreemption(deps.ctx, record);
+      // A ready interruptible machine that stops answering may have been outbid: ask the
+      // marketplace now, not at the next sync, so that a preemption is seen within one probe
+      // interval. One still loading its model fails every probe for minutes: it waits for the
+      // status sync, as reads are rate-limited and shared with the creates.
+      if (!ok && record.interruptible && row.readySince !== null) await readPreemption(deps.ctx, record);
       const { fields, event } = probeOutcome(row, ok, deps.settings.readyAfter, new Date());
       await deps.endpoints.replicas.updateProbe(row.instanceId, fields);
       if (event) {
