@@ -1,10 +1,8 @@
 import { bidCostPerHour, type MarketOffer } from "../marketplace/port.js";
 
-// Whether an interruptible creation bids or rents on-demand, and on which machines first. Pure:
-// the creation searches the bid market and the on-demand market, keeps what fits the template in
-// each (offer-choice.ts), and asks here. SPEC.md section 2: the bid is the offer's minimum bid x
-// (1 + bid_margin), billed with the offer's storage; never a bid that reaches the price of an
-// on-demand offer that fits: then the creation rents on-demand.
+// What a bid costs, and on which machines a creation tries first. Pure. SPEC.md section 2: the
+// bid is the offer's minimum bid x (1 + bid_margin), billed with the offer's storage; whether a
+// bid is made at all, or on-demand rented instead, is slot-offers.ts's choice.
 
 /** An offer a creation may rent, and the bid to rent it at ($/h for the machine, storage excluded); no bid: on-demand. */
 export interface Candidate extends MarketOffer {
@@ -25,17 +23,6 @@ export function asBids(offers: readonly MarketOffer[], bidMargin: number): Candi
     const bid = bidOn(offer, bidMargin);
     return bid === undefined ? [] : [{ ...offer, bidPerHour: bid, dphTotal: round6(bidCostPerHour(offer, bid)) }];
   });
-}
-
-/**
- * The candidates of an interruptible creation, best first: the bids (already priced by asBids and
- * fitted to the template) that cost less than the cheapest fitting on-demand offer, cheapest
- * first; when there is none, the on-demand offers. Either list may be empty.
- */
-export function bidOrOnDemand(bids: readonly Candidate[], onDemand: readonly MarketOffer[]): Candidate[] {
-  const cheapestOnDemand = Math.min(...onDemand.map((o) => o.dphTotal));
-  const worthIt = bids.filter((b) => b.bidPerHour !== undefined && b.dphTotal < cheapestOnDemand);
-  return worthIt.length > 0 ? [...worthIt].sort((a, b) => a.dphTotal - b.dphTotal || a.id.localeCompare(b.id)) : [...onDemand];
 }
 
 /**

@@ -10,9 +10,10 @@ import { limitsFor } from "../money/limits.js";
 import { releaseMachine } from "../lifecycle/machine-release.js";
 import type { MarketInstance, MarketOffer } from "../marketplace/port.js";
 import { asMarketplaceError, rentOffer, type CreationFence } from "./offer-rental.js";
-import { candidateFilter, checkTemplateLimits, offerCandidates } from "./offer-choice.js";
+import { autoPickTemplate, candidateFilter, checkTemplateLimits, fittingOffers, noOfferMatches, offerCandidates } from "./offer-choice.js";
 import { findTemplate } from "./templates.js";
-import { asBids, bidOrOnDemand, spreadOver, type Candidate } from "./bid-choice.js";
+import { asBids, spreadOver, type Candidate } from "./bid-choice.js";
+import { nothingToRentText, slotOffers, type NothingToRent } from "./slot-offers.js";
 
 // Crash-safe creation: the record (its instance_id is the label the marketplace instance
 // carries) is written before the marketplace call and completed after it. A crash in between
@@ -38,12 +39,13 @@ export interface CreationRequest {
   replicaOf?: { instanceId: string; endpoint: string; priceCap: number; fence?: CreationFence };
   /**
    * Rent an interruptible machine (an automatic pick only; a named offer is rented on-demand): the
-   * cheapest fitting offer of the bid market at its minimum bid x (1 + bidMargin), unless a
-   * fitting on-demand offer costs no more, which is then rented instead (bid-choice.ts), unless
-   * `onDemand` is false (then a bid or nothing). Only where the marketplace rents interruptible
-   * machines; elsewhere a 400 naming `interruptible`.
+   * cheapest fitting offer of the bid market at its minimum bid x (1 + bidMargin), if it costs
+   * less than every fitting on-demand offer and than `cheaperThan` ($/h: the cost of the fallback
+   * it would replace); else a fitting on-demand offer, unless `onDemand` is false; else nothing
+   * (a NotFoundError saying why). slot-offers.ts chooses. Only where the marketplace rents
+   * interruptible machines; elsewhere a 400 naming `interruptible`.
    */
-  interruptible?: { bidMargin: number; onDemand?: boolean };
+  interruptible?: { bidMargin: number; onDemand?: boolean; cheaperThan?: number };
   /** Machines to keep off while offers on others fit (an endpoint's other replicas): they come last. */
   avoidMachineIds?: readonly string[];
 }
@@ -111,12 +113,7 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
 export async function anyOfferFits(ctx: GpuContext, templateName: string, customConfig: JsonObject): Promise<boolean> {
   const template = templateOf(templateName);
   const plan = launchPlanOf(template, parseCustomConfig(customConfig, template !== undefined), undefined);
-  try {
-    return offerCandidates(await offersFor(ctx, template, undefined, plan.diskGb), template, undefined, plan.diskGb).length > 0;
-  } catch (err) {
-    if (err instanceof NotFoundError) return false;
-    throw err;
-  }
+  return fittingOffers(await offersFor(ctx, template, undefined, plan.diskGb), autoPickTemplate(template)).length > 0;
 }
 
 function templateOf(name: string | undefined): Template | undefined {
@@ -138,7 +135,7 @@ function capped(template: Template | undefined, cap: number | undefined): Templa
 
 /**
  * The offers the creation may rent, best first (offer-choice.ts): for an interruptible creation,
- * the bid market's and the on-demand market's, searched both, and chosen between by bid-choice.ts.
+ * both markets searched once each, fitted to the template, and chosen between by slot-offers.ts.
  */
 async function candidatesFor(
   ctx: GpuContext,
@@ -152,21 +149,23 @@ async function candidatesFor(
   if (!ctx.marketplace.interruptible) {
     throw new InvalidInputError("This marketplace rents no interruptible machines", { extra: { field: "interruptible" } });
   }
-  const [bidMarket, onDemandMarket] = await Promise.all([offersFor(ctx, template, undefined, diskGb, true), offersFor(ctx, template, undefined, diskGb)]);
-  const fitting = <T extends MarketOffer>(offers: readonly T[]): T[] => {
-    try {
-      return offerCandidates(offers, template, undefined, diskGb);
-    } catch (err) {
-      if (err instanceof NotFoundError) return [];
-      throw err;
-    }
-  };
-  // `onDemand: false`: a bid or nothing (an endpoint trying to leave its on-demand fallback).
-  const onDemand = interruptible.onDemand === false ? [] : fitting(onDemandMarket);
-  const chosen = bidOrOnDemand(fitting(asBids(bidMarket, interruptible.bidMargin)), onDemand);
-  // Nothing fits either way: the answer names the template's limits, as for an on-demand creation.
-  if (chosen.length === 0) return offerCandidates([], template, undefined, diskGb);
-  return spreadOver(chosen, request.avoidMachineIds);
+  const fitted = autoPickTemplate(template);
+  const [bidMarket, onDemandMarket] = await Promise.all([offersFor(ctx, fitted, undefined, diskGb, true), offersFor(ctx, fitted, undefined, diskGb)]);
+  const choice = slotOffers({
+    bids: fittingOffers(asBids(bidMarket, interruptible.bidMargin), fitted),
+    // Searched and fitted even when it may not be rented: every bid is compared with it.
+    onDemand: fittingOffers(onDemandMarket, fitted),
+    onDemandAllowed: interruptible.onDemand !== false,
+    cheaperThan: interruptible.cheaperThan,
+  });
+  if (choice.none) throw nothingToRent(choice.none, fitted);
+  return spreadOver(choice.candidates, request.avoidMachineIds);
+}
+
+/** The creation's answer when nothing may be rented (a launch that counts as failed): it says why. */
+function nothingToRent(none: NothingToRent, template: Template): NotFoundError {
+  if (none.kind === "nothing-fits") return noOfferMatches(template);
+  return new NotFoundError(`No interruptible machine for template '${template.name}': ${nothingToRentText(none)}`);
 }
 
 /** The marketplace's answer to the creation's offer search (empty when there is nothing to ask); of the bid market when `interruptible`. */

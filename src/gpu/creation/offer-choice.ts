@@ -52,17 +52,32 @@ export function offerCandidates<T extends MarketOffer>(
   diskGb: number,
 ): T[] {
   if (offerId !== undefined) return [namedOffer(catalogue, template, offerId, diskGb)];
+  const fitted = autoPickTemplate(template);
+  const fitting = fittingOffers(catalogue, fitted);
+  if (fitting.length === 0) throw noOfferMatches(fitted);
+  return fitting;
+}
+
+/** The template an automatic pick fits offers to: without one, an offer must be named. */
+export function autoPickTemplate(template: Template | undefined): Template {
   if (!template) throw new InvalidInputError("offer_id is required when no template_name is given", { extra: { field: "offer_id" } });
+  return template;
+}
+
+/** The rentable offers of a search that fit the template (its limits, and a machine that serves its model), cheapest first; maybe none. */
+export function fittingOffers<T extends MarketOffer>(catalogue: readonly T[], template: Template): T[] {
   const { minGpuRam, maxPrice } = limitsOf(template);
-  const fitting = catalogue
+  return catalogue
     .filter((o) => o.rentable && o.gpuRam >= minGpuRam && o.dphTotal <= maxPrice && canServe(o, servingNeeds(template)))
     .sort((a, b) => a.dphTotal - b.dphTotal || a.id.localeCompare(b.id));
-  if (fitting.length === 0) {
-    throw new NotFoundError(
-      `No rentable offer matches template '${template.name}' (min_gpu_ram ${minGpuRam} GB, max_price $${maxPrice}/h, ${machineNeedsText(template)})`,
-    );
-  }
-  return fitting;
+}
+
+/** The answer when no offer fits the template: it names the template's limits. */
+export function noOfferMatches(template: Template): NotFoundError {
+  const { minGpuRam, maxPrice } = limitsOf(template);
+  return new NotFoundError(
+    `No rentable offer matches template '${template.name}' (min_gpu_ram ${minGpuRam} GB, max_price $${maxPrice}/h, ${machineNeedsText(template)})`,
+  );
 }
 
 /** Every adapter reports an offer rented by someone else as a ConflictError about the field offer_id. */

@@ -1,9 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { asBids, bidOn, bidOrOnDemand, spreadOver } from "../../../src/gpu/creation/bid-choice.js";
+import { asBids, bidOn, spreadOver } from "../../../src/gpu/creation/bid-choice.js";
 import type { MarketOffer } from "../../../src/gpu/marketplace/port.js";
 
-// Bid or on-demand, as SPEC.md section 2 says it: the bid is min_bid x (1 + bid_margin), billed with
-// the offer's storage; never a bid that reaches the price of a fitting on-demand offer.
+// What a bid costs, as SPEC.md section 2 says it: min_bid x (1 + bid_margin), billed with the
+// offer's storage; and the machines an endpoint's replicas spread over. Whether to bid at all is
+// slot-offers.test.ts.
 
 const offer = (id: string, dphTotal: number, extra: Partial<MarketOffer> = {}): MarketOffer => ({
   id, gpuName: "RTX 4090", numGpus: 1, gpuRam: 24, dphTotal, rentable: true, location: "", ...extra,
@@ -17,19 +18,6 @@ describe("bid-choice", () => {
     expect(asBids([offer("1", 0.21, { minBid: 0.2, storagePerHour: 0.01 }), offer("2", 0.5)], 0.25)).toEqual([
       offer("1", 0.26, { minBid: 0.2, storagePerHour: 0.01, bidPerHour: 0.25 } as Partial<MarketOffer>),
     ]);
-  });
-
-  it.each([
-    { why: "bids cheaper than every fitting on-demand offer: the bids, cheapest first", bids: [["b2", 0.3], ["b1", 0.2]], onDemand: [0.5, 0.6], want: ["b1", "b2"] },
-    { why: "a bid that reaches the cheapest on-demand price is left out", bids: [["b1", 0.2], ["b2", 0.5]], onDemand: [0.5], want: ["b1"] },
-    { why: "every bid reaches it: on-demand instead", bids: [["b1", 0.5], ["b2", 0.7]], onDemand: [0.5, 0.6], want: ["od-0.5", "od-0.6"] },
-    { why: "no bid fits: on-demand", bids: [], onDemand: [0.5], want: ["od-0.5"] },
-    { why: "no on-demand offer fits: the bids", bids: [["b1", 0.9]], onDemand: [], want: ["b1"] },
-    { why: "nothing fits: nothing", bids: [], onDemand: [], want: [] },
-  ] as const)("$why", ({ bids, onDemand, want }) => {
-    const bidCandidates = bids.map(([id, price]) => ({ ...offer(id, price), bidPerHour: price }));
-    const chosen = bidOrOnDemand(bidCandidates, onDemand.map((p) => offer(`od-${p}`, p)));
-    expect(chosen.map((c) => c.id)).toEqual(want);
   });
 
   it("puts offers on machines to avoid last, keeping the order otherwise; an unknown machine counts as another", () => {

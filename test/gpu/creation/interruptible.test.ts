@@ -1,18 +1,14 @@
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { InvalidInputError } from "../../../src/errors.js";
 import { createInstance } from "../../../src/gpu/creation/creation.js";
-import { resolveDeployment } from "../../../src/gpu/deployment.js";
 import type { GpuContext } from "../../../src/gpu/gpu-context.js";
 import { syncRecord } from "../../../src/gpu/lifecycle/status-sync.js";
 import type { Marketplace } from "../../../src/gpu/marketplace/port.js";
 import type { SimulatedMarketplace } from "../../../src/gpu/marketplace/simulated/simulated.js";
-import { ExecutionLogStore } from "../../../src/gpu/store/execution-log-store.js";
-import { InstanceStore } from "../../../src/gpu/store/instance-store.js";
 import { createTestElasticsearch } from "../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
 import { createFastSimulatedMarketplace, startTestServer, type TestServer } from "../../support/server.js";
-import { rest, templateOffers } from "../helpers.js";
+import { gpuContextOn, rest, templateOffers } from "../helpers.js";
 
 // An interruptible creation on the simulated marketplace: it bids min_bid x (1 + margin) on the
 // cheapest fitting machine unless an on-demand offer that fits costs no more, records the bid, and
@@ -36,19 +32,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-function contextOn(marketplace: Marketplace): GpuContext {
-  return {
-    knex: db.knex,
-    logger: pino({ level: "silent" }),
-    instances: InstanceStore.create({ knex: db.knex }),
-    logs: ExecutionLogStore.create({ knex: db.knex }),
-    marketplace,
-    deployment: () => resolveDeployment(db.knex, undefined),
-    probe: async () => false,
-    inFlight: new Set(),
-    maxFleetDph: undefined,
-  };
-}
+const contextOn = (marketplace: Marketplace) => gpuContextOn(db.knex, marketplace);
 
 const create = (extra: Parameters<typeof createInstance>[1] extends infer R ? Partial<R> : never, on = ctx) =>
   createInstance(on, { templateName: "budget", customConfig: { auto_destroy: false }, actor: "test", ...extra });

@@ -40,6 +40,8 @@ export interface LaunchDeps {
 /** What to rent: its slot's kind (capacity-mix.ts), and the machines its siblings are on (spread). */
 export interface LaunchRequest extends LaunchKind {
   avoidMachineIds: readonly string[];
+  /** The way back from a fallback: the fallback's cost_per_hour, which the bid must cost less than. */
+  cheaperThan?: number;
 }
 
 export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, priceCap: number, request: LaunchRequest): Promise<LaunchOutcome> {
@@ -61,7 +63,9 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
       customConfig: endpoint.customConfig,
       actor: ACTOR_SYSTEM,
       replicaOf: { instanceId, endpoint: endpoint.name, priceCap, fence },
-      ...(request.interruptible ? { interruptible: { bidMargin: endpoint.capacity.bidMargin, onDemand: request.fallback } } : {}),
+      ...(request.interruptible
+        ? { interruptible: { bidMargin: endpoint.capacity.bidMargin, onDemand: request.fallback, cheaperThan: request.cheaperThan } }
+        : {}),
       avoidMachineIds: request.avoidMachineIds,
     });
   } catch (err) {

@@ -1,0 +1,75 @@
+import { describe, expect, it } from "vitest";
+import type { Candidate } from "../../../src/gpu/creation/bid-choice.js";
+import { nothingToRentText, slotOffers, type SlotMarkets } from "../../../src/gpu/creation/slot-offers.js";
+import type { MarketOffer } from "../../../src/gpu/marketplace/port.js";
+
+// What an interruptible slot rents, as SPEC.md section 2 says it: an offer whose bid would reach
+// the price of an on-demand offer that fits is rented on-demand instead, on every launch; the way
+// back from a fallback rents only a bid that costs less than the fallback it replaces; with
+// `fallback` false a slot whose bids all reach the on-demand price waits rather than bid above it.
+// Each row: the fitting bids (id, billed $/h), the fitting on-demand prices, whether on-demand may be
+// rented, the fallback's cost a return must stay under; out: what is rented, best first, or why not.
+
+const offer = (id: string, dphTotal: number): MarketOffer => ({ id, gpuName: "RTX 4090", numGpus: 1, gpuRam: 24, dphTotal, rentable: true, location: "" });
+const bid = ([id, price]: readonly [string, number]): Candidate => ({ ...offer(id, price), bidPerHour: price });
+
+type Row = [what: string, bids: Array<[string, number]>, onDemand: number[], onDemandAllowed: boolean, cheaperThan: number | undefined, outcome: string];
+
+function outcomeOf(markets: SlotMarkets): string {
+  const choice = slotOffers(markets);
+  if (choice.none) return `nothing: ${nothingToRentText(choice.none)}`;
+  const kind = choice.candidates.every((c) => c.bidPerHour !== undefined) ? "bids" : "on-demand";
+  return `${kind} ${choice.candidates.map((c) => c.id).join(", ")}`;
+}
+
+describe("what an interruptible slot rents", () => {
+  it.each<Row>([
+    // A launch that may fall back to on-demand.
+    ["bids cheaper than every fitting on-demand offer: the bids, cheapest first", [["b2", 0.3], ["b1", 0.2]], [0.5, 0.6], true, undefined, "bids b1, b2"],
+    ["a bid that reaches the cheapest on-demand price is left out", [["b1", 0.2], ["b2", 0.5]], [0.5], true, undefined, "bids b1"],
+    ["every bid reaches it: on-demand instead", [["b1", 0.5], ["b2", 0.7]], [0.6, 0.5], true, undefined, "on-demand od-0.6, od-0.5"],
+    ["no bid fits: on-demand", [], [0.5], true, undefined, "on-demand od-0.5"],
+    ["no on-demand offer fits: any bid within the budget", [["b1", 0.9]], [], true, undefined, "bids b1"],
+    ["nothing fits: nothing", [], [], true, undefined, "nothing: no offer fits in either market"],
+    // A bid or nothing (`fallback` false): the on-demand offers are still the bar a bid must stay under.
+    [
+      "bid only, every bid reaches the on-demand price: nothing, rather than a bid above it",
+      [["b1", 0.895], ["b2", 0.9]],
+      [0.6],
+      false,
+      undefined,
+      "nothing: no bid costs less than the on-demand $0.6/h (the cheapest fitting bid: $0.895/h)",
+    ],
+    ["bid only, a bid under the on-demand price: that bid", [["b1", 0.45], ["b2", 0.7]], [0.6], false, undefined, "bids b1"],
+    ["bid only, no on-demand offer fits: any bid within the budget", [["b1", 0.9]], [], false, undefined, "bids b1"],
+    [
+      "bid only, no bid fits: nothing",
+      [],
+      [0.6],
+      false,
+      undefined,
+      "nothing: no offer of the bid market fits, and this launch may not rent on-demand",
+    ],
+    // The way back from a fallback: a bid that costs less than the fallback it replaces, or nothing.
+    ["back from a $0.6/h fallback: a bid under both it and on-demand", [["b1", 0.3], ["b2", 0.55]], [0.8], false, 0.6, "bids b1, b2"],
+    [
+      "back from a $0.6/h fallback: a bid at or above it is not made, though on-demand costs more",
+      [["b1", 0.6], ["b2", 0.7]],
+      [0.8],
+      false,
+      0.6,
+      "nothing: no bid costs less than the fallback's $0.6/h (the cheapest fitting bid: $0.6/h)",
+    ],
+    [
+      "back from a fallback, with on-demand now cheaper than the fallback: on-demand is the bar",
+      [["b1", 0.55]],
+      [0.5],
+      false,
+      0.6,
+      "nothing: no bid costs less than the on-demand $0.5/h (the cheapest fitting bid: $0.55/h)",
+    ],
+    ["back from a fallback, no on-demand offer fits: the fallback is the bar", [["b1", 0.5], ["b2", 0.7]], [], false, 0.6, "bids b1"],
+  ])("%s", (_what, bids, onDemand, onDemandAllowed, cheaperThan, outcome) => {
+    expect(outcomeOf({ bids: bids.map(bid), onDemand: onDemand.map((p) => offer(`od-${p}`, p)), onDemandAllowed, cheaperThan })).toBe(outcome);
+  });
+});
