@@ -25,9 +25,12 @@ export interface SessionLock {
    * Whether this process still holds the lock at this instant, by a round trip on the lock's own
    * session (the lock lives exactly as long as that session); never tries to take it. Asked
    * before every action that spends or destroys, so that a holder whose lock lapsed mid-round
-   * does nothing more.
+   * does nothing more. With `term`, only while it holds it in that term: a lock lost and taken
+   * again since is another term, and a round begun in the first must not go on in the second.
    */
-  confirm(): Promise<boolean>;
+  confirm(term?: number): Promise<boolean>;
+  /** The term of the lock as this process holds it now: it grows each time the lock is taken. */
+  term(): number;
   /** Whether the lock is held as this process last knew it, without a round trip: for status and metrics. */
   held(): boolean;
   /** Gives the lock up (closes the session). */
@@ -62,6 +65,7 @@ export function createSessionLock(options: SessionLockOptions): SessionLock {
   const { logger, messages, renewEveryMs = 5_000, queryTimeoutMs = 5_000, idleTimeoutMs = 30_000 } = options;
   let session: pg.Client | undefined;
   let holding = false;
+  let term = 0;
   let renewal: NodeJS.Timeout | undefined;
 
   async function drop(released = false): Promise<void> {
@@ -148,6 +152,7 @@ export function createSessionLock(options: SessionLockOptions): SessionLock {
       await limitIdle(session);
       await options.onTaken?.(session);
       holding = true;
+      term++;
       renewal = renewEvery(session);
       logger.info(messages.taken);
       return true;
@@ -170,12 +175,13 @@ export function createSessionLock(options: SessionLockOptions): SessionLock {
       });
       return attempt;
     },
-    async confirm() {
+    async confirm(inTerm?: number) {
       const held = session;
-      if (!holding || !held) return false;
+      const heldTerm = term;
+      if (!holding || !held || (inTerm !== undefined && inTerm !== heldTerm)) return false;
       try {
         await held.query("select 1");
-        return holding && session === held;
+        return holding && session === held && term === heldTerm;
       } catch (err) {
         logger.warn({ err: err instanceof Error ? err.message : String(err) }, messages.failed);
         if (session === held) await drop();
@@ -183,6 +189,7 @@ export function createSessionLock(options: SessionLockOptions): SessionLock {
       }
     },
     held: () => holding,
+    term: () => term,
     release: () => drop(true),
   };
 }

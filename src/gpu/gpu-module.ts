@@ -72,6 +72,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
   const events = EndpointEventStore.create({ knex });
   // Every process publishes its proxy's load, leader or not; the controller on the leader sums it.
   const load = LoadStore.create({ knex });
+  const controlMetrics = registerEndpointMetrics(deps.metrics.registry, { ctx, endpoints });
   const endpointLoop = createEndpointLoop({
     controller: createEndpointController({
       ctx,
@@ -81,6 +82,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
       settings: { ...config.gpu.endpoints, missingGraceMs: REPLICA_RECORD_GRACE_MS },
       leader,
       load,
+      onDrainCut: controlMetrics.drainCut,
     }),
     intervalMs: config.gpu.endpoints.probeMs,
     leader,
@@ -90,7 +92,6 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
   const statistics = StatisticsStore.create({ knex });
   registerGpuMetrics(deps.metrics.registry, statistics);
   registerLeadershipMetrics(deps.metrics.registry, leader);
-  registerEndpointMetrics(deps.metrics.registry, { ctx, endpoints });
   registerLoadMetrics(deps.metrics.registry, { endpoints, load });
   const service = createGpuService({ ctx, statistics, endpoints, events, creationHooks: deps.gpuCreationHooks });
   return {

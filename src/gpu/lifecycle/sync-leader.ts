@@ -27,8 +27,14 @@ export interface LeadershipStatus {
 export interface SyncLeader {
   /** "Do I lead now?", asked at the start of each round: keeps or takes the lock. A yes starts a round. */
   hold(): Promise<boolean>;
-  /** "Do I still lead?", asked before each action that spends or destroys: a round trip on the lock's session. */
-  confirm(): Promise<boolean>;
+  /**
+   * "Do I still lead?", asked before each action that spends or destroys: a round trip on the
+   * lock's session. With `term` (from term() as the round began): on that very lease, not one
+   * lost and taken again since.
+   */
+  confirm(term?: number): Promise<boolean>;
+  /** The lease this process leads on now; it changes each time the lead is taken. */
+  term(): number;
   /** Gives the leadership up. */
   release(): Promise<void>;
   status(): LeadershipStatus;
@@ -52,7 +58,8 @@ export function leadershipOver(lock: SessionLock): SyncLeader {
       if (leads) lastRoundAt = new Date();
       return leads;
     },
-    confirm: () => lock.confirm(),
+    confirm: (term) => lock.confirm(term),
+    term: () => lock.term(),
     release: () => lock.release(),
     status: () => ({ leading: lock.held(), lastRoundAt }),
   };

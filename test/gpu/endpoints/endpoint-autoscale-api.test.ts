@@ -157,18 +157,25 @@ describe("the store's target for the autoscaler", () => {
     const store = EndpointStore.create({ knex: ctx.db.knex });
     const created = await post({ ...base, name: "as-target", max_cost_per_hour: TINY_BUDGET, autoscale: { min_replicas: 0, max_replicas: 4 } });
     expect(created.status).toBe(200);
-    const { id } = (await store.getByName("as-target"))!;
+    const { id, autoscale } = (await store.getByName("as-target"))!;
+    const settings = autoscale!;
     const later = new Date(Date.now() + 3_600_000);
 
     // In one transaction: the server's controller keeps this endpoint too, and must not write between.
     await ctx.db.knex.transaction(async (trx) => {
       await store.setControl(id, { nextLaunchAt: later }, trx);
-      expect(await store.setTarget(id, 0, trx)).toMatchObject({ replicas: 0, nextLaunchAt: later });
-      expect(await store.setTarget(id, 3, trx)).toMatchObject({ replicas: 3, nextLaunchAt: null });
+      expect(await store.setTarget(id, 0, settings, 0, trx)).toMatchObject({ replicas: 0, nextLaunchAt: later });
+      expect(await store.setTarget(id, 0, settings, 3, trx)).toMatchObject({ replicas: 3, nextLaunchAt: null });
       await store.setControl(id, { nextLaunchAt: later }, trx);
-      expect(await store.setTarget(id, 1, trx)).toMatchObject({ replicas: 1, nextLaunchAt: later, autoscale: { maxReplicas: 4 } });
+      expect(await store.setTarget(id, 3, settings, 1, trx)).toMatchObject({ replicas: 1, nextLaunchAt: later, autoscale: { maxReplicas: 4 } });
+      // A round that read another target, or other settings, than the endpoint has now (a PATCH meanwhile) writes nothing.
+      expect(await store.setTarget(id, 3, settings, 2, trx)).toBeNull();
+      const patched = { ...settings, maxReplicas: 2 };
+      expect(await store.update(id, { autoscale: patched }, trx)).toMatchObject({ replicas: 1, autoscale: { maxReplicas: 2 } });
+      expect(await store.setTarget(id, 1, settings, 4, trx)).toBeNull();
+      expect(await store.setTarget(id, 1, patched, 2, trx)).toMatchObject({ replicas: 2 });
       await store.markDeleting(id, trx);
-      expect(await store.setTarget(id, 2, trx)).toBeNull();
+      expect(await store.setTarget(id, 2, patched, 1, trx)).toBeNull();
     });
   });
 });

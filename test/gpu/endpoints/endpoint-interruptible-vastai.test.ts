@@ -120,7 +120,7 @@ describe("interruptible replicas on vast.ai under streaming load", () => {
     // Bids fit again: back to bids, never fewer ready replicas on the way.
     const wayBack = watchFewestReady(url, "loaded");
     loaded.vast.asks.forEach((ask, i) => (ask.min_bid = minBids[i]!));
-    const back = await waitForEndpoint(url, "loaded", "two bids again, the fallbacks gone", (e) => readyBids(e).length === 2 && instancesOf(e).length === 2, 60_000);
+    const back = await waitForEndpoint(url, "loaded", "two bids again, the fallbacks gone", (e) => readyBids(e).length === 2 && instancesOf(e).length === 2, 90_000);
     expect(back).toMatchObject({ interruptible_replicas: 2, on_demand_replicas: 0 });
     expect(await wayBack()).toBeGreaterThanOrEqual(2);
     await sleep(500);
@@ -137,6 +137,6 @@ describe("interruptible replicas on vast.ai under streaming load", () => {
     expect((await rest(url, "DELETE", "/api/gpu/endpoints/loaded")).status).toBe(200);
     await waitForEndpoint(url, "loaded", "deleted", (e) => e.state === "deleted", 30_000);
     expect([...loaded.vast.instances.keys()]).toEqual([]);
-  }, 120_000);
+  }, 180_000);
 });
 

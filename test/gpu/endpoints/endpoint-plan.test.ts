@@ -30,6 +30,8 @@ function endpoint(fields: Partial<EndpointRecord> = {}): EndpointRecord {
     budgetHeld: false,
     launchFailures: 0,
     nextLaunchAt: null,
+    mixFailures: 0,
+    nextMixAt: null,
     createdAt: ago(3_600_000),
     deletedAt: null,
     ...fields,
@@ -253,6 +255,33 @@ describe("endpoint plan", () => {
     it("drains the fallbacks first when the target falls", () => {
       const replicas = [replica("a", "ready"), slot("f1", "ready", "fallback")];
       expect(launches(planEndpoint(endpoint({ replicas: 1, capacity }), replicas, NOW, SETTINGS))).toEqual(["drain f1"]);
+    });
+
+    describe("a PATCH of the capacity moves the running replicas, the new one first", () => {
+      const off = { ...capacity, interruptible: false };
+      it.each<[string, typeof capacity, Array<[string, Kind, "bid" | "fallback" | "on-demand"]>, string[]]>([
+        ["interruptible off: an on-demand replica launched beside the bids, none drained yet", off, [["b1", "ready", "bid"], ["b2", "ready", "bid"]], ["launch on-demand"]],
+        ["interruptible off: a bid drains once its on-demand replacement is ready", off, [["b1", "ready", "bid"], ["b2", "ready", "bid"], ["o", "ready", "on-demand"]], ["drain b2"]],
+        ["interruptible off: nothing more while the replacement starts", off, [["b1", "ready", "bid"], ["b2", "ready", "bid"], ["o", "starting", "on-demand"]], []],
+        ["interruptible off: never past replicas + 1 while a bid drains", off, [["b1", "ready", "bid"], ["o", "ready", "on-demand"], ["b2", "draining", "bid"]], []],
+        ["a raised on_demand_base moves bids to on-demand up to it", { ...capacity, onDemandBase: 2 }, [["o", "ready", "on-demand"], ["b", "ready", "bid"]], ["launch on-demand"]],
+        ["interruptible on: an on-demand replica past the base makes way for a bid, a bid or nothing", { ...capacity, onDemandBase: 0 }, [["o1", "ready", "on-demand"], ["o2", "ready", "on-demand"]], ["launch bid only"]],
+        ["interruptible on: the on-demand replica drains once the bid is ready", { ...capacity, onDemandBase: 0 }, [["o1", "ready", "on-demand"], ["o2", "ready", "on-demand"], ["b", "ready", "bid"]], ["drain o2"]],
+        ["the mix it asks for: nothing moves", capacity, [["o", "ready", "on-demand"], ["b", "ready", "bid"]], []],
+        ["a fallback still starting is waited for, not replaced", { ...capacity, onDemandBase: 0 }, [["f1", "ready", "fallback"], ["f2", "starting", "fallback"]], []],
+      ])("%s", (_what, settings, replicas, expected) => {
+        const facts = replicas.map(([id, kind, as]) => (as === "on-demand" ? replica(id, kind) : slot(id, kind, as)));
+        facts.forEach((f, i) => (f.row.createdAt = ago(600_000 - i * 1000)));
+        expect(launches(planEndpoint(endpoint({ replicas: 2, capacity: settings }), facts, NOW, SETTINGS))).toEqual(expected);
+      });
+
+      it("names the replica a move replaces, and a bid must cost less than the on-demand machine it replaces", () => {
+        const [o1, o2] = [replica("o1", "ready"), replica("o2", "ready")];
+        o2.record = { ...o2.record!, costPerHour: 0.6 };
+        o2.row.createdAt = ago(1000);
+        const actions = planEndpoint(endpoint({ replicas: 2, capacity: { ...capacity, onDemandBase: 0 } }), [o1, o2], NOW, SETTINGS);
+        expect(actions).toEqual([{ kind: "launch", interruptible: true, fallback: false, replaces: "o2", cheaperThan: 0.6 }]);
+      });
     });
   });
 

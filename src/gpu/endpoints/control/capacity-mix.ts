@@ -1,18 +1,23 @@
 import type { CapacitySettings } from "../resource/endpoint-store.js";
-import { replicaState, type ReplicaFacts } from "../replicas/replica-state.js";
+import { billedCost, replicaState, type ReplicaFacts } from "../replicas/replica-state.js";
 
 // How an endpoint's replicas are rented (SPEC.md section 2, "Interruptible replicas with on-demand
-// fallback"), as pure rules the plan asks: which kind each launch is, which on-demand fallbacks may
-// go, and when to try to leave them. A replica's slot is written on its row when it is launched
-// (interruptible or on-demand); one launched for an interruptible slot whose record rents
-// on-demand (no bid fitted) is a fallback: its row says so once the launch answered, and its
-// record says so even if the process died before.
-// - the first `on_demand_base` replicas are on-demand slots, the rest interruptible (all
-//   on-demand without `interruptible`);
-// - a fallback leaves only once an interruptible replica that takes its place is ready: one
-//   interruptible launch at a time beside the fallbacks (a surge within replicas + 1), a bid or
-//   nothing, backed off like any launch; then the fallbacks drain while ready replicas stay at
-//   least the target.
+// fallback"), as pure rules the plan asks. The capacity wants `on_demand_base` on-demand machines
+// and bids for the rest (every machine on-demand without `interruptible`). A replica whose kind of
+// machine it no longer wants is misplaced: an on-demand one past the base (a fallback that stood
+// in for a bid, or one a PATCH turned into a bid's place), or a bid past the bids' share (a PATCH
+// turned `interruptible` off or raised the base). The mix converges as a fallback returns:
+// - a gap (a replica missing) is filled first, each launch of the kind still short: on-demand up
+//   to the base, then bids that may fall back to on-demand when no bid fits;
+// - then one launch at a time takes a misplaced replica's place, beside it (a surge within
+//   replicas + 1): a bid, or nothing, that costs less than the on-demand machine it replaces; or
+//   an on-demand machine for a bid;
+// - a misplaced replica goes once the replicas left keep at least the target ready (never fewer
+//   ready than before), so on a scale-down the misplaced ones go first (fallbacks first: they
+//   cost more than the bids that replace them).
+// A replica's slot is written on its row when it is launched; one launched for an interruptible
+// slot whose record rents on-demand (no bid fitted) is a fallback: its row says so once the
+// launch answered, and its record says so even if the process died before.
 
 export interface LaunchKind {
   /** The slot: an interruptible bid, or on-demand. */
@@ -21,21 +26,32 @@ export interface LaunchKind {
   fallback: boolean;
 }
 
+/** A launch that takes a misplaced replica's place: a bid must cost less than `cheaperThan` ($/h). */
+export interface MixLaunch extends LaunchKind {
+  replaces: string;
+  cheaperThan?: number;
+}
+
 export function isFallback({ row, record }: ReplicaFacts): boolean {
   return row.fallback || (row.interruptible && record !== null && !record.interruptible);
 }
 
-/** Whether the replica holds an interruptible slot (a bid, or a fallback standing in for one). */
-function inInterruptibleSlot({ row }: ReplicaFacts): boolean {
-  return row.interruptible || row.fallback;
+/** Whether the replica's machine is on-demand: as its record rents it, or, before it has one, as its slot. */
+function isOnDemand({ row, record }: ReplicaFacts): boolean {
+  return record !== null ? !record.interruptible : !row.interruptible;
+}
+
+/** How many on-demand machines the capacity wants for `target` replicas; the rest are bids. */
+function onDemandWanted(capacity: CapacitySettings, target: number): number {
+  return capacity.interruptible ? Math.min(capacity.onDemandBase, target) : target;
 }
 
 /** The kinds of `count` launches filling a gap, given the serving replicas. */
 export function launchKinds(capacity: CapacitySettings, target: number, serving: readonly ReplicaFacts[], count: number): LaunchKind[] {
-  const base = capacity.interruptible ? Math.min(capacity.onDemandBase, target) : target;
-  let onDemand = serving.filter((f) => !inInterruptibleSlot(f)).length;
+  const wanted = onDemandWanted(capacity, target);
+  let onDemand = serving.filter(isOnDemand).length;
   return Array.from({ length: count }, () => {
-    if (onDemand < base) {
+    if (onDemand < wanted) {
       onDemand++;
       return { interruptible: false, fallback: false };
     }
@@ -44,21 +60,57 @@ export function launchKinds(capacity: CapacitySettings, target: number, serving:
 }
 
 /**
- * How many fallbacks may drain now: as many as leave at least `target` ready replicas. The
- * ready fallbacks go first on a scale-down too (they cost more than the bids that replace them).
+ * The serving replicas whose kind of machine the capacity no longer wants, the first to go first:
+ * `serving` comes in the order replicas go (the plan's scale-in order), fallbacks go before the
+ * other on-demand ones.
  */
-export function drainableFallbacks(target: number, serving: readonly ReplicaFacts[]): ReplicaFacts[] {
-  const fallbacks = serving.filter(isFallback);
-  const readyOthers = serving.filter((f) => !isFallback(f) && replicaState(f) === "ready").length;
-  const count = Math.max(0, Math.min(fallbacks.length, readyOthers + fallbacks.length - target));
-  return [...fallbacks].sort((a, b) => b.row.createdAt.getTime() - a.row.createdAt.getTime()).slice(0, count);
+export function misplaced(capacity: CapacitySettings, target: number, serving: readonly ReplicaFacts[]): ReplicaFacts[] {
+  const onDemand = serving.filter(isOnDemand);
+  const bids = serving.filter((f) => !isOnDemand(f));
+  const bidsWanted = target - onDemandWanted(capacity, target);
+  const extraOnDemand = capacity.interruptible
+    ? [...onDemand.filter(isFallback), ...onDemand.filter((f) => !isFallback(f))].slice(0, Math.max(0, onDemand.length - onDemandWanted(capacity, target)))
+    : [];
+  return [...extraOnDemand, ...bids.slice(0, Math.max(0, bids.length - bidsWanted))];
 }
 
-/** Whether to launch an interruptible replica to take a fallback's place now (no other on its way). */
-export function wantsReturn(capacity: CapacitySettings, target: number, serving: readonly ReplicaFacts[]): boolean {
-  if (!capacity.interruptible) return false;
-  const fallbacks = serving.filter(isFallback).length;
-  const others = serving.filter((f) => !isFallback(f));
-  const coming = others.filter((f) => inInterruptibleSlot(f) && replicaState(f) !== "ready").length;
-  return fallbacks > 0 && others.length < target && coming === 0;
+/** Of the misplaced replicas, those that may go now: the rest keep at least `target` replicas, and `target` ready. */
+export function goingNow(target: number, serving: readonly ReplicaFacts[], out: readonly ReplicaFacts[]): ReplicaFacts[] {
+  let ready = serving.filter((f) => replicaState(f) === "ready").length;
+  let count = serving.length;
+  const going: ReplicaFacts[] = [];
+  for (const f of out) {
+    const isReady = replicaState(f) === "ready";
+    if (count - 1 < target || (isReady && ready - 1 < target)) continue;
+    going.push(f);
+    count--;
+    if (isReady) ready--;
+  }
+  return going;
+}
+
+/**
+ * The one launch that takes a misplaced replica's place, when the others are fewer than the
+ * target and every serving replica is ready (none on its way, not even a fallback that is still
+ * starting: the move waits for it rather than replace it before it served): a bid only, cheaper
+ * than the on-demand machine it replaces, or an on-demand machine for a bid. Undefined when none
+ * is wanted now.
+ */
+export function mixLaunch(target: number, serving: readonly ReplicaFacts[], out: readonly ReplicaFacts[]): MixLaunch | undefined {
+  const first = out[0];
+  if (first === undefined) return undefined;
+  const others = serving.filter((f) => !out.includes(f));
+  if (others.length >= target || serving.some((f) => replicaState(f) !== "ready")) return undefined;
+  const replaces = first.row.instanceId;
+  if (!isOnDemand(first)) return { interruptible: false, fallback: false, replaces };
+  const cost = billedCost(first);
+  return { interruptible: true, fallback: false, replaces, ...(cost > 0 ? { cheaperThan: cost } : {}) };
+}
+
+/** Why a misplaced replica goes, for its event. */
+export function whyMisplaced(capacity: CapacitySettings, f: ReplicaFacts): string {
+  if (isFallback(f)) return "an interruptible replica that takes its place is ready";
+  if (isOnDemand(f)) return `a bid that takes its place is ready (on_demand_base ${capacity.onDemandBase})`;
+  const setting = capacity.interruptible ? `on_demand_base ${capacity.onDemandBase}` : "interruptible off";
+  return `an on-demand replica that takes its place is ready (${setting})`;
 }

@@ -3,7 +3,7 @@ import { DIRECTORY_CACHE_MS } from "../resource/endpoint-directory.js";
 import type { AutoscaleMemory, EndpointRecord } from "../resource/endpoint-store.js";
 import { billedCost, endedReason, replicaState, type ReplicaFacts } from "../replicas/replica-state.js";
 import { autoscale, type TargetChange } from "./autoscaler.js";
-import { drainableFallbacks, isFallback, launchKinds, wantsReturn, type LaunchKind } from "./capacity-mix.js";
+import { goingNow, launchKinds, misplaced, mixLaunch, whyMisplaced, type LaunchKind, type MixLaunch } from "./capacity-mix.js";
 
 // The controller's decisions (SPEC.md section 2, "Endpoints", "Endpoints that follow their
 // load"), as one pure function from the stored endpoint, what was observed of its replicas and
@@ -28,8 +28,9 @@ import { drainableFallbacks, isFallback, launchKinds, wantsReturn, type LaunchKi
 //   route to it any more);
 // - a gap is filled by taking draining replicas back first, then by launches, never past
 //   replicas + 1 machines; the executor checks the budget against the prices actually rented;
-// - each launch's kind (on-demand, or interruptible with or without fallback) and the way back
-//   from on-demand fallbacks come from the endpoint's capacity (capacity-mix.ts).
+// - each launch's kind (on-demand, or interruptible with or without fallback), and the way the mix
+//   moves to the capacity (a fallback's way back to a bid, a PATCH of the capacity), come from
+//   the endpoint's capacity (capacity-mix.ts): the misplaced replicas go first on a scale-down.
 
 export interface PlanSettings {
   unhealthyMs: number;
@@ -50,16 +51,18 @@ export type Action =
   | { kind: "retire"; instanceId: string; reason: string }
   /** A replica that may hold requests stops getting new ones; destroyed after drainMs. */
   | { kind: "drain"; instanceId: string; reason: string }
-  | { kind: "drained"; instanceId: string }
+  /** The drain is over: destroyed; `inFlight` requests the proxies still count on it are cut. */
+  | { kind: "drained"; instanceId: string; inFlight: number }
   /** Scaling back up: a draining replica serves again instead of a new launch. */
   | { kind: "undrain"; instanceId: string }
   /** A replica that never served is destroyed at once. */
   | { kind: "scale_in"; instanceId: string; reason: string }
   /**
    * One more replica, of a kind (capacity-mix.ts); `makeRoom` is a condemned replica to retire
-   * instead when no launch fits beside it.
+   * instead when no launch fits beside it. With `replaces`, it takes a misplaced replica's place
+   * (its own backoff, never a budget hold).
    */
-  | ({ kind: "launch"; makeRoom?: string } & LaunchKind)
+  | ({ kind: "launch"; makeRoom?: string } & LaunchKind & Partial<Omit<MixLaunch, keyof LaunchKind>>)
   /** The budget holds the endpoint back (it was lowered below what runs). */
   | { kind: "hold_budget"; detail: string }
   /** The autoscaler moves the target (events scaled, woke, idle). */
@@ -105,7 +108,7 @@ export function planEndpoint(
       // Processes whose directory answer predates the drain still send it requests for up to
       // DIRECTORY_CACHE_MS: the last of those gets the whole drainMs too.
       if (row.drainingSince && now.getTime() - row.drainingSince.getTime() >= settings.drainMs + DIRECTORY_CACHE_MS) {
-        actions.push({ kind: "drained", instanceId: row.instanceId });
+        actions.push({ kind: "drained", instanceId: row.instanceId, inFlight: load.byReplica.get(row.instanceId) ?? 0 });
         leaving.push(facts);
       } else {
         draining.push(facts);
@@ -129,18 +132,21 @@ export function planEndpoint(
   if (overBudget.length > 0) return [...actions, ...overBudget];
 
   const target = endpoint.replicas;
-  // On-demand fallbacks stand in for interruptible replicas: they go once enough others are ready.
-  const leavingFallbacks = drainableFallbacks(target, serving);
-  for (const f of leavingFallbacks) actions.push(goes(f, "an interruptible replica that takes its place is ready"));
-  const kept = serving.filter((f) => !leavingFallbacks.includes(f));
-  actions.push(...scaleIn(kept.filter((f) => !isFallback(f)), target, load));
+  // Replicas of a kind the capacity no longer wants go once enough others are ready.
+  const out = misplaced(endpoint.capacity, target, inScaleInOrder(serving, load));
+  const surplus = serving.length > target;
+  const outNow = goingNow(target, serving, out.filter(canDestroy));
+  for (const f of outNow) actions.push(goes(f, surplus ? `scale down to ${target}` : whyMisplaced(endpoint.capacity, f)));
+  const kept = serving.filter((f) => !outNow.includes(f));
+  const stillOut = out.filter((f) => !outNow.includes(f));
+  actions.push(...scaleIn(kept.filter((f) => !out.includes(f)), target, load));
   let machines = live.length + leaving.length;
   const ready = kept.filter((f) => replicaState(f) === "ready").length;
   const retirable = condemned.filter((f) => canDestroy(f));
   if (ready >= target) {
     // The replacements are ready (or none are wanted): the condemned ones go.
     for (const f of retirable) actions.push({ kind: "retire", instanceId: f.row.instanceId, reason: "its replacement is ready" });
-    return [...actions, ...returnFromFallback(endpoint, kept, machines - retirable.length)];
+    return [...actions, ...moveMix(target, kept, stillOut, machines - retirable.length)];
   }
   let deficit = target - kept.length;
   // Draining replicas were ready moments ago and hold their model: take them back before renting,
@@ -165,13 +171,13 @@ export function planEndpoint(
     actions.push({ kind: "launch", ...kind, ...(retirable[0] ? { makeRoom: retirable[0].row.instanceId } : {}) });
     machines++;
   }
-  return deficit > 0 ? actions : [...actions, ...returnFromFallback(endpoint, kept, machines)];
+  return deficit > 0 ? actions : [...actions, ...moveMix(target, kept, stillOut, machines)];
 }
 
-/** One interruptible launch, a bid or nothing, to take an on-demand fallback's place, when one may go beside them. */
-function returnFromFallback(endpoint: EndpointRecord, serving: readonly ReplicaFacts[], machines: number): Action[] {
-  if (!wantsReturn(endpoint.capacity, endpoint.replicas, serving) || machines + 1 > endpoint.replicas + 1) return [];
-  return [{ kind: "launch", interruptible: true, fallback: false }];
+/** One launch that takes a misplaced replica's place, when one may go beside them (replicas + 1). */
+function moveMix(target: number, serving: readonly ReplicaFacts[], out: readonly ReplicaFacts[], machines: number): Action[] {
+  const launch = mixLaunch(target, serving, out);
+  return launch === undefined || machines + 1 > target + 1 ? [] : [{ kind: "launch", ...launch }];
 }
 
 /** A replica leaving: drained when it may hold requests (it was ever ready), else destroyed at once. */
@@ -252,20 +258,24 @@ function newestFirst(replicas: readonly ReplicaFacts[]): ReplicaFacts[] {
   return [...replicas].sort((a, b) => b.row.createdAt.getTime() - a.row.createdAt.getTime());
 }
 
-function scaleIn(serving: readonly ReplicaFacts[], replicas: number, load: EndpointLoad): Action[] {
-  const surplus = serving.length - replicas;
-  if (surplus <= 0) return [];
+/** Serving replicas in the order they go: those not serving yet first, then the fewest requests in flight, the newest first. */
+function inScaleInOrder(serving: readonly ReplicaFacts[], load: EndpointLoad): ReplicaFacts[] {
   const inFlight = (f: ReplicaFacts) => load.byReplica.get(f.row.instanceId) ?? 0;
-  const order = [...serving].sort(
+  return [...serving].sort(
     (a, b) =>
       SCALE_IN_ORDER[replicaState(a)] - SCALE_IN_ORDER[replicaState(b)] ||
       inFlight(a) - inFlight(b) ||
       b.row.createdAt.getTime() - a.row.createdAt.getTime(),
   );
+}
+
+function scaleIn(serving: readonly ReplicaFacts[], replicas: number, load: EndpointLoad): Action[] {
+  const surplus = serving.length - replicas;
+  if (surplus <= 0) return [];
   const reason = `scale down to ${replicas}`;
   // The chosen ones whose creation still waits for the marketplace go once it answers; a ready
   // replica is never drained in their place.
-  return order
+  return inScaleInOrder(serving, load)
     .slice(0, surplus)
     .filter(canDestroy)
     .map((f) => goes(f, reason));

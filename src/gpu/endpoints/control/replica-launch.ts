@@ -14,6 +14,9 @@ import type { EndpointRecord, EndpointStore } from "../resource/endpoint-store.j
 // written only while the row stands (a new leader may have given the launch up), and the
 // marketplace is asked only while this process still leads. Launches that fail, and launches
 // the budget holds back, back off alike, so that neither loops on the marketplace's offer search.
+// A launch that moves the mix of machines (`replaces`: a fallback's way back to a bid, a PATCH of
+// the capacity) backs off on its own: it never delays the launch of a missing replica, and the
+// budget holding it back is no `budget_held` (the endpoint is at full strength).
 
 /** Launch failures back off from 10 s, doubling, to 10 min (SPEC.md: nothing loops faster). */
 export const LAUNCH_BACKOFF_MS = { first: 10_000, max: 600_000 } as const;
@@ -42,12 +45,14 @@ export interface LaunchRequest extends LaunchKind {
   avoidMachineIds: readonly string[];
   /** The way back from a fallback: the fallback's cost_per_hour, which the bid must cost less than. */
   cheaperThan?: number;
+  /** The misplaced replica this launch takes the place of (capacity-mix.ts): its own backoff. */
+  replaces?: string;
 }
 
 export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, priceCap: number, request: LaunchRequest): Promise<LaunchOutcome> {
   const { ctx, endpoints } = deps;
   const budgetText = `$${roundMoney(priceCap)}/h left of its $${endpoint.maxCostPerHour}/h budget`;
-  if (priceCap <= 0) return holdBack(deps, endpoint, `one replica held back: ${budgetText}`);
+  if (priceCap <= 0) return holdBack(deps, endpoint, `one replica held back: ${budgetText}`, request);
   const instanceId = await ctx.instances.nextInstanceId();
   // The intent first (with its slot): should this process die from here on, the next round finds the row.
   await endpoints.replicas.insert(endpoint.id, instanceId, undefined, { interruptible: request.interruptible, fallback: false });
@@ -75,7 +80,9 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
   const costPerHour = record?.costPerHour ?? 0;
   const rented = record?.interruptible ? `a bid of $${record.bidPerHour}/h` : "on-demand";
   const machine = record ? `${record.gpuInfo.numGpus}x ${record.gpuInfo.gpuName} at $${costPerHour}/h (${rented})` : "a machine";
-  await note(deps, endpoint, "launched", `${instanceId} launched on ${machine}`, instanceId);
+  const takesPlace = request.replaces ? ` to take ${request.replaces}'s place` : "";
+  await note(deps, endpoint, "launched", `${instanceId} launched on ${machine}${takesPlace}`, instanceId);
+  if (request.replaces && endpoint.mixFailures > 0) await endpoints.setControl(endpoint.id, { mixFailures: 0, nextMixAt: null });
   if (request.interruptible && record && !record.interruptible) {
     await endpoints.replicas.markFallback(instanceId);
     await note(deps, endpoint, "fallback", `${instanceId} rented on-demand in an interruptible slot: no bid fits for less than an on-demand machine`, instanceId);
@@ -90,7 +97,7 @@ async function failedLaunch(
   err: unknown,
   priceCap: number,
   budgetText: string,
-  request: LaunchKind,
+  request: LaunchRequest,
 ): Promise<LaunchOutcome> {
   const { ctx, endpoints } = deps;
   if (!(await deps.confirmLead())) {
@@ -113,31 +120,43 @@ async function failedLaunch(
   if (err instanceof NotFoundError && record === null && priceCap < templateMax && !bidOnly) {
     // Nothing fits what is left of the budget: a hold, unless nothing fits the template at all.
     if (await anyOfferFits(ctx, endpoint.templateName, endpoint.customConfig)) {
-      return holdBack(deps, endpoint, `one replica held back: no offer fits the ${budgetText}`);
+      return holdBack(deps, endpoint, `one replica held back: no offer fits the ${budgetText}`, request);
     }
   }
-  await launchFailed(deps, endpoint, `launch of ${instanceId} failed: ${failureText(err)}`, instanceId);
+  await launchFailed(deps, endpoint, `launch of ${instanceId}${request.replaces ? ` to take ${request.replaces}'s place` : ""} failed: ${failureText(err)}`, instanceId, request);
   return { kind: "failed" };
 }
 
-/** A launch failed: an event, and the next launch waits (exponential backoff). */
-export async function launchFailed(deps: Pick<LaunchDeps, "endpoints" | "events">, endpoint: EndpointRecord, detail: string, instanceId?: string): Promise<void> {
-  const delay = await backOff(deps, endpoint);
-  await note(deps, endpoint, "launch_failed", `${detail}; next launch in ${delay / 1000} s`, instanceId);
+/** A launch failed: an event, and the next launch (of its kind: a move of the mix, or any other) waits (exponential backoff). */
+export async function launchFailed(
+  deps: Pick<LaunchDeps, "endpoints" | "events">,
+  endpoint: EndpointRecord,
+  detail: string,
+  instanceId?: string,
+  request?: Pick<LaunchRequest, "replaces">,
+): Promise<void> {
+  const delay = await backOff(deps, endpoint, request);
+  await note(deps, endpoint, "launch_failed", `${detail}; next ${request?.replaces ? "move of the mix" : "launch"} in ${delay / 1000} s`, instanceId);
 }
 
-async function holdBack(deps: LaunchDeps, endpoint: EndpointRecord, detail: string): Promise<LaunchOutcome> {
+async function holdBack(deps: LaunchDeps, endpoint: EndpointRecord, detail: string, request: LaunchRequest): Promise<LaunchOutcome> {
+  if (request.replaces) {
+    // At full strength: a move the budget leaves no room for waits, and says so, but holds nothing back.
+    await launchFailed(deps, endpoint, `the move of ${request.replaces} waits: ${detail}`, undefined, request);
+    return { kind: "failed" };
+  }
   await backOff(deps, endpoint);
   return { kind: "held", detail };
 }
 
-/** Counts one more launch that did not go through and closes the gate for the backoff; returns the delay. */
-async function backOff(deps: Pick<LaunchDeps, "endpoints">, endpoint: EndpointRecord): Promise<number> {
-  const failures = endpoint.launchFailures + 1;
+/** Counts one more launch that did not go through and closes its gate for the backoff; returns the delay. */
+async function backOff(deps: Pick<LaunchDeps, "endpoints">, endpoint: EndpointRecord, request?: Pick<LaunchRequest, "replaces">): Promise<number> {
+  const gate = request?.replaces ? ({ failures: "mixFailures", next: "nextMixAt" } as const) : ({ failures: "launchFailures", next: "nextLaunchAt" } as const);
+  const failures = endpoint[gate.failures] + 1;
   const delay = launchBackoffMs(failures);
-  const nextLaunchAt = new Date(Date.now() + delay);
-  await deps.endpoints.setControl(endpoint.id, { launchFailures: failures, nextLaunchAt });
-  Object.assign(endpoint, { launchFailures: failures, nextLaunchAt });
+  const fields = { [gate.failures]: failures, [gate.next]: new Date(Date.now() + delay) };
+  await deps.endpoints.setControl(endpoint.id, fields);
+  Object.assign(endpoint, fields);
   return delay;
 }
 

@@ -1,16 +1,30 @@
-import { Gauge, type Registry } from "prom-client";
+import { Counter, Gauge, type Registry } from "prom-client";
 import type { GpuContext } from "../../gpu-context.js";
 import type { EndpointStore } from "./endpoint-store.js";
 import { replicaFactsOf } from "../replicas/replica-facts.js";
 import { REPLICA_STATES, replicaState } from "../replicas/replica-state.js";
+
+/** What the controller counts as it acts. */
+export interface EndpointControlMetrics {
+  /** Requests still in flight on a replica whose drain ended: they are cut. */
+  drainCut(endpoint: string, requests: number): void;
+}
 
 /**
  * `gpu_endpoint_target_replicas{endpoint}`: the count each active endpoint keeps.
  * `gpu_endpoint_instances{endpoint,state}`: each endpoint's replicas by state, read from the
  * database at scrape time (every state shown, zeros included, so a drop to zero is visible). As in
  * the endpoint's status, a launch counts once its record is written.
+ * `gpu_endpoint_drain_cut_requests_total{endpoint}`: requests a drain's end cut (longer than
+ * GPU_ENDPOINT_DRAIN_MS).
  */
-export function registerEndpointMetrics(registry: Registry, deps: { ctx: Pick<GpuContext, "instances">; endpoints: EndpointStore }): void {
+export function registerEndpointMetrics(registry: Registry, deps: { ctx: Pick<GpuContext, "instances">; endpoints: EndpointStore }): EndpointControlMetrics {
+  const drainCut = new Counter({
+    name: "gpu_endpoint_drain_cut_requests_total",
+    help: "Requests still in flight on a replica when its drain ended (GPU_ENDPOINT_DRAIN_MS): cut by its destroy",
+    labelNames: ["endpoint"],
+    registers: [registry],
+  });
   new Gauge({
     name: "gpu_endpoint_instances",
     help: "Replicas of each endpoint by state (provisioning, starting, ready, unhealthy, draining)",
@@ -40,4 +54,5 @@ export function registerEndpointMetrics(registry: Registry, deps: { ctx: Pick<Gp
       }
     },
   });
+  return { drainCut: (endpoint, requests) => drainCut.inc({ endpoint }, requests) };
 }

@@ -61,6 +61,10 @@ export interface EndpointRecord {
   launchFailures: number;
   /** No launch before this instant (backoff); null: now. */
   nextLaunchAt: Date | null;
+  /** Launches that move the mix of machines (capacity-mix.ts) that did not go through in a row: their own backoff. */
+  mixFailures: number;
+  /** No such launch before this instant; null: now. */
+  nextMixAt: Date | null;
   createdAt: Date;
   deletedAt: Date | null;
 }
@@ -108,6 +112,8 @@ interface EndpointRow {
   budget_held: boolean;
   launch_failures: number;
   next_launch_at: Date | null;
+  mix_failures: number;
+  next_mix_at: Date | null;
   created_at: Date;
   deleted_at: Date | null;
 }
@@ -133,6 +139,8 @@ function toEndpoint(row: EndpointRow): EndpointRecord {
     budgetHeld: row.budget_held,
     launchFailures: row.launch_failures,
     nextLaunchAt: row.next_launch_at,
+    mixFailures: row.mix_failures,
+    nextMixAt: row.next_mix_at,
     createdAt: row.created_at,
     deletedAt: row.deleted_at,
   };
@@ -230,8 +238,8 @@ export class EndpointStore {
   /**
    * A PATCH: replicas, the budget, autoscaling on (the target kept within its new [min, max],
    * in the same statement so that a target the controller moved meanwhile is the one clamped),
-   * changed, or off (the target stays as the fixed count), the capacity settings. It opens the launch gate at once, as
-   * a caller who changes an endpoint expects to see it act.
+   * changed, or off (the target stays as the fixed count), the capacity settings. It opens the
+   * launch gates at once, as a caller who changes an endpoint expects to see it act.
    */
   async update(id: string, change: EndpointChange, trx?: Knex.Transaction): Promise<EndpointRecord | null> {
     const { autoscale } = change;
@@ -245,6 +253,7 @@ export class EndpointStore {
         ...(autoscale ? { replicas: this.knex.raw("least(greatest(replicas, ?), ?)", [autoscale.minReplicas, autoscale.maxReplicas]) } : {}),
         ...(change.capacity !== undefined ? capacityColumns(change.capacity) : {}),
         next_launch_at: null,
+        next_mix_at: null,
         updated_at: this.knex.fn.now(),
       })
       .returning("*");
@@ -252,14 +261,14 @@ export class EndpointStore {
   }
 
   /**
-   * The autoscaler moves the target of an active endpoint; null when it is not active. A rise
-   * opens the launch gate at once (as a PATCH does); a fall or no change keeps the backoff.
+   * The autoscaler moves the target of an active endpoint, from the target and with the settings
+   * its round read; null when the endpoint changed meanwhile (a PATCH, a delete: the next round
+   * decides on what it says now). A rise opens the launch gate at once (as a PATCH does); a fall
+   * or no change keeps the backoff.
    */
-  async setTarget(id: string, replicas: number, trx?: Knex.Transaction): Promise<EndpointRecord | null> {
+  async setTarget(id: string, from: number, settings: AutoscaleSettings, replicas: number, trx?: Knex.Transaction): Promise<EndpointRecord | null> {
     const [row] = await (trx ?? this.knex)(ENDPOINTS)
-      .where({ id, phase: "active" })
-      // A PATCH that turned autoscaling off meanwhile keeps its fixed count.
-      .whereNotNull("autoscale_min_replicas")
+      .where({ id, phase: "active", replicas: from, ...autoscaleColumns(settings) })
       .update({
         scale_direction: null,
         scale_since: null,
@@ -273,11 +282,15 @@ export class EndpointStore {
     return row ? toEndpoint(row as EndpointRow) : null;
   }
 
-  /** What the autoscaler remembers of the load until its next round. */
-  async setAutoscaleMemory(id: string, memory: AutoscaleMemory, trx?: Knex.Transaction): Promise<void> {
-    await (trx ?? this.knex)(ENDPOINTS)
-      .where({ id })
+  /**
+   * What the autoscaler remembers of the load until its next round, for the target and settings
+   * its round read (`read`); false when a PATCH changed them meanwhile (its memory starts over).
+   */
+  async setAutoscaleMemory(id: string, read: Pick<EndpointRecord, "replicas" | "autoscale">, memory: AutoscaleMemory, trx?: Knex.Transaction): Promise<boolean> {
+    const updated = await (trx ?? this.knex)(ENDPOINTS)
+      .where({ id, phase: "active", replicas: read.replicas, ...autoscaleColumns(read.autoscale) })
       .update({ scale_direction: memory.direction, scale_since: memory.since, scale_bound: memory.bound });
+    return updated > 0;
   }
 
   /** active -> deleting; null when it was not active (a concurrent delete got there first). */
@@ -298,10 +311,10 @@ export class EndpointStore {
     return row ? toEndpoint(row as EndpointRow) : null;
   }
 
-  /** The controller's bookkeeping on the endpoint: readiness seen, budget held, launch backoff. */
+  /** The controller's bookkeeping on the endpoint: readiness seen, budget held, the launch backoffs. */
   async setControl(
     id: string,
-    fields: Partial<Pick<EndpointRecord, "everReady" | "budgetHeld" | "launchFailures" | "nextLaunchAt">>,
+    fields: Partial<Pick<EndpointRecord, "everReady" | "budgetHeld" | "launchFailures" | "nextLaunchAt" | "mixFailures" | "nextMixAt">>,
     trx?: Knex.Transaction,
   ): Promise<void> {
     const columns = {
@@ -309,6 +322,8 @@ export class EndpointStore {
       ...(fields.budgetHeld !== undefined ? { budget_held: fields.budgetHeld } : {}),
       ...(fields.launchFailures !== undefined ? { launch_failures: fields.launchFailures } : {}),
       ...(fields.nextLaunchAt !== undefined ? { next_launch_at: fields.nextLaunchAt } : {}),
+      ...(fields.mixFailures !== undefined ? { mix_failures: fields.mixFailures } : {}),
+      ...(fields.nextMixAt !== undefined ? { next_mix_at: fields.nextMixAt } : {}),
     };
     if (Object.keys(columns).length > 0) await (trx ?? this.knex)(ENDPOINTS).where({ id }).update(columns);
   }

@@ -141,12 +141,18 @@ export class ReplicaStore {
     await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId, draining: true }).whereNull("destroying_at").update({ draining: false, draining_since: null });
   }
 
-  /** The controller's decision to destroy the replica, with the event that tells it once the destroy is confirmed. */
-  async markDestroying(instanceId: string, event: { kind: EventKind; detail: string }, trx?: Knex.Transaction): Promise<void> {
-    await (trx ?? this.knex)(REPLICAS)
-      .where({ instance_id: instanceId })
-      .whereNull("destroying_at")
-      .update({ destroying_at: this.knex.fn.now(), destroy_event: event.kind, destroy_detail: event.detail });
+  /**
+   * The controller's decision to destroy the replica, with the event that tells it once the
+   * destroy is confirmed. With `neverReady`, only while it has never been ready (a probe may have
+   * made it ready, and routed, since the round read it): false when it was, and nothing is written.
+   */
+  async markDestroying(instanceId: string, event: { kind: EventKind; detail: string }, options: { neverReady?: boolean } = {}, trx?: Knex.Transaction): Promise<boolean> {
+    const query = (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).whereNull("destroying_at");
+    if (options.neverReady) query.whereNull("ready_since");
+    const marked = await query.update({ destroying_at: this.knex.fn.now(), destroy_event: event.kind, destroy_detail: event.detail });
+    if (marked > 0 || options.neverReady !== true) return true;
+    // Already being destroyed is no reason to drain it.
+    return (await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).whereNotNull("destroying_at").first()) !== undefined;
   }
 
   /**
