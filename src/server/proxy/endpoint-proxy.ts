@@ -5,7 +5,7 @@ import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from ".
 import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
 import { downstreamHeaders, upstreamHeaders } from "./forward-headers.js";
 import { HoldQueues, RETRY_AFTER_SECONDS, refusalDetail, refuse, type Held } from "./hold-queue.js";
-import { KeptBody } from "./kept-body.js";
+import { KeptBody, KeptBytes } from "./kept-body.js";
 import type { ProxyMetrics } from "./proxy-metrics.js";
 import { createProxyLoad } from "./proxy-load.js";
 import { ReplicaBalancer } from "./replica-balancer.js";
@@ -31,6 +31,8 @@ export interface EndpointProxyOptions {
   holdMax?: number;
   /** Where the requests in flight and held are counted for the load publisher; a count of its own without. */
   load?: ProxyLoad;
+  /** The bytes of bodies kept for holding and retries in this process, bounded; a default bound of its own without. */
+  kept?: KeptBytes;
   /** Aborted when the service stops: held requests are answered 503 at once. */
   shutdown?: AbortSignal;
 }
@@ -55,11 +57,13 @@ const RETRYABLE_STATUS = new Set([502, 503, 504]);
 export function createEndpointProxy(options: EndpointProxyOptions): EndpointProxy {
   const { directory, maxBodyBytes, logger, metrics } = options;
   const load = options.load ?? createProxyLoad();
+  const kept = options.kept ?? new KeptBytes();
   const holds = new HoldQueues({
     directory,
     holdMs: options.holdMs ?? 300_000,
     holdMax: options.holdMax ?? 1000,
     maxBodyBytes,
+    kept,
     load,
     metrics,
     logger,
@@ -68,7 +72,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     dispatch: (held: Held, route: EndpointRoute) =>
       new Exchange(shared, held.req, held.res, held.name, route.endpointId, held.path, route.targets, process.hrtime.bigint(), held.body).start(),
   });
-  const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map(), load, holds };
+  const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map(), load, kept, holds };
 
   const handle = async (req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): Promise<void> => {
     const started = process.hrtime.bigint();
@@ -109,7 +113,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
       return;
     }
     if (!route.coming) {
-      refuse(res, metrics, name, refusalDetail(name, route.refusal));
+      refuse(res, metrics, name, { reason: "not_coming", detail: refusalDetail(name, route.refusal) });
       return;
     }
     holds.hold(req, res, name, upstreamPath, route);
@@ -131,6 +135,7 @@ interface Shared {
   /** Parsed replica URLs, by URL text. */
   addresses: Map<string, Address>;
   load: ProxyLoad;
+  kept: KeptBytes;
   /** Where a request whose replicas could not be reached waits again. */
   holds: HoldQueues;
 }
@@ -168,7 +173,7 @@ class Exchange {
     /** A held request's body, read while it waited. */
     body?: KeptBody,
   ) {
-    if (body === undefined) this.body = new KeptBody(req, shared.options.maxBodyBytes, () => this.onOverflow());
+    if (body === undefined) this.body = new KeptBody(req, shared.options.maxBodyBytes, shared.kept, () => this.onOverflow());
     else {
       this.body = body;
       body.onOverflow = () => this.onOverflow();
