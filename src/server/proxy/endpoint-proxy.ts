@@ -70,7 +70,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     shutdown: options.shutdown,
     // The first-byte clock (and metric) of a held request starts here: its wait is gpu_endpoint_hold_seconds.
     dispatch: (held: Held, route: EndpointRoute) =>
-      new Exchange(shared, held.req, held.res, held.name, route.endpointId, held.path, route.targets, process.hrtime.bigint(), held.body).start(),
+      new Exchange(shared, held.req, held.res, held.name, route.endpointId, held.path, route.targets, process.hrtime.bigint(), held).start(),
   });
   const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map(), load, kept, holds };
 
@@ -170,13 +170,13 @@ class Exchange {
     private readonly path: string,
     private readonly targets: RouteTarget[],
     private readonly started: bigint,
-    /** A held request's body, read while it waited. */
-    body?: KeptBody,
+    /** The hold queue's request: its body read while it waited, and whether it may go back there. */
+    private readonly held?: Held,
   ) {
-    if (body === undefined) this.body = new KeptBody(req, shared.options.maxBodyBytes, shared.kept, () => this.onOverflow());
+    if (held === undefined) this.body = new KeptBody(req, shared.options.maxBodyBytes, shared.kept, () => this.onOverflow());
     else {
-      this.body = body;
-      body.onOverflow = () => this.onOverflow();
+      this.body = held.body;
+      this.body.onOverflow = () => this.onOverflow();
     }
     res.once("finish", () => (this.finished = true));
     res.once("close", () => this.onClientClose());
@@ -271,7 +271,16 @@ class Exchange {
    */
   private requeue(detail: string): boolean {
     this.body.detach();
-    const held: Held = { req: this.req, res: this.res, name: this.name, endpointId: this.endpointId, path: this.path, body: this.body };
+    const held: Held = {
+      req: this.req,
+      res: this.res,
+      name: this.name,
+      endpointId: this.endpointId,
+      path: this.path,
+      body: this.body,
+      heldSince: this.held?.heldSince,
+      requeued: this.held?.requeued,
+    };
     if (!this.shared.holds.requeue(held, { instanceIds: this.unreached, detail })) return false;
     // This exchange is over without an answer: the one the hold queue starts answers.
     this.settled = true;
@@ -322,6 +331,8 @@ class Exchange {
     this.body.detach();
     this.attempt?.destroy();
     this.send(next);
+    // Back from the hold queue once already: this was its last send, the copy is of no more use.
+    if (this.held?.requeued === true) this.body.release();
     return true;
   }
 

@@ -11,9 +11,9 @@ import type { ProxyMetrics, RefusalReason } from "./proxy-metrics.js";
 // leaves, and sent to the first replica that becomes ready. Held requests are counted as the
 // endpoint's load (ProxyLoad): they are what wakes and scales it. A request whose replicas could
 // not be reached before any answer byte (a machine preempted or gone between two probes) comes
-// back here rather than answering 502, passing those replicas over, while a replica is coming.
-// A held request's body is kept in the process's KeptBytes: one that finds no room there is
-// refused, not held.
+// back here rather than answering 502, passing those replicas over, while a replica is coming:
+// once, and within the hold limit counted from when it was first held. A held request's body is
+// kept in the process's KeptBytes: one that finds no room there is refused, not held.
 
 /** What a caller is told to wait before asking again: about one readiness probe. */
 export const RETRY_AFTER_SECONDS = 10;
@@ -45,6 +45,10 @@ export interface Held {
   endpointId: string;
   path: string;
   body: KeptBody;
+  /** When it was first held (performance.now() ms): its hold limit counts from there. */
+  heldSince?: number;
+  /** It came back to the queue once already: the next replicas it cannot reach answer 502. */
+  requeued?: boolean;
 }
 
 /** What a request sent back by `requeue` answers when nothing else is coming: the replica's failure. */
@@ -54,6 +58,8 @@ export interface Unreached {
 }
 
 interface Entry extends Held {
+  heldSince: number;
+  /** This stay's start, for gpu_endpoint_hold_seconds. */
   since: bigint;
   timer: NodeJS.Timeout;
   onClose: () => void;
@@ -114,13 +120,18 @@ export class HoldQueues {
   /**
    * Holds again a request whose replicas (`unreached`) could not be reached before any answer
    * byte, its body kept: it goes to another replica that is or becomes ready, passing those over
-   * for SHUN_MS; with nothing coming it answers 502 naming them. False (nothing done) when it
-   * cannot wait: the queue is full, the service stops, holding is off, or its body is not kept.
+   * for SHUN_MS; with nothing coming it answers 502 naming them. Once per request, and within
+   * the hold limit counted from when it was first held (from now if it never was). False
+   * (nothing done) when it cannot wait: requeued once already, its hold limit over, the queue
+   * full, the service stopping, holding off, or its body not kept.
    */
   requeue(held: Held, unreached: Unreached): boolean {
-    if (this.refusal(held.name) !== undefined || !held.body.replayable) return false;
+    if (held.requeued === true || this.refusal(held.name) !== undefined || !held.body.replayable) return false;
+    const heldSince = held.heldSince ?? performance.now();
+    if (heldSince + this.options.holdMs <= performance.now()) return false;
     const until = Date.now() + SHUN_MS;
-    const entry = this.enqueue(held, { avoid: new Map(unreached.instanceIds.map((id) => [id, until])), unreached });
+    const avoid = new Map(unreached.instanceIds.map((id) => [id, until]));
+    const entry = this.enqueue({ ...held, heldSince, requeued: true }, { avoid, unreached });
     held.body.onOverflow = () => this.onOverflow(entry);
     return true;
   }
@@ -144,14 +155,16 @@ export class HoldQueues {
       queue = { entries: [], poll: undefined };
       this.queues.set(name, queue);
     }
+    const heldSince = held.heldSince ?? performance.now();
     const timeout: Refusal = { reason: "hold_timeout", detail: `no replica of endpoint '${name}' became ready within ${holdMs} ms` };
     const entry: Entry = {
       ...held,
       ...extra,
+      heldSince,
       since: process.hrtime.bigint(),
       timer: setTimeout(() => {
         if (this.drop(entry)) refuse(res, metrics, name, timeout);
-      }, holdMs),
+      }, Math.max(0, heldSince + holdMs - performance.now())),
       onClose: () => {
         // The caller left: dropped at once, no count left behind.
         if (this.drop(entry)) metrics.answered(name, 499);

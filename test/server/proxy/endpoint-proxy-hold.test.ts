@@ -206,4 +206,40 @@ describe("holding in the endpoint proxy", () => {
     expect(res.headers.get("x-endpoint-instance")).toBe("gpu-lost");
     expect(((await res.json()) as { detail: string }).detail).toBe("replica gpu-lost could not be reached");
   });
+
+  it("counts a request's hold limit from when it was first held, when it comes back to the queue", async () => {
+    const short = await proxyWith({ ms: 1_000, max: 10 });
+    short.endpoints.set("clock", []);
+    short.coming.set("clock", { coming: true });
+    const started = Date.now();
+    const answer = callEndpoint(short, "/endpoints/clock/v1/chat/completions", chat);
+    await heldCount(short, "clock", 1);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    // Sent to a replica listed as ready whose machine is gone: back in the queue, with what is left of its 1 s.
+    short.endpoints.set("clock", [await goneReplica("gpu-clock-gone")]);
+    const res = await answer;
+    expect(res.status).toBe(503);
+    expect(((await res.json()) as { detail: string }).detail).toBe("no replica of endpoint 'clock' became ready within 1000 ms");
+    expect(Date.now() - started).toBeLessThan(1_400);
+    expect(await metricValue(short, "gpu_endpoint_hold_seconds_count", 'endpoint="clock"')).toBe(2);
+  });
+
+  it("sends a request back to the queue once: the replicas it then cannot reach answer 502", async () => {
+    const first = await goneReplica("gpu-once-1");
+    proxy.endpoints.set("once", [first]);
+    proxy.coming.set("once", { coming: true });
+    const answer = callEndpoint(proxy, "/endpoints/once/v1/chat/completions", chat);
+    await heldCount(proxy, "once", 1);
+    // Its next replica is gone too: no second wait in the queue, even with a third coming.
+    proxy.endpoints.set("once", [first, await goneReplica("gpu-once-2")]);
+    await waitFor(async () => (await metricValue(proxy, "gpu_endpoint_hold_seconds_count", 'endpoint="once"')) === 1, "sent to gpu-once-2", 5_000);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const third = await recordingReplica("gpu-once-3");
+    proxy.endpoints.set("once", [first, third.target]);
+    const res = await answer;
+    expect(res.status).toBe(502);
+    expect(res.headers.get("x-endpoint-instance")).toBe("gpu-once-2");
+    expect(third.seen).toEqual([]);
+    expect(counts(proxy, "once").held).toBe(0);
+  });
 });
