@@ -5,6 +5,7 @@ import { createIndexingModule } from "./indexing/indexing-module.js";
 import type { AppDeps, ModuleDeps } from "./module.js";
 import { createAppHandler } from "./server/app.js";
 import { createTokenSource } from "./server/auth/token-source.js";
+import { KeptBytes } from "./server/proxy/kept-body.js";
 import { createProxyLoad } from "./server/proxy/proxy-load.js";
 import type { NodeHandler } from "./server/node-http.js";
 import { createMetrics } from "./server/metrics.js";
@@ -46,6 +47,7 @@ export function createApp(deps: AppDeps): App {
     endpointFirstByteMs: config.gpu.endpoints.firstByteMs,
     endpointHold: { ms: config.gpu.endpoints.holdMs, max: config.gpu.endpoints.holdMax },
     endpointLoad: proxyLoad,
+    endpointKept: new KeptBytes(config.gpu.endpoints.keptBodyBytes),
     shutdown: stopping.signal,
     readiness: {
       database: async () => {

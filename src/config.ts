@@ -18,6 +18,13 @@ export interface ConnectionTimeouts {
 
 export const DEFAULT_TIMEOUTS: ConnectionTimeouts = { headersMs: 30_000, requestMs: 60_000, keepAliveMs: 5_000, http2IdleMs: 300_000 };
 
+/**
+ * GPU_ENDPOINT_KEPT_BODY_BYTES's default, 64 MiB: what a 512 MiB container has left beside the
+ * service idle and indexing (README, "Resources"). Buffers live off the V8 heap, which
+ * --max-old-space-size does not bound.
+ */
+export const DEFAULT_KEPT_BODY_BYTES = 64 * 1024 * 1024;
+
 export interface Config {
   /** TCP port for every protocol (REST, Connect, gRPC, gRPC-Web). */
   readonly port: number;
@@ -80,6 +87,11 @@ export interface EndpointConfig {
   readonly holdMs: number;
   /** GPU_ENDPOINT_HOLD_MAX: how many requests may wait per endpoint in one service process; more get 503 at once. */
   readonly holdMax: number;
+  /**
+   * GPU_ENDPOINT_KEPT_BODY_BYTES: bytes of request bodies the proxy keeps in one service process,
+   * all endpoints together, for holding and retries; past it a request that would be held gets 503.
+   */
+  readonly keptBodyBytes: number;
 }
 
 /** Which marketplace GpuService rents from, and how it is reached or simulated. */
@@ -208,6 +220,7 @@ export function loadConfig(env: Env = process.env): Config {
         firstByteMs: integer(env, "GPU_ENDPOINT_FIRST_BYTE_MS", 300_000, 1, 3_600_000),
         holdMs: integer(env, "GPU_ENDPOINT_HOLD_MS", 300_000, 0, 3_600_000),
         holdMax: integer(env, "GPU_ENDPOINT_HOLD_MAX", 1000, 0, 100_000),
+        keptBodyBytes: integer(env, "GPU_ENDPOINT_KEPT_BODY_BYTES", DEFAULT_KEPT_BODY_BYTES, 0, 16 * 1024 ** 3),
       }),
     }),
   };

@@ -58,6 +58,13 @@ describe("loadConfig", () => {
     expect(() => loadConfig({ GPU_ENDPOINT_HOLD_MAX: "x" })).toThrow(/GPU_ENDPOINT_HOLD_MAX must be an integer/);
   });
 
+  it("keeps up to 64 MiB of request bodies for holding and retries in one process, unless GPU_ENDPOINT_KEPT_BODY_BYTES says otherwise", () => {
+    expect(loadConfig({}).gpu.endpoints.keptBodyBytes).toBe(64 * 1024 * 1024);
+    expect(loadConfig({ GPU_ENDPOINT_KEPT_BODY_BYTES: "0" }).gpu.endpoints.keptBodyBytes).toBe(0);
+    expect(() => loadConfig({ GPU_ENDPOINT_KEPT_BODY_BYTES: "-1" })).toThrow(/GPU_ENDPOINT_KEPT_BODY_BYTES must be an integer from 0 to 17179869184/);
+    expect(() => loadConfig({ GPU_ENDPOINT_KEPT_BODY_BYTES: "64MiB" })).toThrow(/GPU_ENDPOINT_KEPT_BODY_BYTES must be an integer/);
+  });
+
   it("takes a comma-separated list of Elasticsearch nodes, each checked", () => {
     expect(loadConfig({ ELASTICSEARCH_URL: "http://es1:9200, http://es2:9200" }).elasticsearchUrl).toBe("http://es1:9200,http://es2:9200");
     expect(() => loadConfig({ ELASTICSEARCH_URL: "http://es1:9200,ftp://es2" })).toThrow(/ELASTICSEARCH_URL must start with http:\/\/ or https:\/\//);

@@ -17,6 +17,7 @@ import { createRestHandler } from "./rest/rest-handler.js";
 import { sendJson, type NodeHandler, type NodeRequest, type NodeResponse } from "./node-http.js";
 import { ENDPOINT_PREFIX, ENDPOINT_ROUTE, parseEndpointPath } from "./proxy/endpoint-path.js";
 import { createEndpointProxy } from "./proxy/endpoint-proxy.js";
+import { KeptBytes } from "./proxy/kept-body.js";
 import { createProxyMetrics } from "./proxy/proxy-metrics.js";
 import type { ServiceRegistration } from "./service-registration.js";
 
@@ -40,6 +41,8 @@ export interface AppOptions {
   endpointHold?: { ms: number; max: number };
   /** Where the proxy counts its requests in flight and held, for the load publisher. */
   endpointLoad?: ProxyLoad;
+  /** The bytes of bodies the proxy may keep for holding and retries (GPU_ENDPOINT_KEPT_BODY_BYTES); its default without. */
+  endpointKept?: KeptBytes;
   /** Aborted when the service stops: requests held by the proxy are answered 503 at once. */
   shutdown?: AbortSignal;
 }
@@ -125,6 +128,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
 
   // The endpoint proxy comes before the RPC and REST machinery: it streams bodies both ways and
   // pays for nothing it does not use (docs/endpoints.md, "Routing").
+  const kept = options.endpointKept ?? new KeptBytes();
   const proxy = createEndpointProxy({
     directory: options.endpoints,
     maxBodyBytes: options.maxBodyBytes,
@@ -132,8 +136,9 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     holdMs: options.endpointHold?.ms,
     holdMax: options.endpointHold?.max,
     load: options.endpointLoad,
+    kept,
     shutdown: options.shutdown,
-    metrics: createProxyMetrics(metrics.registry),
+    metrics: createProxyMetrics(metrics.registry, kept),
     logger,
   });
   return (req, res) => {

@@ -1,3 +1,5 @@
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
 import pino, { type Logger } from "pino";
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
 import type { ConnectionTimeouts } from "../../src/config.js";
@@ -8,6 +10,7 @@ import { createAppHandler } from "../../src/server/app.js";
 import { createTokenSource } from "../../src/server/auth/token-source.js";
 import { listen, type RunningServer } from "../../src/server/listen.js";
 import { createMetrics } from "../../src/server/metrics.js";
+import { KeptBytes } from "../../src/server/proxy/kept-body.js";
 import { createProxyLoad } from "../../src/server/proxy/proxy-load.js";
 import { registration } from "../../src/server/service-registration.js";
 
@@ -25,6 +28,8 @@ export interface ProxyUnderTest {
   readonly coming: Map<string, Pick<EndpointRoute, "coming" | "refusal">>;
   /** The proxy's counts (endpoint ids are the names here). */
   readonly load: ProxyLoad;
+  /** The bytes of bodies the proxy keeps, and their bound. */
+  readonly kept: KeptBytes;
   /** Stops the proxy's holding (the service stopping), then closes its port. */
   close(): Promise<void>;
 }
@@ -43,6 +48,8 @@ export interface ProxyOptions {
   hold?: { ms: number; max: number };
   /** The proxy's counts (a new one without). */
   load?: ProxyLoad;
+  /** GPU_ENDPOINT_KEPT_BODY_BYTES (the default without). */
+  keptBodyBytes?: number;
 }
 
 export async function startProxy(options: ProxyOptions = {}): Promise<ProxyUnderTest> {
@@ -58,6 +65,7 @@ export async function startProxy(options: ProxyOptions = {}): Promise<ProxyUnder
     },
   };
   const load = options.load ?? createProxyLoad();
+  const kept = new KeptBytes(options.keptBodyBytes);
   const shutdown = new AbortController();
   const logger = options.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
   const handler = createAppHandler({
@@ -71,6 +79,7 @@ export async function startProxy(options: ProxyOptions = {}): Promise<ProxyUnder
     endpointFirstByteMs: options.firstByteMs,
     endpointHold: options.hold,
     endpointLoad: load,
+    endpointKept: kept,
     shutdown: shutdown.signal,
   });
   const server: RunningServer = await listen({ handler, host: "127.0.0.1", port: 0, timeouts: options.timeouts });
@@ -79,6 +88,7 @@ export async function startProxy(options: ProxyOptions = {}): Promise<ProxyUnder
     endpoints,
     coming,
     load,
+    kept,
     close: () => {
       shutdown.abort();
       return server.close(500);
@@ -93,6 +103,32 @@ export async function startReplica(
 ): Promise<{ server: ModelServer; target: RouteTarget }> {
   const server = await startModelServer({ model: MODEL, host: "127.0.0.1", instance: instanceId, ...options });
   return { server, target: { instanceId, url: `http://127.0.0.1:${server.port}`, apiKey: options.apiKey ?? null } };
+}
+
+export interface RecordingReplica {
+  server: Server;
+  target: RouteTarget;
+  /** The `x-seq` header of each request, in arrival order. */
+  seen: string[];
+  /** The length of each request's body, in arrival order. */
+  bodies: number[];
+}
+
+/** A replica that answers `status` at once once it has read a request, recording what it got. */
+export async function recordingReplica(instanceId: string, status = 200): Promise<RecordingReplica> {
+  const seen: string[] = [];
+  const bodies: number[] = [];
+  const server = createServer((req, res) => {
+    seen.push(String(req.headers["x-seq"]));
+    let bytes = 0;
+    req.on("data", (chunk: Buffer) => (bytes += chunk.length));
+    req.once("end", () => {
+      bodies.push(bytes);
+      res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify({ ok: status === 200 }));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return { server, target: { instanceId, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: null }, seen, bodies };
 }
 
 /** POST of a JSON body through the proxy with the caller's token. */

@@ -5,7 +5,7 @@ import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from ".
 import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
 import { downstreamHeaders, upstreamHeaders } from "./forward-headers.js";
 import { HoldQueues, RETRY_AFTER_SECONDS, refusalDetail, refuse, type Held } from "./hold-queue.js";
-import { KeptBody } from "./kept-body.js";
+import { KeptBody, KeptBytes } from "./kept-body.js";
 import type { ProxyMetrics } from "./proxy-metrics.js";
 import { createProxyLoad } from "./proxy-load.js";
 import { ReplicaBalancer } from "./replica-balancer.js";
@@ -31,6 +31,8 @@ export interface EndpointProxyOptions {
   holdMax?: number;
   /** Where the requests in flight and held are counted for the load publisher; a count of its own without. */
   load?: ProxyLoad;
+  /** The bytes of bodies kept for holding and retries in this process, bounded; a default bound of its own without. */
+  kept?: KeptBytes;
   /** Aborted when the service stops: held requests are answered 503 at once. */
   shutdown?: AbortSignal;
 }
@@ -55,20 +57,22 @@ const RETRYABLE_STATUS = new Set([502, 503, 504]);
 export function createEndpointProxy(options: EndpointProxyOptions): EndpointProxy {
   const { directory, maxBodyBytes, logger, metrics } = options;
   const load = options.load ?? createProxyLoad();
+  const kept = options.kept ?? new KeptBytes();
   const holds = new HoldQueues({
     directory,
     holdMs: options.holdMs ?? 300_000,
     holdMax: options.holdMax ?? 1000,
     maxBodyBytes,
+    kept,
     load,
     metrics,
     logger,
     shutdown: options.shutdown,
     // The first-byte clock (and metric) of a held request starts here: its wait is gpu_endpoint_hold_seconds.
     dispatch: (held: Held, route: EndpointRoute) =>
-      new Exchange(shared, held.req, held.res, held.name, route.endpointId, held.path, route.targets, process.hrtime.bigint(), held.body).start(),
+      new Exchange(shared, held.req, held.res, held.name, route.endpointId, held.path, route.targets, process.hrtime.bigint(), held).start(),
   });
-  const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map(), load, holds };
+  const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map(), load, kept, holds };
 
   const handle = async (req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): Promise<void> => {
     const started = process.hrtime.bigint();
@@ -109,7 +113,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
       return;
     }
     if (!route.coming) {
-      refuse(res, metrics, name, refusalDetail(name, route.refusal));
+      refuse(res, metrics, name, { reason: "not_coming", detail: refusalDetail(name, route.refusal) });
       return;
     }
     holds.hold(req, res, name, upstreamPath, route);
@@ -131,6 +135,7 @@ interface Shared {
   /** Parsed replica URLs, by URL text. */
   addresses: Map<string, Address>;
   load: ProxyLoad;
+  kept: KeptBytes;
   /** Where a request whose replicas could not be reached waits again. */
   holds: HoldQueues;
 }
@@ -165,13 +170,13 @@ class Exchange {
     private readonly path: string,
     private readonly targets: RouteTarget[],
     private readonly started: bigint,
-    /** A held request's body, read while it waited. */
-    body?: KeptBody,
+    /** The hold queue's request: its body read while it waited, and whether it may go back there. */
+    private readonly held?: Held,
   ) {
-    if (body === undefined) this.body = new KeptBody(req, shared.options.maxBodyBytes, () => this.onOverflow());
+    if (held === undefined) this.body = new KeptBody(req, shared.options.maxBodyBytes, shared.kept, () => this.onOverflow());
     else {
-      this.body = body;
-      body.onOverflow = () => this.onOverflow();
+      this.body = held.body;
+      this.body.onOverflow = () => this.onOverflow();
     }
     res.once("finish", () => (this.finished = true));
     res.once("close", () => this.onClientClose());
@@ -266,7 +271,16 @@ class Exchange {
    */
   private requeue(detail: string): boolean {
     this.body.detach();
-    const held: Held = { req: this.req, res: this.res, name: this.name, endpointId: this.endpointId, path: this.path, body: this.body };
+    const held: Held = {
+      req: this.req,
+      res: this.res,
+      name: this.name,
+      endpointId: this.endpointId,
+      path: this.path,
+      body: this.body,
+      heldSince: this.held?.heldSince,
+      requeued: this.held?.requeued,
+    };
     if (!this.shared.holds.requeue(held, { instanceIds: this.unreached, detail })) return false;
     // This exchange is over without an answer: the one the hold queue starts answers.
     this.settled = true;
@@ -317,6 +331,8 @@ class Exchange {
     this.body.detach();
     this.attempt?.destroy();
     this.send(next);
+    // Back from the hold queue once already: this was its last send, the copy is of no more use.
+    if (this.held?.requeued === true) this.body.release();
     return true;
   }
 

@@ -1,11 +1,32 @@
 import type { Writable } from "node:stream";
+import { DEFAULT_KEPT_BODY_BYTES } from "../../config.js";
 import type { NodeRequest } from "../node-http.js";
 
-/** Bytes of request bodies kept for a retry in this process, now: memory the proxy holds. */
-let keptBytes = 0;
+/**
+ * The bytes of request bodies the proxy keeps in this process for holding and retries, and their
+ * bound (GPU_ENDPOINT_KEPT_BODY_BYTES): memory off the V8 heap, which --max-old-space-size does
+ * not limit. One per process, across all endpoints.
+ */
+export class KeptBytes {
+  private used = 0;
 
-export function keptBodyBytes(): number {
-  return keptBytes;
+  constructor(readonly limit: number = DEFAULT_KEPT_BODY_BYTES) {}
+
+  /** Bytes kept now. */
+  get bytes(): number {
+    return this.used;
+  }
+
+  /** Counts `n` more bytes if they fit under the limit; false (nothing counted) if not. */
+  take(n: number): boolean {
+    if (this.used + n > this.limit) return false;
+    this.used += n;
+    return true;
+  }
+
+  give(n: number): void {
+    this.used -= n;
+  }
 }
 
 /**
@@ -14,12 +35,17 @@ export function keptBodyBytes(): number {
  * dropped from then on: the caller answers 413. Once no retry can come (the answer started, or
  * the exchange is over), `release` lets the kept copy go: a long stream must not hold its
  * request (up to MAX_BODY_BYTES) until its end.
+ *
+ * The copy is counted in `budget` as it is kept: a declared Content-Length at once (a request
+ * that cannot be kept is known before its upload), the rest of a body as its chunks arrive. When
+ * the budget has no room the copy is dropped (`onUnkept`), and the body is still passed on.
  */
 export class KeptBody {
   /** Undefined once released or overflowed: nothing is kept any more. */
   private chunks: Buffer[] | undefined = [];
   private size = 0;
-  private kept = 0;
+  /** Bytes counted in the budget for this body: its declared length, or what arrived beyond. */
+  private counted = 0;
   private ended = false;
   private sink: Writable | undefined;
   overflowed = false;
@@ -29,9 +55,13 @@ export class KeptBody {
    * (HTTP_REQUEST_TIMEOUT_MS bounds its upload) before the exchange that sends it exists.
    */
   onOverflow: () => void;
+  /** Called once if the budget cannot keep the body (nothing is kept from then on); set while held. */
+  onUnkept: (() => void) | undefined;
 
-  constructor(req: NodeRequest, private readonly limit: number, onOverflow: () => void) {
+  constructor(req: NodeRequest, private readonly limit: number, private readonly budget: KeptBytes, onOverflow: () => void) {
     this.onOverflow = onOverflow;
+    const declared = Number(req.headers["content-length"] ?? 0);
+    if (Number.isSafeInteger(declared) && declared > 0) this.count(declared);
     req.on("data", (chunk: Buffer) => {
       if (this.overflowed) return;
       this.size += chunk.length;
@@ -41,11 +71,7 @@ export class KeptBody {
         this.onOverflow();
         return;
       }
-      if (this.chunks !== undefined) {
-        this.chunks.push(chunk);
-        this.kept += chunk.length;
-        keptBytes += chunk.length;
-      }
+      if (this.chunks !== undefined && this.count(this.size)) this.chunks.push(chunk);
       this.sink?.write(chunk);
     });
     req.once("end", () => {
@@ -61,9 +87,10 @@ export class KeptBody {
 
   /** Sends what has arrived to `sink`, then the rest as it comes; ends `sink` with the body. */
   sendTo(sink: Writable): void {
-    if (this.chunks === undefined) throw new Error("a released body cannot be sent again");
+    // A body never kept (no room in the budget) goes once, from its start, as it arrives.
+    if (this.chunks === undefined && this.size > 0) throw new Error("a released body cannot be sent again");
     this.sink = sink;
-    for (const chunk of this.chunks) sink.write(chunk);
+    for (const chunk of this.chunks ?? []) sink.write(chunk);
     if (this.ended) sink.end();
   }
 
@@ -75,8 +102,22 @@ export class KeptBody {
   /** Drops the kept copy; the rest of the body still goes to the current sink as it comes. */
   release(): void {
     if (this.chunks === undefined) return;
-    keptBytes -= this.kept;
-    this.kept = 0;
+    this.budget.give(this.counted);
+    this.counted = 0;
     this.chunks = undefined;
+  }
+
+  /** Counts the copy up to `bytes` in the budget; when it does not fit, drops the copy and says so. */
+  private count(bytes: number): boolean {
+    if (bytes <= this.counted) return true;
+    if (this.budget.take(bytes - this.counted)) {
+      this.counted = bytes;
+      return true;
+    }
+    this.release();
+    const onUnkept = this.onUnkept;
+    this.onUnkept = undefined;
+    onUnkept?.();
+    return false;
   }
 }

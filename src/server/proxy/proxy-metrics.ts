@@ -1,4 +1,8 @@
-import { Counter, Histogram, type Registry } from "prom-client";
+import { Counter, Gauge, Histogram, type Registry } from "prom-client";
+import type { KeptBytes } from "./kept-body.js";
+
+/** Why a request got 503 from the proxy itself (gpu_endpoint_refused_total's `reason`; docs/endpoints.md, "Metrics"). */
+export type RefusalReason = "not_coming" | "holding_off" | "hold_full" | "hold_timeout" | "kept_bytes" | "stopping";
 
 /** The endpoint proxy's metrics (SPEC.md section 2, "Endpoints"), labelled by endpoint name. */
 export interface ProxyMetrics {
@@ -10,6 +14,8 @@ export interface ProxyMetrics {
   /** Time from the request's arrival to the replica's answer headers. */
   firstByte(endpoint: string, seconds: number): void;
   retried(endpoint: string): void;
+  /** One 503 of the proxy's own (no replica asked), by why (hold-queue.ts, RefusalReason). */
+  refused(endpoint: string, reason: RefusalReason): void;
   /** How long a request waited for a ready replica, however its wait ended (sent, 503, caller gone). */
   held(endpoint: string, seconds: number): void;
 }
@@ -20,7 +26,8 @@ const FIRST_BYTE_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 // From a replica that became ready at once to GPU_ENDPOINT_HOLD_MS (300 s by default) and more.
 const HOLD_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
 
-export function createProxyMetrics(registry: Registry): ProxyMetrics {
+/** The proxy's metrics; `kept` is read at scrape time for gpu_endpoint_kept_body_bytes. */
+export function createProxyMetrics(registry: Registry, kept: KeptBytes): ProxyMetrics {
   const requests = new Counter({
     name: "gpu_endpoint_requests_total",
     help: "Requests through the endpoint proxy by endpoint and the HTTP status the caller got (499: caller left before the end; 502 also when the replica cut an answer off)",
@@ -40,6 +47,20 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
     labelNames: ["endpoint"],
     registers: [registry],
   });
+  const refusals = new Counter({
+    name: "gpu_endpoint_refused_total",
+    help: "Requests the endpoint proxy answered 503 itself, no replica asked, by endpoint and reason (not_coming, holding_off, hold_full, hold_timeout, kept_bytes, stopping)",
+    labelNames: ["endpoint", "reason"],
+    registers: [registry],
+  });
+  new Gauge({
+    name: "gpu_endpoint_kept_body_bytes",
+    help: "Bytes of request bodies this process's endpoint proxy keeps now for holding and retries (bounded by GPU_ENDPOINT_KEPT_BODY_BYTES)",
+    registers: [registry],
+    collect() {
+      this.set(kept.bytes);
+    },
+  });
   const hold = new Histogram({
     name: "gpu_endpoint_hold_seconds",
     help: "Time requests waited in this process's proxy for a ready replica (sent, refused, or their caller left)",
@@ -51,6 +72,7 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
     answered: (endpoint, code) => requests.inc({ endpoint, code: String(code) }),
     firstByte: (endpoint, seconds) => firstByte.observe({ endpoint }, seconds),
     retried: (endpoint) => retries.inc({ endpoint }),
+    refused: (endpoint, reason) => refusals.inc({ endpoint, reason }),
     held: (endpoint, seconds) => hold.observe({ endpoint }, seconds),
   };
 }

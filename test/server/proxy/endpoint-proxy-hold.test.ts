@@ -2,7 +2,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RouteTarget } from "../../../src/module.js";
-import { callEndpoint, metricValue, MODEL, startProxy, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
+import { callEndpoint, metricValue, MODEL, recordingReplica as startRecordingReplica, startProxy, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
 import { waitFor } from "../../support/wait.js";
 
 // Holding (SPEC.md section 2, "Endpoints that follow their load"): a request that finds no ready
@@ -15,15 +15,16 @@ const proxies: ProxyUnderTest[] = [];
 
 /** A replica that answers at once and records the `x-seq` header of each request, in arrival order. */
 async function recordingReplica(instanceId: string): Promise<{ target: RouteTarget; seen: string[] }> {
-  const seen: string[] = [];
-  const server = createServer((req, res) => {
-    seen.push(String(req.headers["x-seq"]));
-    req.resume();
-    req.once("end", () => res.end(JSON.stringify({ ok: true })));
-  });
-  servers.push(server);
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  return { target: { instanceId, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: null }, seen };
+  const replica = await startRecordingReplica(instanceId);
+  servers.push(replica.server);
+  return replica;
+}
+
+/** The route to a replica whose machine is gone (its port closed), still listed as ready. */
+async function goneReplica(instanceId: string): Promise<RouteTarget> {
+  const { server, target } = await startRecordingReplica(instanceId);
+  await new Promise((resolve) => server.close(resolve));
+  return target;
 }
 
 async function proxyWith(hold?: { ms: number; max: number }): Promise<ProxyUnderTest> {
@@ -176,12 +177,7 @@ describe("holding in the endpoint proxy", () => {
 
   it("holds a request whose replicas all refuse the connection while one is coming (preempted between two probes), then answers it from the next", async () => {
     // Two replicas whose machines are gone, still listed as ready: the first try and its one retry both fail.
-    const gone = await Promise.all(["gpu-gone-1", "gpu-gone-2"].map(async (id) => {
-      const { target } = await recordingReplica(id);
-      const server = servers.pop()!;
-      await new Promise((resolve) => server.close(resolve));
-      return target;
-    }));
+    const gone = await Promise.all(["gpu-gone-1", "gpu-gone-2"].map(goneReplica));
     proxy.endpoints.set("preempted", gone);
     proxy.coming.set("preempted", { coming: true });
     const answer = callEndpoint(proxy, "/endpoints/preempted/v1/chat/completions", chat, { headers: { "x-seq": "7" } });
@@ -200,10 +196,7 @@ describe("holding in the endpoint proxy", () => {
   });
 
   it("answers 502 naming the replica when a request's replicas cannot be reached and nothing is coming", async () => {
-    const { target } = await recordingReplica("gpu-lost");
-    const server = servers.pop()!;
-    await new Promise((resolve) => server.close(resolve));
-    proxy.endpoints.set("lost", [target]);
+    proxy.endpoints.set("lost", [await goneReplica("gpu-lost")]);
     proxy.coming.set("lost", { coming: true });
     const answer = callEndpoint(proxy, "/endpoints/lost/v1/chat/completions", chat);
     await heldCount(proxy, "lost", 1);
@@ -212,5 +205,41 @@ describe("holding in the endpoint proxy", () => {
     expect(res.status).toBe(502);
     expect(res.headers.get("x-endpoint-instance")).toBe("gpu-lost");
     expect(((await res.json()) as { detail: string }).detail).toBe("replica gpu-lost could not be reached");
+  });
+
+  it("counts a request's hold limit from when it was first held, when it comes back to the queue", async () => {
+    const short = await proxyWith({ ms: 1_000, max: 10 });
+    short.endpoints.set("clock", []);
+    short.coming.set("clock", { coming: true });
+    const started = Date.now();
+    const answer = callEndpoint(short, "/endpoints/clock/v1/chat/completions", chat);
+    await heldCount(short, "clock", 1);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    // Sent to a replica listed as ready whose machine is gone: back in the queue, with what is left of its 1 s.
+    short.endpoints.set("clock", [await goneReplica("gpu-clock-gone")]);
+    const res = await answer;
+    expect(res.status).toBe(503);
+    expect(((await res.json()) as { detail: string }).detail).toBe("no replica of endpoint 'clock' became ready within 1000 ms");
+    expect(Date.now() - started).toBeLessThan(1_400);
+    expect(await metricValue(short, "gpu_endpoint_hold_seconds_count", 'endpoint="clock"')).toBe(2);
+  });
+
+  it("sends a request back to the queue once: the replicas it then cannot reach answer 502", async () => {
+    const first = await goneReplica("gpu-once-1");
+    proxy.endpoints.set("once", [first]);
+    proxy.coming.set("once", { coming: true });
+    const answer = callEndpoint(proxy, "/endpoints/once/v1/chat/completions", chat);
+    await heldCount(proxy, "once", 1);
+    // Its next replica is gone too: no second wait in the queue, even with a third coming.
+    proxy.endpoints.set("once", [first, await goneReplica("gpu-once-2")]);
+    await waitFor(async () => (await metricValue(proxy, "gpu_endpoint_hold_seconds_count", 'endpoint="once"')) === 1, "sent to gpu-once-2", 5_000);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const third = await recordingReplica("gpu-once-3");
+    proxy.endpoints.set("once", [first, third.target]);
+    const res = await answer;
+    expect(res.status).toBe(502);
+    expect(res.headers.get("x-endpoint-instance")).toBe("gpu-once-2");
+    expect(third.seen).toEqual([]);
+    expect(counts(proxy, "once").held).toBe(0);
   });
 });

@@ -5,7 +5,6 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ModelServer } from "../../../src/gpu/marketplace/simulated/model-server.js";
 import type { RouteTarget } from "../../../src/module.js";
 import { CALLER_TOKEN, MODEL, callEndpoint, metricValue, startProxy, startReplica, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
-import { keptBodyBytes } from "../../../src/server/proxy/kept-body.js";
 import { createTokenFile } from "../../support/token-file.js";
 
 // The endpoint proxy on its happy paths and refusals: real model servers, real sockets.
@@ -249,18 +248,18 @@ describe("endpoint proxy", () => {
     await new Promise<void>((resolve) => holder.listen(0, "127.0.0.1", resolve));
     proxy.endpoints.set("held", [{ instanceId: "gpu-held", url: `http://127.0.0.1:${(holder.address() as AddressInfo).port}`, apiKey: null }]);
     try {
-      const before = keptBodyBytes();
+      const before = proxy.kept.bytes;
       const body = { ...chat, messages: [{ role: "user", content: "x".repeat(3000) }] };
       const answer = callEndpoint(proxy, "/endpoints/held/v1/chat/completions", body);
       await steps.bodyRead.promise;
-      expect(keptBodyBytes() - before).toBe(Buffer.byteLength(JSON.stringify(body)));
+      expect(proxy.kept.bytes - before).toBe(Buffer.byteLength(JSON.stringify(body)));
 
       steps.answer.resolve();
       const res = await answer;
       const reader = res.body!.getReader();
       expect(new TextDecoder().decode((await reader.read()).value)).toBe("data: first\n\n");
       // The answer is under way and not over: no retry can come, so nothing of the body is kept.
-      expect(keptBodyBytes() - before).toBe(0);
+      expect(proxy.kept.bytes - before).toBe(0);
       steps.end.resolve();
       while (!(await reader.read()).done);
     } finally {
