@@ -74,6 +74,27 @@ async function sessionsOf(applicationName: string, key: string) {
 }
 
 describe("the session lock", () => {
+  it("confirms a term only while it still holds the lock in that term, not once lost and taken again", async () => {
+    // A control round that began before its lead was lost and retaken must stop: its plan was
+    // made on facts another leader may have acted on meanwhile.
+    const key = "454545454545";
+    const applicationName = "session-lock-term";
+    const logs: string[] = [];
+    const holder = lock(db.url, logs, { key, applicationName, renewEveryMs: 100 });
+    expect(await holder.hold()).toBe(true);
+    const first = holder.term();
+    expect(await holder.confirm(first)).toBe(true);
+
+    await onServer(`select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and application_name = $2`, [db.name, applicationName]);
+    await waitFor(() => logs.includes("lost"), "the holder to take its session for lost", 5_000, 10);
+    expect(await holder.hold()).toBe(true);
+    expect(holder.term()).not.toBe(first);
+    expect(await holder.confirm(first)).toBe(false);
+    expect(await holder.confirm(holder.term())).toBe(true);
+    expect(await holder.confirm()).toBe(true);
+    await holder.release();
+  });
+
   it("after its session was dropped, opens one session for many callers at once, and holds the lock on the one it renews", async () => {
     // The sync loop and the endpoint controller's two timers ask in the same tick after a
     // database restart; each opening a session of its own left the lock on one nobody renewed.
