@@ -108,4 +108,32 @@ describe("interruptible replicas", () => {
     expect(new Set(machines).size).toBe(machines.length);
     await deleteAndWait(svc.server.url, "based", svc.db.knex);
   }, 60_000);
+
+  it("backs the moves back to bids off on their own: a full-strength endpoint is never budget_held, and a machine that ends is replaced at once", async () => {
+    const url = svc.server.url;
+    svc.market.setBidsOpen(false); // no bid anywhere: both replicas fall back, and every move back fails
+    try {
+      await createEndpoint(url, { name: "apart", template_name: "budget", replicas: 2, max_cost_per_hour: BUDGET, capacity: CAPACITY });
+      const fallbacks = await waitForEndpoint(url, "apart", "two fallbacks ready", (e) => e.ready_replicas === 2, 30_000);
+      // Two moves failed: the move's backoff is 20 s now, the launches' none.
+      await waitFor("two failed moves", async () => ((await eventsOf(url, "apart")).filter((e) => e.kind === "launch_failed").length >= 2 ? true : undefined), 30_000);
+      const state = await waitForEndpoint(url, "apart", "ready", (e) => e.state === "ready", 5_000);
+      expect(kinds(await eventsOf(url, "apart"))).not.toContain("budget_held");
+      expect(state.state).toBe("ready");
+
+      const victim = instancesOf(fallbacks)[0]!.instance_id;
+      const endedAt = Date.now();
+      await svc.market.exitInstance(await marketIdOf(victim));
+      const replaced = await waitFor(
+        "a replacement launched",
+        async () => (await eventsOf(url, "apart")).find((e) => e.kind === "launched" && Date.parse(e.at) >= endedAt),
+        15_000,
+      );
+      // Within a few probe rounds and the status sync, not after the moves' backoff.
+      expect(Date.parse(replaced.at) - endedAt).toBeLessThan(8_000);
+    } finally {
+      svc.market.setBidsOpen(true);
+    }
+    await deleteAndWait(url, "apart", svc.db.knex);
+  }, 90_000);
 });
