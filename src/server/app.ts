@@ -1,7 +1,7 @@
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { excerpt } from "../errors.js";
 import type { Logger } from "pino";
-import type { EndpointDirectory, ProxyLoad } from "../module.js";
+import type { EndpointDirectory, ProxyLoad, ProxyTraffic } from "../module.js";
 import { createAccessCheck, sendRefusal } from "./auth/access-check.js";
 import { checkRpc, createAuthInterceptor } from "./auth/auth-interceptor.js";
 import { scopeOfHttpPath } from "./auth/scope-table.js";
@@ -18,6 +18,7 @@ import { sendJson, type NodeHandler, type NodeRequest, type NodeResponse } from 
 import { ENDPOINT_PREFIX, ENDPOINT_ROUTE, parseEndpointPath } from "./proxy/endpoint-path.js";
 import { createEndpointProxy } from "./proxy/endpoint-proxy.js";
 import { createProxyMetrics } from "./proxy/proxy-metrics.js";
+import { withTraffic } from "./proxy/proxy-traffic.js";
 import type { ServiceRegistration } from "./service-registration.js";
 
 export interface AppOptions {
@@ -40,6 +41,8 @@ export interface AppOptions {
   endpointHold?: { ms: number; max: number };
   /** Where the proxy counts its requests in flight and held, for the load publisher. */
   endpointLoad?: ProxyLoad;
+  /** Where the proxy counts its answers per endpoint and minute, for the endpoints' history. */
+  endpointTraffic?: ProxyTraffic;
   /** Aborted when the service stops: requests held by the proxy are answered 503 at once. */
   shutdown?: AbortSignal;
 }
@@ -133,7 +136,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     holdMax: options.endpointHold?.max,
     load: options.endpointLoad,
     shutdown: options.shutdown,
-    metrics: createProxyMetrics(metrics.registry),
+    metrics: options.endpointTraffic ? withTraffic(createProxyMetrics(metrics.registry), options.endpointTraffic) : createProxyMetrics(metrics.registry),
     logger,
   });
   return (req, res) => {

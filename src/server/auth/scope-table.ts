@@ -29,6 +29,8 @@ export const RPC_SCOPES: Readonly<Record<string, Readonly<Record<string, Scope>>
     UpdateEndpoint: "gpu:write",
     DeleteEndpoint: "gpu:write",
     ListEndpointEvents: "gpu:read",
+    GetEndpointHistory: "gpu:read",
+    GetSpend: "gpu:read",
   },
   "search.v1.IndexingService": {
     IndexGoods: "indexing:run",
