@@ -11,6 +11,7 @@ import { createHealthHandler, type ReadinessChecks, type ReadinessDetails } from
 import type { Metrics } from "./metrics.js";
 import type { ApiHints } from "./openapi/api-hints.js";
 import { createApiDocs } from "./openapi/api-docs.js";
+import { createDashboardHandler } from "./dashboard/dashboard-handler.js";
 import { createInProcessCaller } from "./rest/in-process-caller.js";
 import { createRpcHandler } from "./rpc-handler.js";
 import { createRestHandler } from "./rest/rest-handler.js";
@@ -62,6 +63,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     for (const service of services) service.route(router);
   };
   const handleHealth = createHealthHandler(options.readiness, options.readinessDetails);
+  const handleDashboard = createDashboardHandler();
   const apiDocs = createApiDocs({
     services: services.map((s) => s.desc),
     hints: options.apiHints ?? {},
@@ -83,6 +85,8 @@ export function createAppHandler(options: AppOptions): NodeHandler {
   const serveHttp = async (req: NodeRequest, res: NodeResponse): Promise<string> => {
     const path = (req.url ?? "/").split("?")[0] ?? "/";
     if (await handleHealth(req, res)) return path;
+    // The page holds no data: it loads without a token, and asks for one for its data calls.
+    if (handleDashboard(req, res, path)) return path.startsWith("/dashboard/assets/") ? "/dashboard/assets/*" : "/dashboard";
     // Routes of the scope table need their scope; any other path (REST, 404) a known token first,
     // so that strangers learn nothing from its answer; REST routes then check their RPC's scope.
     const scope = scopeOfHttpPath(path);
