@@ -108,7 +108,8 @@ async function chartData(page: Page, title: string, all = false): Promise<number
   return data.map((line) => kept.map((i) => line[i]!));
 }
 
-const noSidewaysScroll = (page: Page) => page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
+// Evaluated in the page (strings: this file is compiled without the DOM's types).
+const noSidewaysScroll = (page: Page) => page.evaluate("document.documentElement.scrollWidth <= window.innerWidth");
 
 describe("the dashboard in a browser", () => {
   it("shows the fleet: its instances, its endpoints and its spend, and a new instance at the next refresh without a reload", async () => {
@@ -123,10 +124,10 @@ describe("the dashboard in a browser", () => {
     expect(spend[0]!.length).toBeGreaterThan(1000); // a point a minute over 24 h
     expect(spend[1]!.at(-1)).toBeGreaterThan(0);
 
-    await page.evaluate(() => ((window as unknown as { marker: number }).marker = 1));
+    await page.evaluate("window.marker = 1");
     const created = await rest<{ instance_id: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=research", {});
-    await page.waitForFunction((id) => document.querySelector("#fleet-instances")?.textContent?.includes(id), { timeout: 12_000 }, created.body.instance_id);
-    expect(await page.evaluate(() => (window as unknown as { marker?: number }).marker)).toBe(1);
+    await page.waitForFunction(`document.querySelector("#fleet-instances")?.textContent?.includes(${JSON.stringify(created.body.instance_id)})`, { timeout: 12_000 });
+    expect(await page.evaluate("window.marker")).toBe(1);
     expect(consoleErrors).toEqual([]);
     expect(foreignRequests).toEqual([]);
     await page.close();
@@ -187,7 +188,7 @@ describe("the dashboard in a browser", () => {
     const { page } = await open(server.url, 390);
     for (const path of ["/dashboard", "/dashboard/endpoints/chat", "/dashboard/indexing"]) {
       await page.goto(`${server.url}${path}`, { waitUntil: "networkidle0" });
-      await page.waitForFunction(() => !document.querySelector("main")?.textContent?.startsWith("Loading"));
+      await page.waitForFunction(`!document.querySelector("main")?.textContent?.startsWith("Loading")`);
       expect(await noSidewaysScroll(page), path).toBe(true);
     }
     await page.close();
@@ -219,7 +220,7 @@ describe("the dashboard with auth on", () => {
 
     await page.type("#token", "not-a-token");
     await page.click("#token-form button");
-    await page.waitForFunction(() => document.querySelector("#token-why")?.textContent?.includes("refused"));
+    await page.waitForFunction(`document.querySelector("#token-why")?.textContent?.includes("refused")`);
     expect(await page.$eval("#token-form", (n) => (n as unknown as { hidden: boolean }).hidden)).toBe(false);
     expect(consoleErrors).toEqual([]);
     await page.close();
