@@ -41,13 +41,15 @@ export function mountFleet(main, shell) {
   const since = (/** @type {number} */ ms) => new Date(Date.now() - ms).toISOString();
 
   refresh = async () => {
-    const [instances, endpoints, day, week] = await Promise.allSettled([
+    // The totals need only their last point: one step as long as their window.
+    const [instances, endpoints, chosen, day, week] = await Promise.allSettled([
       get("/api/gpu/instances?limit=100"),
       get("/api/gpu/endpoints"),
-      get(`/api/gpu/spend?from=${since(WINDOWS["24 h"].ms)}&step_s=${WINDOWS["24 h"].step}`),
-      get(`/api/gpu/spend?from=${since(WINDOWS["7 d"].ms)}&step_s=${WINDOWS["7 d"].step}`),
+      get(`/api/gpu/spend?from=${since(WINDOWS[window].ms)}&step_s=${WINDOWS[window].step}`),
+      get(`/api/gpu/spend?from=${since(WINDOWS["24 h"].ms)}&step_s=86400`),
+      get(`/api/gpu/spend?from=${since(WINDOWS["7 d"].ms)}&step_s=604800`),
     ]);
-    const failed = [instances, endpoints, day, week].find((r) => r.status === "rejected");
+    const failed = [instances, endpoints, chosen, day, week].find((r) => r.status === "rejected");
     shell.report("the fleet", failed?.reason);
     if (failed) {
       const error = failed.reason;
@@ -55,8 +57,7 @@ export function mountFleet(main, shell) {
       $("fleet-figures").innerHTML = notice(`The fleet cannot be read now. ${why}`, "bad");
       return;
     }
-    const [list, eps, d, w] = /** @type {any[]} */ ([instances, endpoints, day, week].map((r) => /** @type {PromiseFulfilledResult<any>} */ (r).value));
-    const spend = window === "24 h" ? d : w;
+    const [list, eps, spend, d, w] = /** @type {any[]} */ ([instances, endpoints, chosen, day, week].map((r) => /** @type {PromiseFulfilledResult<any>} */ (r).value));
     const now = d.points.at(-1);
     $("fleet-figures").innerHTML =
       figures([
