@@ -19,16 +19,11 @@ export interface HistorySample extends TrafficCounts {
   costPerHour: number;
 }
 
-/** The samples of one step: traffic summed, load and held at their highest, replicas and $/h as at its last sample. */
-export interface HistoryPoint extends TrafficCounts {
-  /** Its last sample's time (the end of the last minute it covers). */
-  at: Date;
-  load: number;
-  held: number;
-  readyReplicas: number;
-  targetReplicas: number;
-  costPerHour: number;
-}
+/**
+ * The samples of one step: traffic summed, load and held at their highest, replicas and $/h as at
+ * its last sample, `at` its last sample's time (the end of the last minute it covers).
+ */
+export type HistoryPoint = Omit<HistorySample, "endpointId">;
 
 export interface HistoryStore {
   /** Writes the samples; a minute already sampled for an endpoint is kept as it is. The number written. */

@@ -5,7 +5,7 @@
 
 import { ApiError, get } from "./api.js";
 import { series, timeChart } from "./charts.js";
-import { escape, figures, notice, perHour, state, table, time } from "./format.js";
+import { escape, figures, onWindowChosen, windowButtons, notice, perHour, state, table, time } from "./format.js";
 
 const WINDOWS = { "1 h": { ms: 3_600_000, step: 60 }, "24 h": { ms: 86_400_000, step: 60 }, "7 d": { ms: 604_800_000, step: 420 } };
 const OUTCOMES = [
@@ -22,9 +22,7 @@ export function mountEndpoint(main, name, shell) {
   /** @type {keyof typeof WINDOWS} */
   let window = "1 h";
   main.innerHTML = `<p><a href="/dashboard" data-link>← Fleet</a></p><h1>Endpoint ${escape(name)}</h1><div id="ep-figures"></div>
-    <div class="windows" role="group" aria-label="Window">${Object.keys(WINDOWS)
-      .map((w) => `<button type="button" data-window="${w}" aria-pressed="${w === window}">${w}</button>`)
-      .join("")}</div><div id="ep-empty"></div><div class="charts" id="ep-charts"></div>
+    ${windowButtons(Object.keys(WINDOWS), window)}<div id="ep-empty"></div><div class="charts" id="ep-charts"></div>
     <h2>Events</h2><div id="ep-events"></div>`;
   // A refresh that ends after the reader moved on writes into nothing.
   const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (main.querySelector(`#${id}`) ?? document.createElement("div"));
@@ -54,11 +52,8 @@ export function mountEndpoint(main, name, shell) {
   });
   const cost = timeChart(charts, { title: "Cost", y: "$/h", lines: [{ label: "$/h", stroke: "#bf8700" }] });
   let refresh = async () => {};
-  main.querySelector(".windows")?.addEventListener("click", (event) => {
-    const button = /** @type {HTMLElement} */ (event.target).closest("button");
-    if (!button) return;
-    window = /** @type {keyof typeof WINDOWS} */ (button.dataset.window);
-    for (const b of main.querySelectorAll(".windows button")) b.setAttribute("aria-pressed", String(b === button));
+  onWindowChosen(main, (name) => {
+    window = /** @type {keyof typeof WINDOWS} */ (name);
     void refresh();
   });
 

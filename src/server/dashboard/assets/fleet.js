@@ -4,7 +4,7 @@
 
 import { ApiError, get } from "./api.js";
 import { series, timeChart } from "./charts.js";
-import { escape, figures, money, notice, perHour, state, table, time } from "./format.js";
+import { escape, figures, onWindowChosen, windowButtons, money, notice, perHour, state, table, time } from "./format.js";
 
 const HOUR = 3_600_000;
 const WINDOWS = { "24 h": { ms: 24 * HOUR, step: 60 }, "7 d": { ms: 7 * 24 * HOUR, step: 420 } };
@@ -14,9 +14,7 @@ export function mountFleet(main, shell) {
   /** @type {keyof typeof WINDOWS} */
   let window = "24 h";
   main.innerHTML = `<h1>Fleet</h1><div id="fleet-figures"></div>
-    <h2>Spend</h2><div class="windows" role="group" aria-label="Window">${Object.keys(WINDOWS)
-      .map((w) => `<button type="button" data-window="${w}" aria-pressed="${w === window}">${w}</button>`)
-      .join("")}</div><div class="charts" id="fleet-charts"></div>
+    <h2>Spend</h2>${windowButtons(Object.keys(WINDOWS), window)}<div class="charts" id="fleet-charts"></div>
     <h2>Endpoints</h2><div id="fleet-endpoints"></div>
     <h2>Instances</h2><div id="fleet-instances"></div>`;
   // A refresh that ends after the reader moved on writes into nothing.
@@ -31,11 +29,8 @@ export function mountFleet(main, shell) {
     ],
   });
   let refresh = async () => {};
-  main.querySelector(".windows")?.addEventListener("click", (event) => {
-    const button = /** @type {HTMLElement} */ (event.target).closest("button");
-    if (!button) return;
-    window = /** @type {keyof typeof WINDOWS} */ (button.dataset.window);
-    for (const b of main.querySelectorAll(".windows button")) b.setAttribute("aria-pressed", String(b === button));
+  onWindowChosen(main, (name) => {
+    window = /** @type {keyof typeof WINDOWS} */ (name);
     void refresh();
   });
   const since = (/** @type {number} */ ms) => new Date(Date.now() - ms).toISOString();

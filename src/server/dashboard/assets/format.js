@@ -47,3 +47,17 @@ export function figures(pairs) {
 
 /** @param {string} html @param {"warn" | "bad"} [kind] */
 export const notice = (html, kind = "warn") => `<div class="notice ${kind}" role="status">${html}</div>`;
+
+/** The window buttons (1 h, 24 h, 7 d...): `chosen` pressed. @param {string[]} names @param {string} chosen */
+export const windowButtons = (names, chosen) =>
+  `<div class="windows" role="group" aria-label="Window">${names.map((w) => `<button type="button" data-window="${w}" aria-pressed="${w === chosen}">${w}</button>`).join("")}</div>`;
+
+/** Calls `choose` with the window a click on its buttons picks, and marks it pressed. @param {HTMLElement} main @param {(name: string) => void} choose */
+export function onWindowChosen(main, choose) {
+  main.querySelector(".windows")?.addEventListener("click", (event) => {
+    const button = /** @type {HTMLElement} */ (event.target).closest("button");
+    if (!button) return;
+    for (const b of main.querySelectorAll(".windows button")) b.setAttribute("aria-pressed", String(b === button));
+    choose(/** @type {string} */ (button.dataset.window));
+  });
+}
