@@ -7,6 +7,7 @@ import { createAppHandler } from "./server/app.js";
 import { createTokenSource } from "./server/auth/token-source.js";
 import { KeptBytes } from "./server/proxy/kept-body.js";
 import { createProxyLoad } from "./server/proxy/proxy-load.js";
+import { createProxyTraffic } from "./server/proxy/proxy-traffic.js";
 import type { NodeHandler } from "./server/node-http.js";
 import { createMetrics } from "./server/metrics.js";
 import { mergeApiHints } from "./server/openapi/api-hints.js";
@@ -29,9 +30,11 @@ export function createApp(deps: AppDeps): App {
   const metrics = createMetrics();
   // Counted by the endpoint proxy, published by the GPU module for the controller on the leader.
   const proxyLoad = createProxyLoad();
+  // The proxy's answers per endpoint and minute, published the same way for the endpoints' history.
+  const proxyTraffic = createProxyTraffic();
   // Stopping answers the proxy's held requests at once, before the modules stop.
   const stopping = new AbortController();
-  const moduleDeps: ModuleDeps = { ...deps, metrics, proxyLoad };
+  const moduleDeps: ModuleDeps = { ...deps, metrics, proxyLoad, proxyTraffic };
   // First, so that a bad AUTH_TOKENS_FILE stops the start before any module is built.
   const tokens = createTokenSource({ envTokens: config.authTokens, file: config.authTokensFile, logger });
   const gpu = createGpuModule(moduleDeps);
@@ -48,6 +51,7 @@ export function createApp(deps: AppDeps): App {
     endpointHold: { ms: config.gpu.endpoints.holdMs, max: config.gpu.endpoints.holdMax },
     endpointLoad: proxyLoad,
     endpointKept: new KeptBytes(config.gpu.endpoints.keptBodyBytes),
+    endpointTraffic: proxyTraffic,
     shutdown: stopping.signal,
     readiness: {
       database: async () => {

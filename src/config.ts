@@ -66,6 +66,8 @@ export interface GpuConfig {
   readonly creationGraceMs: number;
   /** Cap on the summed cost_per_hour of active instances, $/h; undefined: no cap. */
   readonly maxFleetDph: number | undefined;
+  /** HISTORY_DAYS: how long the endpoints' history is kept, and how far back a history read may reach. */
+  readonly historyDays: number;
   readonly endpoints: EndpointConfig;
 }
 
@@ -211,6 +213,7 @@ export function loadConfig(env: Env = process.env): Config {
       deploymentId: deploymentId(env, "GPU_DEPLOYMENT_ID"),
       statusCacheMs: integer(env, "GPU_STATUS_CACHE_MS", 2_000, 0, 60_000),
       maxFleetDph: positiveNumber(env, "GPU_MAX_FLEET_DPH"),
+      historyDays: integer(env, "HISTORY_DAYS", 7, 1, 366),
       endpoints: Object.freeze({
         probeMs: integer(env, "GPU_ENDPOINT_PROBE_MS", 10_000, 10, 3_600_000),
         readyAfter: integer(env, "GPU_ENDPOINT_READY_AFTER", 2, 1, 100),

@@ -22,9 +22,9 @@ export interface AppDeps {
 
 /**
  * What each service module is built from: the app's dependencies, the metrics registry, and the
- * endpoint proxy's counts in this process (which the GPU module publishes).
+ * endpoint proxy's counts and traffic in this process (which the GPU module publishes).
  */
-export type ModuleDeps = AppDeps & { metrics: Metrics; proxyLoad: ProxyLoad };
+export type ModuleDeps = AppDeps & { metrics: Metrics; proxyLoad: ProxyLoad; proxyTraffic: ProxyTraffic };
 
 /** A service with the background work it owns. */
 export interface ServiceModule {
@@ -91,4 +91,34 @@ export interface ProxyLoad {
   sent(endpointId: string, instanceId: string, delta: 1 | -1): void;
   /** The endpoints with requests now, or with any change within the last `recentMs`. */
   entries(recentMs: number): ProxyLoadEntry[];
+}
+
+/** How a request through the proxy counts in an endpoint's history (SPEC.md section 5). */
+export type TrafficOutcome = "ok" | "clientError" | "serverError" | "held" | "continued" | "cut";
+
+/**
+ * Upper bounds (ms) of the first byte's histogram buckets, as the history stores them (one more
+ * bucket past the last bound): the proxy's first-byte metric's buckets, in milliseconds.
+ */
+export const FIRST_BYTE_BOUNDS_MS: readonly number[] = [1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000];
+
+/** One endpoint's traffic through this process's proxy in one minute: absolute counts so far. */
+export interface TrafficEntry {
+  endpointName: string;
+  /** The minute's start. */
+  minute: Date;
+  counts: Record<TrafficOutcome, number>;
+  /** Answers by first-byte latency: one count per FIRST_BYTE_BOUNDS_MS bucket, and one for slower. */
+  firstByte: number[];
+}
+
+/**
+ * What the endpoint proxy of this process answered, per endpoint and minute, for the endpoints'
+ * history: the proxy counts (server/proxy/proxy-traffic.ts), the GPU module publishes.
+ */
+export interface ProxyTraffic {
+  count(endpointName: string, outcome: TrafficOutcome): void;
+  firstByte(endpointName: string, ms: number): void;
+  /** The minutes changed since `since` (epoch ms), newest included; older minutes are forgotten. */
+  changedSince(since: number): TrafficEntry[];
 }

@@ -11,6 +11,10 @@ import { EndpointStore } from "./endpoints/resource/endpoint-store.js";
 import { createLoadPublisher } from "./endpoints/load/load-publisher.js";
 import { registerLoadMetrics } from "./endpoints/load/load-metrics.js";
 import { LoadStore } from "./endpoints/load/load-store.js";
+import { KnexTrafficStore } from "./endpoints/load/traffic-store.js";
+import { createHistorySampler } from "./history/history-sampler.js";
+import { KnexHistoryStore } from "./history/history-store.js";
+import { KnexSpendStore } from "./history/spend-store.js";
 import { createReadinessProbe } from "./endpoints/replicas/readiness-probe.js";
 import { ExecutionLogStore } from "./store/execution-log-store.js";
 import type { GpuContext } from "./gpu-context.js";
@@ -73,6 +77,10 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
   // Every process publishes its proxy's load, leader or not; the controller on the leader sums it.
   const load = LoadStore.create({ knex });
   const controlMetrics = registerEndpointMetrics(deps.metrics.registry, { ctx, endpoints });
+  // And its answers per minute, which the leader samples into the endpoints' history.
+  const traffic = KnexTrafficStore.create({ knex });
+  const history = KnexHistoryStore.create({ knex });
+  const { historyDays } = config.gpu;
   const endpointLoop = createEndpointLoop({
     controller: createEndpointController({
       ctx,
@@ -87,13 +95,26 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     intervalMs: config.gpu.endpoints.probeMs,
     leader,
     logger: ctx.logger,
+    history: createHistorySampler({ ctx, endpoints, load, traffic, history, historyDays, logger: ctx.logger }),
   });
-  const loadPublisher = createLoadPublisher({ store: load, load: deps.proxyLoad, logger: ctx.logger });
+  const loadPublisher = createLoadPublisher({
+    store: load,
+    load: deps.proxyLoad,
+    traffic: { source: deps.proxyTraffic, store: traffic },
+    logger: ctx.logger,
+  });
   const statistics = StatisticsStore.create({ knex });
   registerGpuMetrics(deps.metrics.registry, statistics);
   registerLeadershipMetrics(deps.metrics.registry, leader);
   registerLoadMetrics(deps.metrics.registry, { endpoints, load });
-  const service = createGpuService({ ctx, statistics, endpoints, events, creationHooks: deps.gpuCreationHooks });
+  const service = createGpuService({
+    ctx,
+    statistics,
+    endpoints,
+    events,
+    history: { history, spend: KnexSpendStore.create({ knex }), historyDays },
+    creationHooks: deps.gpuCreationHooks,
+  });
   return {
     service: registration(GpuService, service),
     syncLoop,

@@ -15,12 +15,15 @@ import { roundMoney } from "./money/cost.js";
 import type { EndpointEventStore } from "./endpoints/resource/endpoint-events.js";
 import { createEndpointRpcs } from "./endpoints/resource/endpoint-service.js";
 import type { EndpointStore } from "./endpoints/resource/endpoint-store.js";
+import { createHistoryRpcs, type HistoryRpcsOptions } from "./history/history-rpcs.js";
 
 export interface GpuServiceOptions {
   ctx: GpuContext;
   statistics: StatisticsStore;
   endpoints: EndpointStore;
   events: EndpointEventStore;
+  /** The endpoints' history and the fleet's spend over time. */
+  history: Omit<HistoryRpcsOptions, "endpoints">;
   /** Test seam: see CreationHooks. */
   creationHooks?: CreationHooks;
 }
@@ -29,6 +32,7 @@ export interface GpuServiceOptions {
 export function createGpuService(options: GpuServiceOptions): ServiceImpl<typeof GpuService> {
   const { ctx, statistics, creationHooks } = options;
   const endpointRpcs = createEndpointRpcs({ ctx, endpoints: options.endpoints, events: options.events, actorOf });
+  const historyRpcs = createHistoryRpcs({ ...options.history, endpoints: options.endpoints });
   const catalogue = async (): Promise<MarketOffer[]> => {
     try {
       return await ctx.marketplace.listOffers();
@@ -102,6 +106,7 @@ export function createGpuService(options: GpuServiceOptions): ServiceImpl<typeof
       return { ...stats, totalCost: roundMoney(stats.totalCost), averageCostPerHour: roundMoney(stats.averageCostPerHour) };
     },
     ...endpointRpcs,
+    ...historyRpcs,
   };
 }
 

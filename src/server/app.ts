@@ -1,7 +1,7 @@
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { excerpt } from "../errors.js";
 import type { Logger } from "pino";
-import type { EndpointDirectory, ProxyLoad } from "../module.js";
+import type { EndpointDirectory, ProxyLoad, ProxyTraffic } from "../module.js";
 import { createAccessCheck, sendRefusal } from "./auth/access-check.js";
 import { checkRpc, createAuthInterceptor } from "./auth/auth-interceptor.js";
 import { scopeOfHttpPath } from "./auth/scope-table.js";
@@ -11,6 +11,7 @@ import { createHealthHandler, type ReadinessChecks, type ReadinessDetails } from
 import type { Metrics } from "./metrics.js";
 import type { ApiHints } from "./openapi/api-hints.js";
 import { createApiDocs } from "./openapi/api-docs.js";
+import { createDashboardHandler } from "./dashboard/dashboard-handler.js";
 import { createInProcessCaller } from "./rest/in-process-caller.js";
 import { createRpcHandler } from "./rpc-handler.js";
 import { createRestHandler } from "./rest/rest-handler.js";
@@ -19,6 +20,7 @@ import { ENDPOINT_PREFIX, ENDPOINT_ROUTE, parseEndpointPath } from "./proxy/endp
 import { createEndpointProxy } from "./proxy/endpoint-proxy.js";
 import { KeptBytes } from "./proxy/kept-body.js";
 import { createProxyMetrics } from "./proxy/proxy-metrics.js";
+import { withTraffic } from "./proxy/proxy-traffic.js";
 import type { ServiceRegistration } from "./service-registration.js";
 
 export interface AppOptions {
@@ -43,6 +45,8 @@ export interface AppOptions {
   endpointLoad?: ProxyLoad;
   /** The bytes of bodies the proxy may keep for holding and retries (GPU_ENDPOINT_KEPT_BODY_BYTES); its default without. */
   endpointKept?: KeptBytes;
+  /** Where the proxy counts its answers per endpoint and minute, for the endpoints' history. */
+  endpointTraffic?: ProxyTraffic;
   /** Aborted when the service stops: requests held by the proxy are answered 503 at once. */
   shutdown?: AbortSignal;
 }
@@ -62,6 +66,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     for (const service of services) service.route(router);
   };
   const handleHealth = createHealthHandler(options.readiness, options.readinessDetails);
+  const handleDashboard = createDashboardHandler();
   const apiDocs = createApiDocs({
     services: services.map((s) => s.desc),
     hints: options.apiHints ?? {},
@@ -83,6 +88,8 @@ export function createAppHandler(options: AppOptions): NodeHandler {
   const serveHttp = async (req: NodeRequest, res: NodeResponse): Promise<string> => {
     const path = (req.url ?? "/").split("?")[0] ?? "/";
     if (await handleHealth(req, res)) return path;
+    // The page holds no data: it loads without a token, and asks for one for its data calls.
+    if (handleDashboard(req, res, path)) return path.startsWith("/dashboard/assets/") ? "/dashboard/assets/*" : "/dashboard";
     // Routes of the scope table need their scope; any other path (REST, 404) a known token first,
     // so that strangers learn nothing from its answer; REST routes then check their RPC's scope.
     const scope = scopeOfHttpPath(path);
@@ -138,7 +145,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     load: options.endpointLoad,
     kept,
     shutdown: options.shutdown,
-    metrics: createProxyMetrics(metrics.registry, kept),
+    metrics: options.endpointTraffic ? withTraffic(createProxyMetrics(metrics.registry, kept), options.endpointTraffic) : createProxyMetrics(metrics.registry, kept),
     logger,
   });
   return (req, res) => {

@@ -29,6 +29,8 @@ export const RPC_SCOPES: Readonly<Record<string, Readonly<Record<string, Scope>>
     UpdateEndpoint: "gpu:write",
     DeleteEndpoint: "gpu:write",
     ListEndpointEvents: "gpu:read",
+    GetEndpointHistory: "gpu:read",
+    GetSpend: "gpu:read",
   },
   "search.v1.IndexingService": {
     IndexGoods: "indexing:run",
@@ -38,7 +40,10 @@ export const RPC_SCOPES: Readonly<Record<string, Readonly<Record<string, Scope>>
   },
 };
 
-/** Non-RPC routes: an exact path, or a prefix ending in "/". Health checks (/healthz, /readyz) stay open. */
+/**
+ * Non-RPC routes: an exact path, or a prefix ending in "/". Health checks (/healthz, /readyz) stay
+ * open, and so does the dashboard's page (/dashboard...: it holds no data; its data calls are RPCs).
+ */
 export const HTTP_ROUTE_SCOPES: ReadonlyArray<{ path: string; prefix?: boolean; scope: Scope }> = [
   { path: "/metrics", scope: "ops:read" },
   { path: "/openapi.json", scope: "ops:read" },

@@ -1,6 +1,7 @@
 import type { DescField, DescMessage, DescMethod, DescService, JsonObject } from "@bufbuild/protobuf";
 import { scopeOfRpc } from "../auth/scope-table.js";
 import { restRoutesOf, type RestRoute } from "../rest/http-rules.js";
+import { isTimestamp } from "../rest/request-json.js";
 import type { ApiHints } from "./api-hints.js";
 import { createSchemaRegistry, type SchemaRegistry } from "./json-schema.js";
 import type { ProtoComments } from "./proto-comments.js";
@@ -129,14 +130,14 @@ function parameterOf(field: DescField, where: "path" | "query", required: boolea
   return { name: field.name, in: where, required, ...(description !== undefined ? { description } : {}), schema };
 }
 
-/** The fields a query string can set: what neither the path nor the body binds, scalars and enums only (request-json.ts). */
+/** The fields a query string can set: what neither the path nor the body binds, scalars, enums and times only (request-json.ts). */
 function queryFields(route: RestRoute): DescField[] {
   if (route.body === "*") return [];
   return route.method.input.fields.filter(
     (f) =>
       !route.paramNames.includes(f.name) &&
       f.name !== route.body &&
-      (f.fieldKind === "scalar" || f.fieldKind === "enum" || (f.fieldKind === "list" && f.listKind !== "message")),
+      (f.fieldKind === "scalar" || f.fieldKind === "enum" || (f.fieldKind === "list" && f.listKind !== "message") || isTimestamp(f)),
   );
 }
 

@@ -46,7 +46,10 @@ export function requestJsonOf(
       throw new InvalidInputError(`unknown query parameter '${name}'`, { extra: { field: name } });
     }
     const values = query.getAll(name);
-    if (field.fieldKind === "list" && field.listKind === "scalar") {
+    if (isTimestamp(field)) {
+      if (values.length > 1) throw new InvalidInputError(`query parameter '${name}' is given more than once`, { extra: { field: name } });
+      if (values[0]) json[field.name] = timestampFromText(field, values[0]);
+    } else if (field.fieldKind === "list" && field.listKind === "scalar") {
       json[field.name] = values.map((v) => scalarFromText(field, v, "query parameter"));
     } else if (field.fieldKind === "scalar" || field.fieldKind === "enum") {
       if (values.length > 1) {
@@ -83,6 +86,24 @@ function rejectUnknownKeys(schema: DescMessage, object: JsonObject, prefix: stri
       rejectUnknownKeys(nested, value, `${prefix}${field.name}.`);
     }
   }
+}
+
+/** A google.protobuf.Timestamp field: a query parameter in RFC 3339, as its JSON form is. */
+export function isTimestamp(field: DescField): boolean {
+  return field.fieldKind === "message" && field.message.typeName === "google.protobuf.Timestamp";
+}
+
+// RFC 3339 with its time zone (Z or an offset), as protobuf JSON takes it; fractions up to nanoseconds.
+const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
+
+function timestampFromText(field: DescField, text: string): JsonValue {
+  const ms = Date.parse(text);
+  if (!RFC3339.test(text) || Number.isNaN(ms) || ms < Date.UTC(1, 0, 1) || ms >= Date.UTC(10000, 0, 1)) {
+    throw new InvalidInputError(`query parameter '${field.name}' must be an RFC 3339 time such as 2026-11-28T09:00:00Z, got '${truncate(text)}'`, {
+      extra: { field: field.name },
+    });
+  }
+  return new Date(ms).toISOString();
 }
 
 function fieldNamed(schema: DescMessage, name: string): DescField | undefined {

@@ -35,6 +35,8 @@ afterAll(async () => {
 const restFamilies: Array<[string, string, string, number]> = [
   ["gpu:read", "GET", "/api/gpu/templates", 200],
   ["gpu:read", "GET", "/api/gpu/statistics", 200],
+  ["gpu:read", "GET", "/api/gpu/spend", 200],
+  ["gpu:read", "GET", "/api/gpu/endpoints/none/history", 404],
   ["gpu:write", "POST", "/api/gpu/instances/from-template?template_name=nope", 400],
   ["gpu:write", "DELETE", "/api/gpu/instances/gpu-999999", 404],
   ["indexing:read", "GET", "/api/search/v1/index/db/goods/status", 200],

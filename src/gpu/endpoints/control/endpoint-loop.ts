@@ -23,6 +23,8 @@ export interface EndpointLoopOptions {
   intervalMs: number;
   leader?: SyncLeader;
   logger: Logger;
+  /** The endpoints' history sampler (gpu/history/), run on the same lead every interval. */
+  history?: { sampleDue(): Promise<void> };
 }
 
 export function createEndpointLoop(options: EndpointLoopOptions): EndpointLoop {
@@ -37,13 +39,15 @@ export function createEndpointLoop(options: EndpointLoopOptions): EndpointLoop {
     // database away) is logged here, never left to reject unhandled (which would end the process).
     if (await leading()) void controller.decideOnce().catch((err: unknown) => options.logger.warn({ err }, "endpoint controller round failed; retrying next round"));
   });
+  const history = every("endpoint history sample", async () => (await leading()) && options.history?.sampleDue());
   return {
     start() {
       void probes.start();
       void decisions.start();
+      void history.start();
     },
     async stop() {
-      await Promise.all([probes.stop(), decisions.stop()]);
+      await Promise.all([probes.stop(), decisions.stop(), history.stop()]);
       await controller.settle();
     },
     async runOnce() {

@@ -1,11 +1,13 @@
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
-import type { ProxyLoad } from "../../../module.js";
+import type { ProxyLoad, ProxyTraffic } from "../../../module.js";
 import type { LoadStore } from "./load-store.js";
+import type { TrafficStore } from "./traffic-store.js";
 
 // Every service process, leader or not, publishes its proxy's load through PostgreSQL about every
 // second (one upsert per tick, only while it has or just had requests), so that the controller on
-// the sync leader scales on load that arrives at any process. No server of its own.
+// the sync leader scales on load that arrives at any process; and, in the same tick, the minutes
+// of its proxy's traffic that changed, for the endpoints' history. No server of its own.
 
 export interface LoadPublisher {
   /** This process's id in the table: random per start. */
@@ -20,8 +22,18 @@ export interface LoadPublisher {
 export const PUBLISH_EVERY_MS = 1_000;
 const PRUNE_EVERY_MS = 60_000;
 
-export function createLoadPublisher(deps: { store: LoadStore; load: ProxyLoad; logger: Logger; intervalMs?: number; processId?: string }): LoadPublisher {
-  const { store, load, logger } = deps;
+export interface LoadPublisherDeps {
+  store: LoadStore;
+  load: ProxyLoad;
+  /** The proxy's answers per minute and where they go; absent: load only. */
+  traffic?: { source: ProxyTraffic; store: TrafficStore };
+  logger: Logger;
+  intervalMs?: number;
+  processId?: string;
+}
+
+export function createLoadPublisher(deps: LoadPublisherDeps): LoadPublisher {
+  const { store, load, logger, traffic } = deps;
   const intervalMs = deps.intervalMs ?? PUBLISH_EVERY_MS;
   const processId = deps.processId ?? randomUUID();
   // An endpoint whose load just ended is written a few more times, so that its zero lands even
@@ -32,10 +44,20 @@ export function createLoadPublisher(deps: { store: LoadStore; load: ProxyLoad; l
   let stopped = true;
   let failing = false;
   let prunedAt = 0;
+  // Traffic minutes changed from this moment on are not written yet (epoch ms).
+  let trafficSince = 0;
+
+  async function publishTraffic(): Promise<void> {
+    if (!traffic) return;
+    const since = Date.now();
+    await traffic.store.publish(processId, traffic.source.changedSince(trafficSince));
+    trafficSince = since;
+  }
 
   async function publish(): Promise<void> {
     try {
       await store.publish(processId, load.entries(recentMs));
+      await publishTraffic();
       if (Date.now() - prunedAt > PRUNE_EVERY_MS) {
         prunedAt = Date.now();
         await store.prune();
@@ -71,6 +93,7 @@ export function createLoadPublisher(deps: { store: LoadStore; load: ProxyLoad; l
       await running;
       const zero = load.entries(recentMs).map((e) => ({ ...e, inFlight: 0, held: 0, byReplica: {} }));
       await store.publish(processId, zero).catch((err: unknown) => logger.warn({ err }, "endpoint load could not be cleared"));
+      await publishTraffic().catch((err: unknown) => logger.warn({ err }, "endpoint traffic could not be published"));
     },
   };
 }

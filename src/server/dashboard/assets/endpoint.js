@@ -1,0 +1,110 @@
+// @ts-check
+// One endpoint: its state, replicas and $/h now; over the window the reader picks, on one time
+// axis, its load against its target and ready replicas, requests per minute by outcome, first-byte
+// p50 and p99, and $/h (GET .../history); its events, newest first.
+
+import { ApiError, get } from "./api.js";
+import { series, timeChart } from "./charts.js";
+import { escape, figures, onWindowChosen, windowButtons, notice, perHour, state, table, time } from "./format.js";
+
+const WINDOWS = { "1 h": { ms: 3_600_000, step: 60 }, "24 h": { ms: 86_400_000, step: 60 }, "7 d": { ms: 604_800_000, step: 420 } };
+const OUTCOMES = [
+  ["ok", "2xx", "#1a7f37", undefined],
+  ["client_error", "4xx", "#9a6700", [2, 3]],
+  ["server_error", "5xx", "#cf222e", [8, 3]],
+  ["held", "held", "#8250df", [1, 3]],
+  ["continued", "continued", "#0969da", [10, 3, 2, 3]],
+  ["cut", "cut", "#57606a", [4, 4]],
+];
+
+/** @param {HTMLElement} main @param {string} name @param {import("./app.js").Shell} shell */
+export function mountEndpoint(main, name, shell) {
+  /** @type {keyof typeof WINDOWS} */
+  let window = "1 h";
+  main.innerHTML = `<p><a href="/dashboard" data-link>← Fleet</a></p><h1>Endpoint ${escape(name)}</h1><div id="ep-figures"></div>
+    ${windowButtons(Object.keys(WINDOWS), window)}<div id="ep-empty"></div><div class="charts" id="ep-charts"></div>
+    <h2>Events</h2><div id="ep-events"></div>`;
+  // A refresh that ends after the reader moved on writes into nothing.
+  const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (main.querySelector(`#${id}`) ?? document.createElement("div"));
+  const charts = $("ep-charts");
+  const load = timeChart(charts, {
+    title: "Load against replicas",
+    y: "requests / replicas",
+    lines: [
+      { label: "load (in flight + held)", stroke: "#0969da" },
+      { label: "held", stroke: "#8250df", dash: [1, 3] },
+      { label: "target replicas", stroke: "#bf8700", dash: [8, 4] },
+      { label: "ready replicas", stroke: "#1a7f37", dash: [2, 2] },
+    ],
+  });
+  const requests = timeChart(charts, {
+    title: "Requests per minute by outcome",
+    y: "requests / min",
+    lines: OUTCOMES.map(([, label, stroke, dash]) => ({ label: /** @type {string} */ (label), stroke: /** @type {string} */ (stroke), dash: /** @type {number[] | undefined} */ (dash) })),
+  });
+  const latency = timeChart(charts, {
+    title: "Time to first byte",
+    y: "ms",
+    lines: [
+      { label: "p50", stroke: "#0969da" },
+      { label: "p99", stroke: "#cf222e", dash: [6, 4] },
+    ],
+  });
+  const cost = timeChart(charts, { title: "Cost", y: "$/h", lines: [{ label: "$/h", stroke: "#bf8700" }] });
+  let refresh = async () => {};
+  onWindowChosen(main, (name) => {
+    window = /** @type {keyof typeof WINDOWS} */ (name);
+    void refresh();
+  });
+
+  refresh = async () => {
+    const { ms, step } = WINDOWS[window];
+    const path = `/api/gpu/endpoints/${encodeURIComponent(name)}`;
+    const answers = await Promise.allSettled([get(path), get(`${path}/history?from=${new Date(Date.now() - ms).toISOString()}&step_s=${step}`), get(`${path}/events?limit=50`)]);
+    const failed = answers.find((r) => r.status === "rejected");
+    shell.report(`endpoint ${name}`, failed?.reason);
+    if (failed) {
+      const error = failed.reason;
+      const why =
+        error instanceof ApiError && error.status === 404
+          ? `There is no endpoint named ${escape(name)}. <a href="/dashboard" data-link>See the fleet's endpoints.</a>`
+          : error instanceof ApiError && error.status === 503
+            ? "The database is not reachable: the page tries again every 5 s."
+            : escape(String(error.message ?? error));
+      $("ep-figures").innerHTML = notice(why, "bad");
+      return;
+    }
+    const [endpoint, history, events] = /** @type {any[]} */ (answers.map((r) => /** @type {PromiseFulfilledResult<any>} */ (r).value));
+    $("ep-figures").innerHTML = figures([
+      ["State", state(endpoint.state)],
+      ["Ready / target", `${endpoint.ready_replicas} / ${endpoint.replicas}`],
+      ["On-demand / interruptible", `${endpoint.on_demand_replicas} / ${endpoint.interruptible_replicas}`],
+      ["Now", perHour(endpoint.cost_per_hour)],
+      ["Budget", perHour(endpoint.max_cost_per_hour)],
+    ]);
+    const points = history.points;
+    $("ep-empty").innerHTML =
+      points.length === 0
+        ? notice(
+            `No samples in this window yet. The service keeps one sample a minute per endpoint; send requests to <code>${escape(location.origin)}${escape(endpoint.url)}/chat/completions</code> and the charts fill in within a minute or two.`,
+          )
+        : "";
+    const perMinute = 60 / history.step_s;
+    const at = (/** @type {any} */ p) => p.at;
+    const draw = (/** @type {{update: Function}} */ chart, /** @type {Array<(p: any) => number | null>} */ values) => {
+      const { xs, ys } = series(points, at, history.step_s, values);
+      chart.update(xs, ys);
+    };
+    draw(load, [(p) => p.load, (p) => p.held, (p) => p.target_replicas, (p) => p.ready_replicas]);
+    draw(requests, OUTCOMES.map(([key]) => (/** @type {any} */ p) => p.requests[/** @type {string} */ (key)] * perMinute));
+    draw(latency, [(p) => p.first_byte_p50_ms ?? null, (p) => p.first_byte_p99_ms ?? null]);
+    draw(cost, [(p) => p.cost_per_hour]);
+    $("ep-events").innerHTML = table(
+      ["When", "Event", "Replica", "Detail", "By"],
+      events.events,
+      (/** @type {any} */ e) => [escape(time(e.at)), escape(e.kind), escape(e.instance_id ?? ""), `<span class="wrap">${escape(e.detail)}</span>`, escape(e.actor)],
+      "No events yet.",
+    ).replaceAll('<td><span class="wrap">', '<td class="wrap"><span>');
+  };
+  return { refresh: () => refresh() };
+}

@@ -1,0 +1,252 @@
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import puppeteer, { type Browser, type Page } from "puppeteer-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createElasticsearchClient } from "../../src/elasticsearch-client.js";
+import { EndpointStore } from "../../src/gpu/endpoints/resource/endpoint-store.js";
+import { KnexHistoryStore, type HistorySample } from "../../src/gpu/history/history-store.js";
+import { createSimulatedMarketplace, type SimulatedMarketplace } from "../../src/gpu/marketplace/simulated/simulated.js";
+import { createEndpoint, FAST_ENDPOINT_ENV, waitForEndpoint } from "../gpu/endpoints/helpers.js";
+import { rest } from "../gpu/helpers.js";
+import { createTestElasticsearch } from "../support/elasticsearch.js";
+import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
+import { startTestServer, type TestServer } from "../support/server.js";
+import { createTokenFile } from "../support/token-file.js";
+
+// The dashboard in a real headless Chromium (Debian's chromium package, as the /docs test), against
+// a service with instances, an autoscaled endpoint whose target moved, and history: every page
+// renders with no console error and no request off the service's origin, the charts carry the
+// points this test wrote, a refresh shows a new instance without a reload, auth answers as
+// SPEC.md section 5 says, and a phone's width has no sideways scroll. The endpoint page's
+// screenshot goes to .ci/artifacts/, and to the file DASHBOARD_SCREENSHOT names
+// (`npm run screenshot:dashboard` keeps docs/dashboard.png current).
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+const SCREENSHOTS = [join(import.meta.dirname, "../../.ci/artifacts/dashboard.png"), ...(process.env.DASHBOARD_SCREENSHOT ? [process.env.DASHBOARD_SCREENSHOT] : [])];
+const MINUTE = 60_000;
+
+let db: TestDatabase;
+let market: SimulatedMarketplace;
+let server: TestServer;
+let browser: Browser;
+/** The history this test wrote for endpoint `chat`: 30 minutes, its target moving from 1 to 2. */
+const samples: HistorySample[] = [];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  market = createSimulatedMarketplace({ creatingMs: 100, loadingMs: 100, modelServerStartMs: 100 });
+  server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace: market, env: FAST_ENDPOINT_ENV });
+  expect((await rest(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget", {})).status).toBe(200);
+  await createEndpoint(server.url, {
+    name: "chat",
+    template_name: "budget",
+    max_cost_per_hour: 5,
+    autoscale: { min_replicas: 1, max_replicas: 3, target_in_flight: 2, scale_up_after_s: 0 },
+  });
+  await waitForEndpoint(server.url, "chat", "ready", (e) => e.state === "ready", 30_000);
+  // The autoscaler's target moves as the load rises (PATCH of its floor: the same move, at once).
+  expect((await rest(server.url, "PATCH", "/api/gpu/endpoints/chat", { autoscale: { min_replicas: 2, max_replicas: 3, target_in_flight: 2, scale_up_after_s: 0 } })).status).toBe(200);
+  const endpoint = (await EndpointStore.create({ knex: db.knex }).getByName("chat"))!;
+  const last = Math.floor(Date.now() / MINUTE) * MINUTE;
+  for (let i = 29; i >= 0; i--) {
+    const moved = i < 12;
+    samples.push({
+      endpointId: endpoint.id,
+      at: new Date(last - i * MINUTE),
+      load: moved ? 4 + (i % 3) : 1,
+      held: i === 12 ? 1 : 0,
+      readyReplicas: moved && i < 10 ? 2 : 1,
+      targetReplicas: moved ? 2 : 1,
+      counts: { ok: 20 + i, clientError: i % 4, serverError: i % 7 === 0 ? 1 : 0, held: i === 12 ? 1 : 0, continued: 0, cut: 0 },
+      firstByte: Array.from({ length: 18 }, (_, b) => (b === 5 ? 10 + i : b === 9 ? 1 : 0)),
+      costPerHour: moved && i < 10 ? 0.5 : 0.25,
+    });
+  }
+  // The service's own sampler may have sampled the last minute already: this test's samples replace it.
+  await db.knex("gpu_endpoint_history").where({ endpoint_id: endpoint.id }).delete();
+  expect(await KnexHistoryStore.create({ knex: db.knex }).record(samples)).toBe(samples.length);
+  browser = await puppeteer.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
+}, 90_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await server?.close();
+  await market?.close();
+  await db?.drop();
+});
+
+interface Watched {
+  page: Page;
+  consoleErrors: string[];
+  foreignRequests: string[];
+}
+
+/** A new tab that records console errors and any request that leaves `origin`. */
+async function open(origin: string, width = 1280): Promise<Watched> {
+  const page = await browser.newPage();
+  await page.setViewport({ width, height: 1000 });
+  const watched: Watched = { page, consoleErrors: [], foreignRequests: [] };
+  page.on("console", (m) => {
+    // A refused data call is logged by Chromium as a failed resource: the page tells it in words.
+    if (m.type() === "error" && !/status of (401|403|503)/.test(m.text())) watched.consoleErrors.push(m.text());
+  });
+  page.on("pageerror", (err) => watched.consoleErrors.push(String(err)));
+  page.on("request", (r) => {
+    const url = new URL(r.url());
+    if (url.protocol !== "data:" && url.origin !== origin) watched.foreignRequests.push(r.url());
+  });
+  return watched;
+}
+
+/**
+ * The points a chart shows at the times of this test's samples: its x values (seconds) and each
+ * line's values (the service's own sampler adds the minutes after them).
+ */
+async function chartData(page: Page, title: string, all = false): Promise<number[][]> {
+  const data = await page.$eval(`.chart[data-title="${title}"]`, (el) => (el as unknown as { plot: { data: number[][] } }).plot.data.map((line) => [...line]));
+  if (all) return data;
+  const last = samples.at(-1)!.at.getTime() / 1000;
+  const kept = data[0]!.map((x, i) => (x <= last ? i : -1)).filter((i) => i >= 0);
+  return data.map((line) => kept.map((i) => line[i]!));
+}
+
+// Evaluated in the page (strings: this file is compiled without the DOM's types).
+const noSidewaysScroll = (page: Page) => page.evaluate("document.documentElement.scrollWidth <= window.innerWidth");
+
+describe("the dashboard in a browser", () => {
+  it("shows the fleet: its instances, its endpoints and its spend, and a new instance at the next refresh without a reload", async () => {
+    const { page, consoleErrors, foreignRequests } = await open(server.url);
+    await page.goto(`${server.url}/dashboard`, { waitUntil: "networkidle0" });
+    await page.waitForSelector("#fleet-instances table");
+    const instances = await page.$$eval("#fleet-instances tbody tr", (rows) => rows.map((r) => r.textContent ?? ""));
+    const records = (await db.knex("gpu_instances").select("instance_id")) as Array<{ instance_id: string }>;
+    expect(instances).toHaveLength(records.length);
+    expect(await page.$eval("#fleet-endpoints", (n) => n.textContent)).toContain("chat");
+    const spend = await chartData(page, "Fleet $/h and its running total", true);
+    expect(spend[0]!.length).toBeGreaterThan(1000); // a point a minute over 24 h
+    expect(spend[1]!.at(-1)).toBeGreaterThan(0);
+
+    await page.evaluate("window.marker = 1");
+    const created = await rest<{ instance_id: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=research", {});
+    await page.waitForFunction(`document.querySelector("#fleet-instances")?.textContent?.includes(${JSON.stringify(created.body.instance_id)})`, { timeout: 12_000 });
+    expect(await page.evaluate("window.marker")).toBe(1);
+    expect(consoleErrors).toEqual([]);
+    expect(foreignRequests).toEqual([]);
+    await page.close();
+  }, 60_000);
+
+  it("draws an endpoint's history as the points this test wrote, on one time axis", async () => {
+    const { page, consoleErrors, foreignRequests } = await open(server.url);
+    await page.goto(`${server.url}/dashboard/endpoints/chat`, { waitUntil: "networkidle0" });
+    await page.waitForSelector("#ep-events table");
+    const xs = samples.map((s) => s.at.getTime() / 1000);
+    const load = await chartData(page, "Load against replicas");
+    expect(load).toEqual([xs, samples.map((s) => s.load), samples.map((s) => s.held), samples.map((s) => s.targetReplicas), samples.map((s) => s.readyReplicas)]);
+    const requests = await chartData(page, "Requests per minute by outcome");
+    expect(requests[1]).toEqual(samples.map((s) => s.counts.ok));
+    expect(requests[3]).toEqual(samples.map((s) => s.counts.serverError));
+    const cost = await chartData(page, "Cost");
+    expect(cost[1]).toEqual(samples.map((s) => s.costPerHour));
+    const latency = await chartData(page, "Time to first byte");
+    expect(latency[0]).toEqual(xs);
+    expect(latency[1]!.every((ms) => ms > 25 && ms <= 50)).toBe(true);
+    expect(await page.$eval("#ep-events", (n) => n.textContent)).toContain("autoscale changed");
+    expect(await page.$eval("#ep-figures", (n) => n.textContent)).toContain("ready");
+    for (const path of SCREENSHOTS) {
+      mkdirSync(join(path, ".."), { recursive: true });
+      await page.screenshot({ path: path as `${string}.png`, fullPage: true });
+    }
+    expect(consoleErrors).toEqual([]);
+    expect(foreignRequests).toEqual([]);
+    await page.close();
+  }, 30_000);
+
+  it("shows indexing's figures, and with the search engine away says so and how to start it", async () => {
+    const { page, consoleErrors, foreignRequests } = await open(server.url);
+    await page.goto(`${server.url}/dashboard/indexing`, { waitUntil: "networkidle0" });
+    await page.waitForSelector("#ix-status dl");
+    expect(await page.$eval("#ix-status", (n) => n.textContent)).toContain("Drift");
+    expect(consoleErrors).toEqual([]);
+    expect(foreignRequests).toEqual([]);
+    await page.close();
+
+    // Nothing listens on port 9 (discard): the search engine is away.
+    const away = await startTestServer({ knex: db.knex, elasticsearch: createElasticsearchClient("http://127.0.0.1:9") });
+    try {
+      const watched = await open(away.url);
+      await watched.page.goto(`${away.url}/dashboard/indexing`, { waitUntil: "networkidle0" });
+      await watched.page.waitForSelector("#ix-status .notice", { timeout: 15_000 });
+      const text = await watched.page.$eval("#ix-status", (n) => n.textContent);
+      expect(text).toContain("not reachable (unavailable)");
+      expect(text).toContain("npm run elasticsearch");
+      expect(watched.consoleErrors).toEqual([]);
+      await watched.page.close();
+    } finally {
+      await away.close();
+    }
+  }, 60_000);
+
+  it("has no sideways scroll on a 390 px phone, on any page", async () => {
+    const { page } = await open(server.url, 390);
+    for (const path of ["/dashboard", "/dashboard/endpoints/chat", "/dashboard/indexing"]) {
+      await page.goto(`${server.url}${path}`, { waitUntil: "networkidle0" });
+      await page.waitForFunction(`!document.querySelector("main")?.textContent?.startsWith("Loading")`);
+      expect(await noSidewaysScroll(page), path).toBe(true);
+    }
+    await page.close();
+  }, 30_000);
+});
+
+describe("the dashboard with auth on", () => {
+  const READER = { name: "reader", secret: "dashboard-reader-secret", scopes: ["gpu:read"] };
+  let secured: TestServer;
+  let tokenFile: ReturnType<typeof createTokenFile>;
+
+  beforeAll(async () => {
+    tokenFile = createTokenFile([READER]);
+    secured = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), env: { AUTH_TOKENS_FILE: tokenFile.path } });
+  });
+
+  afterAll(async () => {
+    await secured?.close();
+    tokenFile?.remove();
+  });
+
+  it("serves the page without a token, and asks for one", async () => {
+    expect((await fetch(`${secured.url}/dashboard/endpoints/chat`)).status).toBe(200);
+    expect((await fetch(`${secured.url}/dashboard/assets/uPlot.iife.min.js`)).status).toBe(200);
+    const { page, consoleErrors } = await open(secured.url);
+    await page.goto(`${secured.url}/dashboard`, { waitUntil: "networkidle0" });
+    await page.waitForSelector("#token-form:not([hidden])");
+    expect(await page.$eval("#token-why", (n) => n.textContent)).toBe("This service asks for a token.");
+
+    await page.type("#token", "not-a-token");
+    await page.click("#token-form button");
+    await page.waitForFunction(`document.querySelector("#token-why")?.textContent?.includes("refused")`);
+    expect(await page.$eval("#token-form", (n) => (n as unknown as { hidden: boolean }).hidden)).toBe(false);
+    expect(consoleErrors).toEqual([]);
+    await page.close();
+  }, 30_000);
+
+  it("lets a read-only token read the fleet and tells it which scope indexing needs", async () => {
+    const { page, consoleErrors, foreignRequests } = await open(secured.url);
+    await page.goto(`${secured.url}/dashboard`, { waitUntil: "networkidle0" });
+    await page.waitForSelector("#token-form:not([hidden])");
+    await page.type("#token", READER.secret);
+    await page.click("#token-form button");
+    await page.waitForSelector("#fleet-instances table");
+    expect(await page.$eval("#access", (n) => n.textContent)).toContain("everything on this page is readable");
+
+    await page.click('nav a[href="/dashboard/indexing"]');
+    await page.waitForSelector("#ix-status .notice");
+    expect(await page.$eval("#ix-status", (n) => n.textContent)).toContain("needs scope indexing:read");
+    expect(await page.$eval("#access", (n) => n.textContent)).toContain("indexing not readable");
+    // The token is kept for the session: a reload does not ask again.
+    await page.reload({ waitUntil: "networkidle0" });
+    await page.waitForSelector("#ix-status .notice");
+    expect(await page.$eval("#token-form", (n) => (n as unknown as { hidden: boolean }).hidden)).toBe(true);
+    expect(consoleErrors).toEqual([]);
+    expect(foreignRequests).toEqual([]);
+    await page.close();
+  }, 30_000);
+});
