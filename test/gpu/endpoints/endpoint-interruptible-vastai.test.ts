@@ -117,6 +117,20 @@ describe("interruptible replicas on vast.ai under streaming load", () => {
     // A try to return finds no bid and backs off like any launch.
     await waitFor("a return found no bid", async () => (kinds(await eventsOf(url, "loaded")).includes("launch_failed") ? true : undefined), 15_000);
 
+    // Bids back, but dearer than the fallbacks (and than any on-demand machine that fits), yet
+    // within the template's price and the budget: the way back rents none of them (it rented the
+    // first, then drained the cheaper fallback).
+    const dearerAt = Date.now();
+    for (const ask of loaded.vast.asks) ask.min_bid = 0.32;
+    const refused = await waitFor(
+      "a move that refused a dearer bid",
+      async () => (await eventsOf(url, "loaded")).find((e) => e.kind === "launch_failed" && Date.parse(e.at) >= dearerAt && /no bid costs less than/.test(e.detail)),
+      30_000,
+    );
+    const sinceDearer = (await eventsOf(url, "loaded")).filter((e) => Date.parse(e.at) >= dearerAt);
+    expect(sinceDearer.filter((e) => e.kind === "launched")).toEqual([]);
+    console.log(`dearer bids at 0: ${refused.kind} +${Date.parse(refused.at) - dearerAt} ms: ${refused.detail}`);
+
     // Bids fit again: back to bids, never fewer ready replicas on the way.
     const wayBack = watchFewestReady(url, "loaded");
     loaded.vast.asks.forEach((ask, i) => (ask.min_bid = minBids[i]!));
