@@ -45,7 +45,7 @@ export function scanChunk(s: string): ChunkScan | undefined {
       scan.choices = [];
       end = readChoices(s, start, scan.choices);
     } else if (key === 7 && s.startsWith('"usage"', i)) {
-      end = readUsage(s, start, scan);
+      end = readFields(s, start, USAGE, undefined, scan);
       scan.usageValue = { start, end };
     } else end = skipValue(s, start);
     if (end < 0) return undefined;
@@ -74,7 +74,7 @@ function readChoices(s: string, i: number, choices: ChoiceScan[]): number {
   if (s.charCodeAt(i) === CLOSE_BRACKET) return i + 1;
   for (;;) {
     const choice: ChoiceScan = { index: choices.length, text: undefined, role: false, finishReason: undefined };
-    const end = readChoice(s, i, choice);
+    const end = readFields(s, i, CHOICE, choice, undefined);
     if (end < 0) return -1;
     choices.push(choice);
     i = skipSpace(s, end);
@@ -84,9 +84,18 @@ function readChoices(s: string, i: number, choices: ChoiceScan[]): number {
   }
 }
 
-/** Reads one choice object: its index, its text (delta.content or text), role and finish reason. */
-function readChoice(s: string, i: number, choice: ChoiceScan): number {
-  if (s.charCodeAt(i) !== OPEN_BRACE) return -1;
+// Which object readFields is in: the fields it keeps differ, the walk does not.
+const CHOICE = 0;
+const DELTA = 1;
+const USAGE = 2;
+
+/**
+ * Reads the fields kept of a choice (index, text, finish reason; its delta's content and role) or
+ * of usage (prompt and completion tokens). Returns the index after the object (after any other
+ * value, `null` included, for a delta or usage), or -1.
+ */
+function readFields(s: string, i: number, inside: number, choice: ChoiceScan | undefined, scan: ChunkScan | undefined): number {
+  if (s.charCodeAt(i) !== OPEN_BRACE) return inside === CHOICE ? -1 : skipValue(s, i);
   i = skipSpace(s, i + 1);
   if (s.charCodeAt(i) === CLOSE_BRACE) return i + 1;
   for (;;) {
@@ -94,51 +103,19 @@ function readChoice(s: string, i: number, choice: ChoiceScan): number {
     const start = valueAfter(s, keyEnd);
     if (start < 0) return -1;
     const key = keyEnd - i;
-    const end = key === 7 && s.startsWith('"delta"', i) ? readDelta(s, start, choice) : skipValue(s, start);
+    const end = inside === CHOICE && key === 7 && s.startsWith('"delta"', i) ? readFields(s, start, DELTA, choice, scan) : skipValue(s, start);
     if (end < 0) return -1;
-    if (key === 7 && s.startsWith('"index"', i)) choice.index = numberAt(s, start, end);
-    else if (key === 6 && s.startsWith('"text"', i)) choice.text = stringValue(s, { start, end });
-    else if (key === 15 && s.startsWith('"finish_reason"', i)) choice.finishReason = stringValue(s, { start, end }) ?? null;
-    const after = skipSpace(s, end);
-    if (s.charCodeAt(after) === CLOSE_BRACE) return after + 1;
-    if (s.charCodeAt(after) !== COMMA) return -1;
-    i = skipSpace(s, after + 1);
-  }
-}
-
-/** Reads a chat delta: its content, and whether it carries the role. */
-function readDelta(s: string, i: number, choice: ChoiceScan): number {
-  if (s.charCodeAt(i) !== OPEN_BRACE) return skipValue(s, i);
-  i = skipSpace(s, i + 1);
-  if (s.charCodeAt(i) === CLOSE_BRACE) return i + 1;
-  for (;;) {
-    const keyEnd = keyEndAt(s, i);
-    const start = valueAfter(s, keyEnd);
-    if (start < 0) return -1;
-    const end = skipValue(s, start);
-    if (end < 0) return -1;
-    if (keyEnd - i === 9 && s.startsWith('"content"', i)) choice.text = stringValue(s, { start, end });
-    else if (keyEnd - i === 6 && s.startsWith('"role"', i)) choice.role = true;
-    const after = skipSpace(s, end);
-    if (s.charCodeAt(after) === CLOSE_BRACE) return after + 1;
-    if (s.charCodeAt(after) !== COMMA) return -1;
-    i = skipSpace(s, after + 1);
-  }
-}
-
-/** Reads usage's prompt and completion tokens; returns the index after it (`null` included), or -1. */
-function readUsage(s: string, i: number, scan: ChunkScan): number {
-  if (s.charCodeAt(i) !== OPEN_BRACE) return skipValue(s, i);
-  i = skipSpace(s, i + 1);
-  if (s.charCodeAt(i) === CLOSE_BRACE) return i + 1;
-  for (;;) {
-    const keyEnd = keyEndAt(s, i);
-    const start = valueAfter(s, keyEnd);
-    if (start < 0) return -1;
-    const end = skipValue(s, start);
-    if (end < 0) return -1;
-    if (keyEnd - i === 15 && s.startsWith('"prompt_tokens"', i)) scan.promptTokens = numberAt(s, start, end);
-    else if (keyEnd - i === 19 && s.startsWith('"completion_tokens"', i)) scan.completionTokens = numberAt(s, start, end);
+    if (inside === CHOICE && choice !== undefined) {
+      if (key === 7 && s.startsWith('"index"', i)) choice.index = numberAt(s, start, end);
+      else if (key === 6 && s.startsWith('"text"', i)) choice.text = stringValue(s, { start, end });
+      else if (key === 15 && s.startsWith('"finish_reason"', i)) choice.finishReason = stringValue(s, { start, end }) ?? null;
+    } else if (inside === DELTA && choice !== undefined) {
+      if (key === 9 && s.startsWith('"content"', i)) choice.text = stringValue(s, { start, end });
+      else if (key === 6 && s.startsWith('"role"', i)) choice.role = true;
+    } else if (inside === USAGE && scan !== undefined) {
+      if (key === 15 && s.startsWith('"prompt_tokens"', i)) scan.promptTokens = numberAt(s, start, end);
+      else if (key === 19 && s.startsWith('"completion_tokens"', i)) scan.completionTokens = numberAt(s, start, end);
+    }
     const after = skipSpace(s, end);
     if (s.charCodeAt(after) === CLOSE_BRACE) return after + 1;
     if (s.charCodeAt(after) !== COMMA) return -1;
