@@ -60,7 +60,8 @@ export class AnswerReader {
   private uncounted = false;
   private replicaPassedText = false;
   private replicaCounted = false;
-  private replicaEvents = 0;
+  /** The answer's opening role chunk reached the caller. */
+  private rolePassed = false;
 
   constructor(options: AnswerReaderOptions) {
     this.options = { choices: 1, ...options };
@@ -81,7 +82,6 @@ export class AnswerReader {
     this.replicaTotal = 0;
     this.replicaPassedText = false;
     this.replicaCounted = false;
-    this.replicaEvents = 0;
   }
 
   /** The completion tokens passed on, whole answer (all choices). */
@@ -147,7 +147,6 @@ export class AnswerReader {
       this.unreadable += 1;
       return raw;
     }
-    this.replicaEvents += 1;
     if (scan.error) {
       this.error = data;
       return raw;
@@ -161,7 +160,9 @@ export class AnswerReader {
     this.count(scan, continuation);
     const choices = scan.choices ?? [];
     if (choices.length === 0 && scan.usageValue !== undefined) return ""; // a replica's usage chunk: ours comes at the end
-    if (continuation && this.replicaEvents === 1 && choices.length > 0 && choices.every((c) => c.role && !c.text && !c.finishReason)) return "";
+    const roleOnly = choices.length > 0 && choices.every((c) => c.role && !c.text && !c.finishReason);
+    if (roleOnly && this.rolePassed) return ""; // a continuation's opening chunk: the caller has its role
+    if (roleOnly) this.rolePassed = true;
     for (const choice of choices) {
       const soFar = this.choices[choice.index];
       if (soFar === undefined) continue;

@@ -126,6 +126,15 @@ describe("AnswerReader: a continuation on another replica", () => {
     expect([r.choices[0], r.tokens, r.done]).toEqual([{ text: `${TOKENS.join("")} and more`, finishReason: "length" }, 9, true]);
   });
 
+  it("keeps a continuation's role chunk when the first replica failed before passing its own", () => {
+    const r = reader();
+    r.push(Buffer.from(": still loading\n\n"));
+    r.startReplica();
+    const chunks = sseChunks(r.push(Buffer.from(replicaStream(SECOND))));
+    expect(chunks[0]!.choices[0]!.delta).toEqual({ role: "assistant", content: "" });
+    expect(chunks.every((c) => c.id === "chatcmpl-2")).toBe(true);
+  });
+
   it("counts usage for the whole answer: the caller's prompt, every token passed on", () => {
     const final = sseChunks(cutAndContinue("final").out2).at(-1)!;
     expect(final).toMatchObject({ id: "chatcmpl-1", choices: [], usage: { prompt_tokens: 9, completion_tokens: 9, total_tokens: 18 } });
