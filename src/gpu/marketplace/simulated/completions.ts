@@ -1,12 +1,13 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { randomBytes } from "node:crypto";
+import { parseCompletionRequest, type CompletionKind } from "./completion-request.js";
+import { plannedAnswer } from "./simulated-answer.js";
 
 // The simulated model server's OpenAI-compatible completions (`POST /v1/chat/completions` and
 // `POST /v1/completions`), streamed as server-sent events in OpenAI's chunk format or answered
-// whole. The text names the machine, so a caller can see which replica answered. Tokens come one
-// `tokenDelayMs` apart, as a real model produces them, the first after `firstTokenMs` (0 by default).
-
-export type CompletionKind = "chat" | "text";
+// whole. The text names the machine, so a caller can see which replica answered, and carries on
+// where a continued answer stopped (simulated-answer.ts). Tokens come one `tokenDelayMs` apart, as a
+// real model produces them, the first after `firstTokenMs` (0 by default).
 
 export interface CompletionSettings {
   model: string;
@@ -33,16 +34,17 @@ export async function answerCompletion(
   settings: CompletionSettings,
   stats: CompletionStats,
 ): Promise<void> {
-  const parsed = parseRequest(await readBody(req));
+  const parsed = parseCompletionRequest(kind, await readBody(req), MAX_REQUEST_BYTES);
   if (typeof parsed === "string") return sendError(res, 400, parsed);
   if (parsed.model !== undefined && parsed.model !== settings.model) {
     return sendError(res, 404, `The model \`${parsed.model}\` does not exist.`);
   }
   stats.completions += 1;
-  const words = `Hello from instance ${settings.instance}, serving ${settings.model}. This answer is simulated.`.split(" ");
-  const tokens = words.slice(0, parsed.maxTokens).map((w, i) => (i === 0 ? w : ` ${w}`));
-  const finishReason = tokens.length < words.length ? "length" : "stop";
+  const planned = plannedAnswer(parsed.prefix, settings, parsed.maxTokens);
+  const tokens = planned.slice(0, parsed.maxTokens ?? DEFAULT_MAX_TOKENS);
+  const finishReason = tokens.length < planned.length ? "length" : "stop";
   const base = { id: `${kind === "chat" ? "chatcmpl" : "cmpl"}-${randomBytes(12).toString("hex")}`, created: Math.floor(Date.now() / 1000), model: settings.model };
+  const usage = (completion: number) => ({ prompt_tokens: parsed.promptTokens, total_tokens: parsed.promptTokens + completion, completion_tokens: completion });
 
   let gone = false;
   res.once("close", () => {
@@ -64,54 +66,29 @@ export async function answerCompletion(
   if (!parsed.stream) {
     let text = "";
     if (!(await produce((token) => (text += token)))) return;
-    const usage = { prompt_tokens: parsed.promptTokens, completion_tokens: tokens.length, total_tokens: parsed.promptTokens + tokens.length };
     const choice =
       kind === "chat"
         ? { index: 0, message: { role: "assistant", content: text }, logprobs: null, finish_reason: finishReason }
         : { index: 0, text, logprobs: null, finish_reason: finishReason };
-    return sendJson(res, 200, { ...base, object: kind === "chat" ? "chat.completion" : "text_completion", choices: [choice], usage });
+    return sendJson(res, 200, { ...base, object: kind === "chat" ? "chat.completion" : "text_completion", choices: [choice], usage: usage(tokens.length) });
   }
 
   res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" });
-  const event = (data: unknown) => res.write(`data: ${JSON.stringify(data)}\n\n`);
+  // Usage as vLLM sends it: on every chunk with continuous_usage_stats, and once at the end
+  // (choices: []) with include_usage.
+  const event = (data: object, completion: number) =>
+    res.write(`data: ${JSON.stringify(parsed.usage === "continuous" ? { ...data, usage: usage(completion) } : data)}\n\n`);
   const chunk = (fields: Record<string, unknown>, finish: string | null) =>
     kind === "chat"
       ? { ...base, object: "chat.completion.chunk", choices: [{ index: 0, delta: fields, logprobs: null, finish_reason: finish }] }
       : { ...base, object: "text_completion", choices: [{ index: 0, text: fields.content ?? "", logprobs: null, finish_reason: finish }] };
-  if (kind === "chat") event(chunk({ role: "assistant", content: "" }, null));
-  if (!(await produce((token) => event(chunk({ content: token }, null))))) return;
-  event(chunk({}, finishReason));
-  res.end("data: [DONE]\n\n");
-}
-
-interface CompletionRequest {
-  model: string | undefined;
-  stream: boolean;
-  maxTokens: number;
-  promptTokens: number;
-}
-
-/** The fields the simulation uses, or the reason the request is refused. */
-function parseRequest(body: string | undefined): CompletionRequest | string {
-  if (body === undefined) return `request body over ${MAX_REQUEST_BYTES} bytes`;
-  let json: unknown;
-  try {
-    json = JSON.parse(body);
-  } catch {
-    return "request body is not valid JSON";
+  if (kind === "chat") event(chunk({ role: "assistant", content: "" }, null), 0);
+  if (!(await produce((token, index) => event(chunk({ content: token }, null), index + 1)))) return;
+  event(chunk({}, finishReason), tokens.length);
+  if (parsed.usage !== "none") {
+    res.write(`data: ${JSON.stringify({ ...base, object: kind === "chat" ? "chat.completion.chunk" : "text_completion", choices: [], usage: usage(tokens.length) })}\n\n`);
   }
-  if (typeof json !== "object" || json === null || Array.isArray(json)) return "request body must be a JSON object";
-  const { model, stream, max_tokens: maxTokens, max_completion_tokens: maxCompletionTokens } = json as Record<string, unknown>;
-  if (model !== undefined && typeof model !== "string") return "'model' must be a string";
-  if (stream !== undefined && typeof stream !== "boolean") return "'stream' must be a boolean";
-  const limit = maxCompletionTokens ?? maxTokens;
-  if (limit !== undefined && !(Number.isInteger(limit) && (limit as number) >= 1)) return "'max_tokens' must be an integer >= 1";
-  return {
-    model,
-    stream: stream === true,
-    maxTokens: (limit as number | undefined) ?? DEFAULT_MAX_TOKENS,
-    promptTokens: Math.max(1, Math.ceil(body.length / 4)),
-  };
+  res.end("data: [DONE]\n\n");
 }
 
 /** The whole body as text, or undefined when it is too large (the rest is drained, not kept). */

@@ -1,6 +1,7 @@
 import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startModelServer, type ModelServer } from "../../../../src/gpu/marketplace/simulated/model-server.js";
+import { sseData as events } from "../../../support/sse.js";
 import { waitFor } from "../../../support/wait.js";
 
 const MODEL = "Qwen/Qwen2.5-Coder-7B-Instruct";
@@ -21,14 +22,6 @@ afterAll(async () => {
 
 function post(path: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
   return fetch(`${base}${path}`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: typeof body === "string" ? body : JSON.stringify(body) });
-}
-
-/** The `data:` payloads of an event stream, in order. */
-function events(text: string): string[] {
-  return text
-    .split("\n\n")
-    .filter((block) => block.startsWith("data: "))
-    .map((block) => block.slice("data: ".length));
 }
 
 describe("simulated model server completions", () => {
