@@ -49,6 +49,7 @@ export function createApp(deps: AppDeps): App {
     endpoints: gpu.endpoints,
     endpointFirstByteMs: config.gpu.endpoints.firstByteMs,
     endpointHold: { ms: config.gpu.endpoints.holdMs, max: config.gpu.endpoints.holdMax },
+    endpointContinuation: { stallMs: config.gpu.endpoints.stallMs, resumeMax: config.gpu.endpoints.resumeMax },
     endpointLoad: proxyLoad,
     endpointKept: new KeptBytes(config.gpu.endpoints.keptBodyBytes),
     endpointTraffic: proxyTraffic,

@@ -94,6 +94,10 @@ export interface EndpointConfig {
    * all endpoints together, for holding and retries; past it a request that would be held gets 503.
    */
   readonly keptBodyBytes: number;
+  /** GPU_ENDPOINT_STALL_MS: a streamed answer that started and sends no byte this long is taken for cut, ms. */
+  readonly stallMs: number;
+  /** GPU_ENDPOINT_RESUME_MAX: continuations of one streamed answer on another replica; 0: none. */
+  readonly resumeMax: number;
 }
 
 /** Which marketplace GpuService rents from, and how it is reached or simulated. */
@@ -224,6 +228,8 @@ export function loadConfig(env: Env = process.env): Config {
         holdMs: integer(env, "GPU_ENDPOINT_HOLD_MS", 300_000, 0, 3_600_000),
         holdMax: integer(env, "GPU_ENDPOINT_HOLD_MAX", 1000, 0, 100_000),
         keptBodyBytes: integer(env, "GPU_ENDPOINT_KEPT_BODY_BYTES", DEFAULT_KEPT_BODY_BYTES, 0, 16 * 1024 ** 3),
+        stallMs: integer(env, "GPU_ENDPOINT_STALL_MS", 30_000, 100, 3_600_000),
+        resumeMax: integer(env, "GPU_ENDPOINT_RESUME_MAX", 2, 0, 10),
       }),
     }),
   };

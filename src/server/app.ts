@@ -41,6 +41,8 @@ export interface AppOptions {
   endpointFirstByteMs?: number;
   /** How long and how many requests may wait for a replica (GPU_ENDPOINT_HOLD_MS, GPU_ENDPOINT_HOLD_MAX). */
   endpointHold?: { ms: number; max: number };
+  /** Streamed answers cut by their replica: when a silent one counts as cut, and how often one is continued (GPU_ENDPOINT_STALL_MS, GPU_ENDPOINT_RESUME_MAX). */
+  endpointContinuation?: { stallMs: number; resumeMax: number };
   /** Where the proxy counts its requests in flight and held, for the load publisher. */
   endpointLoad?: ProxyLoad;
   /** The bytes of bodies the proxy may keep for holding and retries (GPU_ENDPOINT_KEPT_BODY_BYTES); its default without. */
@@ -142,6 +144,8 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     firstByteMs: options.endpointFirstByteMs ?? 300_000,
     holdMs: options.endpointHold?.ms,
     holdMax: options.endpointHold?.max,
+    stallMs: options.endpointContinuation?.stallMs,
+    resumeMax: options.endpointContinuation?.resumeMax,
     load: options.endpointLoad,
     kept,
     shutdown: options.shutdown,

@@ -46,6 +46,8 @@ export interface ProxyOptions {
   timeouts?: ConnectionTimeouts;
   /** GPU_ENDPOINT_HOLD_MS and GPU_ENDPOINT_HOLD_MAX (the defaults without). */
   hold?: { ms: number; max: number };
+  /** GPU_ENDPOINT_STALL_MS and GPU_ENDPOINT_RESUME_MAX (the defaults without). */
+  continuation?: { stallMs: number; resumeMax: number };
   /** The proxy's counts (a new one without). */
   load?: ProxyLoad;
   /** GPU_ENDPOINT_KEPT_BODY_BYTES (the default without). */
@@ -78,6 +80,7 @@ export async function startProxy(options: ProxyOptions = {}): Promise<ProxyUnder
     endpoints: directory,
     endpointFirstByteMs: options.firstByteMs,
     endpointHold: options.hold,
+    endpointContinuation: options.continuation,
     endpointLoad: load,
     endpointKept: kept,
     shutdown: shutdown.signal,

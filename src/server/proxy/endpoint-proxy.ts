@@ -1,5 +1,5 @@
-import http, { type ClientRequest, type IncomingMessage } from "node:http";
-import https from "node:https";
+import type http from "node:http";
+import type { ClientRequest, IncomingMessage } from "node:http";
 import type { Logger } from "pino";
 import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from "../../module.js";
 import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
@@ -9,13 +9,17 @@ import { KeptBody, KeptBytes } from "./kept-body.js";
 import type { ProxyMetrics } from "./proxy-metrics.js";
 import { createProxyLoad } from "./proxy-load.js";
 import { ReplicaBalancer } from "./replica-balancer.js";
+import { requestReplica, type ReplicaHop } from "./replica-request.js";
+import { completionPathOf, StreamedAnswer, streamPlanOf, type StreamPlan } from "./streamed-answer.js";
 
 // The endpoint proxy (SPEC.md section 2, "Endpoints", Routing): one request to one ready replica,
-// chosen by least outstanding requests; the answer is passed on as it arrives, never parsed nor
-// buffered; a connection error or a 502/503/504 before any answer byte is sent once more to
-// another ready replica. With no ready replica while one is coming, the request waits in the hold
-// queue (hold-queue.ts), and so does one whose replicas could not be reached at all (preempted
-// between two probes). docs/endpoints.md tells the rules an operator sees.
+// chosen by least outstanding requests; the answer is passed on as it arrives, never buffered; a
+// connection error or a 502/503/504 before any answer byte is sent once more to another ready
+// replica. With no ready replica while one is coming, the request waits in the hold queue
+// (hold-queue.ts), and so does one whose replicas could not be reached at all (preempted between
+// two probes). A streamed completion is read as it passes (streamed-answer.ts), so that a replica
+// that fails mid-answer is replaced by another that continues it; every other answer is piped
+// untouched. docs/endpoints.md tells the rules an operator sees.
 
 export interface EndpointProxyOptions {
   directory: EndpointDirectory;
@@ -35,6 +39,10 @@ export interface EndpointProxyOptions {
   kept?: KeptBytes;
   /** Aborted when the service stops: held requests are answered 503 at once. */
   shutdown?: AbortSignal;
+  /** A started stream silent this long is taken for cut, ms (GPU_ENDPOINT_STALL_MS). */
+  stallMs?: number;
+  /** Continuations of one streamed answer (GPU_ENDPOINT_RESUME_MAX). */
+  resumeMax?: number;
 }
 
 export interface EndpointProxy {
@@ -45,11 +53,7 @@ export interface EndpointProxy {
   handle(req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): void;
 }
 
-/**
- * A new connection to a replica must be up within this long. A machine gone from the network
- * drops the connection attempt silently, and the system's own limit is about two minutes.
- */
-export const CONNECT_TIMEOUT_MS = 5_000;
+export { CONNECT_TIMEOUT_MS } from "./replica-request.js";
 
 /** Answers that say "this replica cannot take it", not "this request is wrong". */
 const RETRYABLE_STATUS = new Set([502, 503, 504]);
@@ -129,22 +133,11 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
   };
 }
 
-interface Shared {
-  balancer: ReplicaBalancer;
+interface Shared extends ReplicaHop {
   options: EndpointProxyOptions;
-  /** Parsed replica URLs, by URL text. */
-  addresses: Map<string, Address>;
-  load: ProxyLoad;
   kept: KeptBytes;
   /** Where a request whose replicas could not be reached waits again. */
   holds: HoldQueues;
-}
-
-interface Address {
-  https: boolean;
-  hostname: string;
-  port: string;
-  basePath: string;
 }
 
 /** One caller's request, from the first replica asked to the end of the answer. */
@@ -160,6 +153,11 @@ class Exchange {
   private finished = false;
   private counted = false;
   private timer: NodeJS.Timeout | undefined;
+  /** A streamed completion: what it asks, sent in place of the caller's body. */
+  private plan: StreamPlan | undefined;
+  private streamed: StreamedAnswer | undefined;
+  /** Bytes of the kept request counted while a streamed answer may be continued. */
+  private keptForStream = 0;
 
   constructor(
     private readonly shared: Shared,
@@ -183,37 +181,39 @@ class Exchange {
   }
 
   start(): void {
-    this.send(this.shared.balancer.pick(this.targets)!);
+    const first = () => this.send(this.shared.balancer.pick(this.targets)!);
+    const path = completionPathOf(this.req.method, this.path);
+    // Only a completion is read, and only its body decides whether it streams.
+    if (path === undefined || !this.body.replayable) return first();
+    void this.body.whole(this.req).then((bytes) => {
+      if (this.settled || this.body.overflowed) return;
+      if (bytes === undefined) {
+        // Its copy was dropped while it arrived (the process keeps too many bodies): nothing to send.
+        this.settled = true;
+        this.count(503);
+        sendJson(this.res, 503, { detail: "the request's body could not be kept (GPU_ENDPOINT_KEPT_BODY_BYTES)" }, { "retry-after": String(RETRY_AFTER_SECONDS) });
+        return;
+      }
+      this.plan = streamPlanOf(path, bytes);
+      first();
+    });
   }
 
   private send(target: RouteTarget): void {
-    const { balancer, options } = this.shared;
     this.target = target;
-    const address = addressOf(this.shared, target.url);
-    const attempt = (address.https ? https : http).request({
-      agent: balancer.begin(target, address.https),
-      hostname: address.hostname,
-      port: address.port,
-      method: this.req.method,
-      path: address.basePath + this.path,
-      headers: upstreamHeaders(this.req.headers, target.apiKey),
-    });
+    const headers = upstreamHeaders(this.req.headers, target.apiKey);
+    if (this.plan) {
+      // Its own body (usage asked on every chunk), and an answer the reader can read as it comes.
+      headers["content-length"] = String(this.plan.firstBytes.length);
+      delete headers["accept-encoding"];
+    }
+    const attempt = requestReplica(this.shared, this.endpointId, target, this.req.method, this.path, headers);
     this.attempt = attempt;
-    attempt.once("socket", (socket) => {
-      if (!socket.connecting) return;
-      const timer = setTimeout(() => attempt.destroy(Object.assign(new Error("connect timed out"), { code: "ETIMEDOUT" })), CONNECT_TIMEOUT_MS);
-      socket.once("connect", () => clearTimeout(timer));
-      attempt.once("close", () => clearTimeout(timer));
-    });
-    this.shared.load.sent(this.endpointId, target.instanceId, 1);
-    attempt.once("close", () => {
-      balancer.end(target);
-      this.shared.load.sent(this.endpointId, target.instanceId, -1);
-    });
     attempt.once("response", (answer) => this.onResponse(attempt, answer));
     attempt.on("error", (err) => this.onUpstreamError(attempt, err));
-    this.timer = setTimeout(() => this.onFirstByteTimeout(attempt), options.firstByteMs);
-    this.body.sendTo(attempt);
+    this.timer = setTimeout(() => this.onFirstByteTimeout(attempt), this.shared.options.firstByteMs);
+    if (this.plan) attempt.end(this.plan.firstBytes);
+    else this.body.sendTo(attempt);
   }
 
   private onResponse(attempt: ClientRequest, answer: IncomingMessage): void {
@@ -230,6 +230,23 @@ class Exchange {
     this.body.release();
     const { metrics } = this.shared.options;
     metrics.firstByte(this.name, Number(process.hrtime.bigint() - this.started) / 1e9);
+    const streamed = this.plan !== undefined && status === 200 && String(answer.headers["content-type"] ?? "").includes("text/event-stream");
+    if (!streamed) this.passOn(status, answer);
+    try {
+      (this.res as http.ServerResponse).writeHead(status, downstreamHeaders(answer.headers, this.target.instanceId));
+    } catch (err) {
+      // A header node:http took from the replica that the caller's protocol refuses (HTTP/2 is strict).
+      this.shared.options.logger.warn({ err, endpoint: this.name, instance_id: this.target.instanceId }, "replica's answer headers refused");
+      this.answering = false;
+      this.reply(502, `replica ${this.target.instanceId} sent headers that cannot be passed on`);
+      return;
+    }
+    if (streamed) this.readStream(attempt, answer);
+    else answer.pipe(this.res as http.ServerResponse);
+  }
+
+  /** An answer passed on untouched: counted when it ends, taken for the replica's failure when it is cut. */
+  private passOn(status: number, answer: IncomingMessage): void {
     this.res.once("finish", () => this.count(status));
     answer.once("close", () => {
       // Complete, or dropped because the caller left (onClientClose): nothing was cut by the replica.
@@ -241,16 +258,47 @@ class Exchange {
       this.count(502);
       this.res.destroy();
     });
-    try {
-      (this.res as http.ServerResponse).writeHead(status, downstreamHeaders(answer.headers, this.target.instanceId));
-    } catch (err) {
-      // A header node:http took from the replica that the caller's protocol refuses (HTTP/2 is strict).
-      this.shared.options.logger.warn({ err, endpoint: this.name, instance_id: this.target.instanceId }, "replica's answer headers refused");
-      this.answering = false;
-      this.reply(502, `replica ${this.target.instanceId} sent headers that cannot be passed on`);
-      return;
+  }
+
+  /**
+   * A streamed completion, read as it passes so that another replica can continue it if this one
+   * fails mid-answer. Its request stays kept for that (counted in the process's kept bytes); with
+   * no room there it is passed on without continuation.
+   */
+  private readStream(attempt: ClientRequest, answer: IncomingMessage): void {
+    const plan = this.plan!;
+    const { options, kept } = this.shared;
+    if (plan.resumable.resumable) {
+      if (kept.take(plan.firstBytes.length)) this.keptForStream = plan.firstBytes.length;
+      else plan.resumable = { resumable: false, reason: "this process keeps all the request bodies it may (GPU_ENDPOINT_KEPT_BODY_BYTES)" };
     }
-    answer.pipe(this.res as http.ServerResponse);
+    this.streamed = new StreamedAnswer({
+      res: this.res,
+      name: this.name,
+      endpointId: this.endpointId,
+      upstreamPath: this.path,
+      callerHeaders: this.req.headers,
+      plan,
+      hop: this.shared,
+      directory: options.directory,
+      metrics: options.metrics,
+      logger: options.logger,
+      stallMs: options.stallMs ?? 30_000,
+      resumeMax: options.resumeMax ?? 2,
+      holdMs: options.holdMs ?? 300_000,
+      firstByteMs: options.firstByteMs,
+      onEnd: (status) => {
+        this.settled = true;
+        this.releaseStreamKept();
+        this.count(status);
+      },
+    });
+    this.streamed.read(answer, this.target, attempt);
+  }
+
+  private releaseStreamKept(): void {
+    this.shared.kept.give(this.keptForStream);
+    this.keptForStream = 0;
   }
 
   private onUpstreamError(attempt: ClientRequest, err: NodeJS.ErrnoException): void {
@@ -311,6 +359,8 @@ class Exchange {
     clearTimeout(this.timer);
     this.body.release();
     this.attempt?.destroy();
+    this.streamed?.abort();
+    this.releaseStreamKept();
     this.count(499);
   }
 
@@ -344,7 +394,9 @@ class Exchange {
     this.body.release();
     this.attempt?.destroy();
     this.count(status);
-    sendJson(this.res, status, { detail }, { ...headers, "x-endpoint-instance": this.target.instanceId });
+    // No replica asked yet (a body refused before its send): none to name.
+    const target = this.target as RouteTarget | undefined;
+    sendJson(this.res, status, { detail }, { ...headers, ...(target ? { "x-endpoint-instance": target.instanceId } : {}) });
   }
 
   private count(code: number): void {
@@ -352,24 +404,6 @@ class Exchange {
     this.counted = true;
     this.shared.options.metrics.answered(this.name, code);
   }
-}
-
-function addressOf(shared: Shared, url: string): Address {
-  let address = shared.addresses.get(url);
-  if (address === undefined) {
-    const parsed = new URL(url);
-    const secure = parsed.protocol === "https:";
-    address = {
-      https: secure,
-      hostname: parsed.hostname.replace(/^\[(.*)\]$/, "$1"),
-      port: parsed.port || (secure ? "443" : "80"),
-      basePath: parsed.pathname.replace(/\/+$/, ""),
-    };
-    // Replicas come and go over weeks; the map is a cache, not a registry.
-    if (shared.addresses.size >= 1024) shared.addresses.clear();
-    shared.addresses.set(url, address);
-  }
-  return address;
 }
 
 /** HTTP/1.1: the rest of an oversized body is not worth reading; HTTP/2 forbids the header. */

@@ -80,6 +80,20 @@ export class KeptBody {
     });
   }
 
+  /**
+   * The whole body once it has arrived, while it is kept; undefined when it is not (over the
+   * limit, or no room in the budget), or when the request ended early.
+   */
+  whole(req: NodeRequest): Promise<Buffer | undefined> {
+    const now = () => (this.chunks === undefined || this.overflowed ? undefined : Buffer.concat(this.chunks));
+    if (this.ended || this.chunks === undefined) return Promise.resolve(now());
+    return new Promise((resolve) => {
+      // After this body's own 'end' handler; 'close' without 'end': the upload was cut.
+      const settle = () => setImmediate(() => resolve(this.ended ? now() : undefined));
+      req.once("end", settle).once("close", settle);
+    });
+  }
+
   /** True while the whole body so far is kept: it can be sent again. */
   get replayable(): boolean {
     return this.chunks !== undefined;

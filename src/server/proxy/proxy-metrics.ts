@@ -4,6 +4,9 @@ import type { KeptBytes } from "./kept-body.js";
 /** Why a request got 503 from the proxy itself (gpu_endpoint_refused_total's `reason`; docs/endpoints.md, "Metrics"). */
 export type RefusalReason = "not_coming" | "holding_off" | "hold_full" | "hold_timeout" | "kept_bytes" | "stopping";
 
+/** Why a streamed answer ended with an error event instead of being continued (gpu_endpoint_streams_cut_total's `reason`). */
+export type CutReason = "not_resumable" | "limit" | "no_replica";
+
 /** The endpoint proxy's metrics (SPEC.md section 2, "Endpoints"), labelled by endpoint name. */
 export interface ProxyMetrics {
   /**
@@ -18,6 +21,10 @@ export interface ProxyMetrics {
   refused(endpoint: string, reason: RefusalReason): void;
   /** How long a request waited for a ready replica, however its wait ended (sent, 503, caller gone). */
   held(endpoint: string, seconds: number): void;
+  /** A streamed answer cut by its replica continued on another; `seconds` from the cut to its first continued token. */
+  resumed(endpoint: string, seconds: number): void;
+  /** A streamed answer cut by its replica and ended with an error event, by why it was not continued. */
+  streamCut(endpoint: string, reason: CutReason): void;
 }
 
 // From a cached one-token answer to a cold model's first token after minutes.
@@ -68,7 +75,31 @@ export function createProxyMetrics(registry: Registry, kept: KeptBytes): ProxyMe
     buckets: HOLD_BUCKETS,
     registers: [registry],
   });
+  const resumed = new Counter({
+    name: "gpu_endpoint_streams_resumed_total",
+    help: "Streamed answers cut by their replica (connection ended before [DONE], or silent for GPU_ENDPOINT_STALL_MS) and continued on another replica",
+    labelNames: ["endpoint"],
+    registers: [registry],
+  });
+  const cut = new Counter({
+    name: "gpu_endpoint_streams_cut_total",
+    help: "Streamed answers cut by their replica and ended with an error event, by why they were not continued (not_resumable, limit, no_replica)",
+    labelNames: ["endpoint", "reason"],
+    registers: [registry],
+  });
+  const resume = new Histogram({
+    name: "gpu_endpoint_resume_seconds",
+    help: "Time from a streamed answer's cut to the continuation's first token",
+    labelNames: ["endpoint"],
+    buckets: FIRST_BYTE_BUCKETS,
+    registers: [registry],
+  });
   return {
+    resumed: (endpoint, seconds) => {
+      resumed.inc({ endpoint });
+      resume.observe({ endpoint }, seconds);
+    },
+    streamCut: (endpoint, reason) => cut.inc({ endpoint, reason }),
     answered: (endpoint, code) => requests.inc({ endpoint, code: String(code) }),
     firstByte: (endpoint, seconds) => firstByte.observe({ endpoint }, seconds),
     retried: (endpoint) => retries.inc({ endpoint }),

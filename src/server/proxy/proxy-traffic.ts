@@ -59,9 +59,8 @@ export function outcomeOf(status: number): TrafficOutcome {
 }
 
 /**
- * The proxy's metrics, also counted as traffic. A new outcome of the proxy (an answer continued
- * on another replica: "continued"; one ended with an error mid-stream: "cut") is one more line
- * here beside its metric.
+ * The proxy's metrics, also counted as traffic: answers by status class, waits as held, answers
+ * continued on another replica as continued, and answers ended with an error mid-stream as cut.
  */
 export function withTraffic(metrics: ProxyMetrics, traffic: ProxyTraffic): ProxyMetrics {
   return {
@@ -77,6 +76,14 @@ export function withTraffic(metrics: ProxyMetrics, traffic: ProxyTraffic): Proxy
     held(endpoint, seconds) {
       metrics.held(endpoint, seconds);
       traffic.count(endpoint, "held");
+    },
+    resumed(endpoint, seconds) {
+      metrics.resumed(endpoint, seconds);
+      traffic.count(endpoint, "continued");
+    },
+    streamCut(endpoint, reason) {
+      metrics.streamCut(endpoint, reason);
+      traffic.count(endpoint, "cut");
     },
   };
 }

@@ -65,6 +65,8 @@ describe("the proxy's traffic", () => {
     retried: (e) => calls.push(`retried ${e}`),
     held: (e, s) => calls.push(`held ${e} ${s}`),
     refused: (e, reason) => calls.push(`refused ${e} ${reason}`),
+    resumed: (e, s) => calls.push(`resumed ${e} ${s}`),
+    streamCut: (e, reason) => calls.push(`cut ${e} ${reason}`),
   };
 
   it("counts each answer by its status class and each wait as held, beside the metrics", () => {

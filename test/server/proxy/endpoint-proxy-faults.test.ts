@@ -161,26 +161,31 @@ describe("endpoint proxy under faults", () => {
     expect(loading.hits()).toBe(1);
   });
 
-  it("never retries once the answer has started: a replica dying mid-stream cuts the caller's stream, counted 502 (not 499)", async () => {
+  it("never retries once the answer has started: a replica dying mid-stream cuts an answer that cannot be continued, counted 502 (not 499)", async () => {
     const dying = await replica("gpu-dying", 100);
     const other = await replica("gpu-other");
     proxy.endpoints.set("fd", [dying.target]);
     const count = (code: number) => metricValue(proxy, "gpu_endpoint_requests_total", `endpoint="fd",code="${code}"`);
     const [upstreamErrors, callersLeft] = [await count(502), await count(499)];
-    const res = await callEndpoint(proxy, "/endpoints/fd/v1/chat/completions", { ...chat, stream: true, max_tokens: 50 });
+    // Two choices: no continuation could be the same answer.
+    const res = await callEndpoint(proxy, "/endpoints/fd/v1/chat/completions", { ...chat, stream: true, max_tokens: 50, n: 2 });
     expect(res.headers.get("x-endpoint-instance")).toBe("gpu-dying");
     proxy.endpoints.set("fd", [dying.target, other.target]);
     const reader = res.body!.getReader();
     await reader.read();
     await dying.server.close();
-    const drained = (async () => {
-      for (;;) if ((await reader.read()).done) return "ended";
-    })();
-    await expect(drained).rejects.toThrow();
+    let text = "";
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    // One error event ends it, and no [DONE]: never a silent end that looks complete.
+    expect(text).toMatch(/data: \{"error":\{"message":"replica gpu-dying failed mid-answer \(.*\), and this answer cannot be continued: it asks n = 2 choices","type":"upstream_error","code":502\}\}\n\n$/);
+    expect(text).not.toContain("data: [DONE]");
     expect(other.server.stats.completions).toBe(0);
-    await waitFor(() => logged("replica's answer cut off") === 1, "the cut answer logged", 2000);
     // The caller stayed: the replica failed it, and the count says so.
-    expect(await count(502)).toBe(upstreamErrors + 1);
+    await waitFor(async () => (await count(502)) === upstreamErrors + 1, "the cut answer counted 502", 2000);
     expect(await count(499)).toBe(callersLeft);
   });
 

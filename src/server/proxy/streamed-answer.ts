@@ -1,0 +1,253 @@
+import type { ClientRequest, IncomingMessage } from "node:http";
+import type { Logger } from "pino";
+import type { EndpointDirectory, RouteTarget } from "../../module.js";
+import type { NodeResponse } from "../node-http.js";
+import { upstreamHeaders } from "./forward-headers.js";
+import { HOLD_POLL_MS } from "./hold-queue.js";
+import type { CutReason, ProxyMetrics } from "./proxy-metrics.js";
+import { requestReplica, type ReplicaHop } from "./replica-request.js";
+import { AnswerReader } from "./continuation/stream-reader.js";
+import { continuationRequest, firstRequest, resumability, type CompletionPath, type FirstRequest, type Resumability } from "./continuation/continuation-request.js";
+
+// One streamed completion on its way to the caller (SPEC.md section 2, "Answers that survive
+// their replica"): every replica's bytes go through the answer's reader (continuation/), and only
+// what it returns reaches the caller. A replica that fails after the first byte (its answer ends
+// before `data: [DONE]`, or sends nothing for stallMs) is replaced mid-answer: the continuation
+// request (the text so far, the tokens that remain) goes to another ready replica, waiting for
+// one while one is coming (counted as held, up to holdMs, an SSE comment every 10 s), at most
+// resumeMax times. An answer that cannot be continued ends with one error event and no [DONE];
+// one whose every choice had finished is finished here.
+
+/** What the proxy knows of a streamed completion before it is sent. */
+export interface StreamPlan {
+  path: CompletionPath;
+  first: FirstRequest;
+  /** The first request as the replica gets it. */
+  firstBytes: Buffer;
+  resumable: Resumability;
+}
+
+/** The completion a request asks for, if it may be streamed: POST /v1/chat/completions or /v1/completions. */
+export function completionPathOf(method: string | undefined, upstreamPath: string): CompletionPath | undefined {
+  if (method !== "POST") return undefined;
+  const path = upstreamPath.split("?", 1)[0];
+  return path === "/v1/chat/completions" ? "chat" : path === "/v1/completions" ? "completions" : undefined;
+}
+
+/** The plan of a streamed completion from its body; undefined for one not streamed (passed on untouched) or not JSON. */
+export function streamPlanOf(path: CompletionPath, body: Buffer): StreamPlan | undefined {
+  let json: unknown;
+  try {
+    json = JSON.parse(body.toString("utf8"));
+  } catch {
+    return undefined;
+  }
+  if (typeof json !== "object" || json === null || Array.isArray(json) || (json as { stream?: unknown }).stream !== true) return undefined;
+  const caller = json as Record<string, unknown>;
+  const first = firstRequest(caller);
+  return { path, first, firstBytes: Buffer.from(JSON.stringify(first.body)), resumable: resumability(path, caller) };
+}
+
+export interface StreamedAnswerOptions {
+  res: NodeResponse;
+  name: string;
+  endpointId: string;
+  upstreamPath: string;
+  /** The caller's request headers (its Authorization is never forwarded). */
+  callerHeaders: NodeJS.Dict<string | string[]>;
+  plan: StreamPlan;
+  hop: ReplicaHop;
+  directory: EndpointDirectory;
+  metrics: ProxyMetrics;
+  logger: Logger;
+  stallMs: number;
+  resumeMax: number;
+  holdMs: number;
+  firstByteMs: number;
+  /** The caller's answer is over: its status for the request metric (200 whole, 502 ended with an error). */
+  onEnd(status: number): void;
+}
+
+/** How often a caller whose answer waits for a replica hears that it is still alive. */
+export const WAITING_COMMENT_MS = 10_000;
+
+export class StreamedAnswer {
+  private readonly reader: AnswerReader;
+  private answer: IncomingMessage | undefined;
+  private request: ClientRequest | undefined;
+  private target!: RouteTarget;
+  /** Replicas that failed this answer: a continuation goes elsewhere. */
+  private readonly failed: string[] = [];
+  private resumes = 0;
+  private cutAt: number | undefined;
+  private stall: NodeJS.Timeout | undefined;
+  private waiting: NodeJS.Timeout | undefined;
+  private over = false;
+
+  constructor(private readonly o: StreamedAnswerOptions) {
+    this.reader = new AnswerReader({ path: o.plan.path, usage: o.plan.first.usage, choices: o.plan.first.choices });
+  }
+
+  /** Reads a replica's answer (the first, or a continuation's) to the caller. */
+  read(answer: IncomingMessage, target: RouteTarget, request: ClientRequest): void {
+    this.answer = answer;
+    this.request = request;
+    this.target = target;
+    this.reader.startReplica();
+    this.armStall();
+    answer.on("data", (chunk: Buffer) => this.onData(answer, chunk));
+    answer.on("error", () => undefined); // a cut answer is handled on 'close'
+    answer.once("close", () => {
+      if (answer === this.answer && !this.over) this.cut(this.reader.done ? undefined : "its connection ended before the answer did");
+    });
+  }
+
+  /** The caller left: nothing more is asked of any replica. */
+  abort(): void {
+    this.stop();
+    this.request?.destroy();
+  }
+
+  private onData(answer: IncomingMessage, chunk: Buffer): void {
+    if (answer !== this.answer || this.over) return;
+    this.armStall();
+    const out = this.reader.push(chunk);
+    if (out.length === 0) return;
+    if (this.cutAt !== undefined && this.reader.tokens > 0) {
+      this.o.metrics.resumed(this.o.name, (performance.now() - this.cutAt) / 1000);
+      this.cutAt = undefined;
+    }
+    if (!this.o.res.write(out)) {
+      answer.pause();
+      this.o.res.once("drain", () => answer.resume());
+    }
+    if (this.reader.done) this.end(200);
+  }
+
+  /** The replica failed this answer (or, with no reason, its answer ended whole). */
+  private cut(why: string | undefined): void {
+    clearTimeout(this.stall);
+    if (this.over) return;
+    if (why === undefined || this.reader.done) return this.end(200);
+    this.request?.destroy();
+    const replica = this.target.instanceId;
+    this.failed.push(replica);
+    this.o.logger.warn({ endpoint: this.o.name, instance_id: replica, tokens: this.reader.tokens }, `replica's streamed answer cut: ${why}`);
+    if (this.reader.finished) {
+      // Every choice had ended: only [DONE] was missing.
+      this.o.res.write(this.reader.finish());
+      return this.end(200);
+    }
+    const { plan } = this.o;
+    if (!plan.resumable.resumable) return this.fail("not_resumable", `replica ${replica} failed mid-answer (${why}), and this answer cannot be continued: ${plan.resumable.reason}`);
+    if (!this.reader.tokensCounted || this.reader.unreadable > 0) {
+      return this.fail("not_resumable", `replica ${replica} failed mid-answer (${why}), and did not count the tokens it sent`);
+    }
+    if (this.resumes >= this.o.resumeMax) return this.fail("limit", `replica ${replica} failed mid-answer (${why}), after ${this.resumes} continuation(s) (GPU_ENDPOINT_RESUME_MAX)`);
+    const text = this.reader.choices[0]?.text ?? "";
+    const next = continuationRequest(plan.path, plan.first.body, text, this.reader.tokens);
+    if (next.finished) {
+      this.o.res.write(this.reader.finish());
+      return this.end(200);
+    }
+    this.resumes += 1;
+    this.cutAt ??= performance.now();
+    void this.continueOn(Buffer.from(JSON.stringify(next.body)), why, performance.now());
+  }
+
+  /** Sends the continuation to a ready replica that has not failed this answer, waiting for one while one is coming. */
+  private async continueOn(body: Buffer, why: string, since: number): Promise<void> {
+    let counted = false;
+    const heldSince = performance.now();
+    const held = (on: boolean) => {
+      if (on === counted) return;
+      counted = on;
+      this.o.hop.load.held(this.o.endpointId, on ? 1 : -1);
+      if (!on) this.o.metrics.held(this.o.name, (performance.now() - heldSince) / 1000);
+    };
+    let lastComment = performance.now();
+    while (!this.over) {
+      const route = await this.o.directory.route(this.o.name).catch(() => null);
+      if (this.over) break;
+      const targets = route?.targets.filter((t) => !this.failed.includes(t.instanceId)) ?? [];
+      const target = this.o.hop.balancer.pick(targets);
+      if (target !== undefined) {
+        held(false);
+        return this.send(target, body);
+      }
+      // Unknown endpoint, deleting, parked, or nothing coming: nobody can continue it.
+      if (route === undefined || (route !== null && !route.coming) || performance.now() - since >= this.o.holdMs) {
+        held(false);
+        const replica = this.failed.at(-1);
+        const detail = route !== null && route !== undefined && !route.coming ? "and no other replica is ready or coming" : `and no other replica became ready within ${this.o.holdMs} ms`;
+        return this.fail("no_replica", `replica ${replica} failed mid-answer (${why}), ${detail}`);
+      }
+      held(true);
+      if (performance.now() - lastComment >= WAITING_COMMENT_MS) {
+        this.o.res.write(": waiting for a replica\n\n");
+        lastComment = performance.now();
+      }
+      await new Promise((resolve) => (this.waiting = setTimeout(resolve, HOLD_POLL_MS)));
+    }
+    held(false);
+  }
+
+  private send(target: RouteTarget, body: Buffer): void {
+    const headers = upstreamHeaders(this.o.callerHeaders, target.apiKey);
+    delete headers["accept-encoding"];
+    headers["content-length"] = String(body.length);
+    headers["content-type"] = "application/json";
+    const request = requestReplica(this.o.hop, this.o.endpointId, target, "POST", this.o.upstreamPath, headers);
+    this.request = request;
+    this.target = target;
+    const firstByte = setTimeout(() => request.destroy(), this.o.firstByteMs);
+    request.once("close", () => clearTimeout(firstByte));
+    request.once("response", (answer) => {
+      clearTimeout(firstByte);
+      if (this.over || request !== this.request) return void answer.resume();
+      const type = String(answer.headers["content-type"] ?? "");
+      if (answer.statusCode !== 200 || !type.includes("text/event-stream")) {
+        answer.resume();
+        return this.cut(`its continuation was answered ${answer.statusCode}`);
+      }
+      this.o.logger.info(
+        { endpoint: this.o.name, answer_id: this.reader.id, from: this.failed.at(-1), to: target.instanceId, tokens: this.reader.tokens, continuation: this.resumes },
+        "streamed answer continued on another replica",
+      );
+      this.read(answer, target, request);
+    });
+    request.on("error", () => {
+      if (request === this.request && !this.over) this.cut("its continuation could not be sent");
+    });
+    request.end(body);
+  }
+
+  /** Ends the caller's answer with one error event and no [DONE]: never a silent end that looks complete. */
+  private fail(reason: CutReason, message: string): void {
+    this.o.metrics.streamCut(this.o.name, reason);
+    this.o.logger.warn({ endpoint: this.o.name, reason }, `streamed answer not continued: ${message}`);
+    this.o.res.write(`data: ${JSON.stringify({ error: { message, type: "upstream_error", code: 502 } })}\n\n`);
+    this.end(502);
+  }
+
+  private end(status: number): void {
+    if (this.over) return;
+    this.stop();
+    this.o.res.end();
+    this.o.onEnd(status);
+  }
+
+  private stop(): void {
+    this.over = true;
+    clearTimeout(this.stall);
+    clearTimeout(this.waiting);
+  }
+
+  private armStall(): void {
+    clearTimeout(this.stall);
+    const answer = this.answer;
+    this.stall = setTimeout(() => {
+      if (answer === this.answer && !this.over) this.cut(`it sent nothing for ${this.o.stallMs} ms`);
+    }, this.o.stallMs);
+  }
+}
