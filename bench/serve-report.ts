@@ -1,7 +1,9 @@
 // npm run bench:serve, the figures: machine-hours and dollars from the service's own instance
 // records (gpu_instances rows of each endpoint: cost_per_hour x their life from created_at to
 // destroyed_at, or to the end of the day), clipped to the day and converted to simulated hours;
-// the endpoints' events per simulated hour; the proxy's held requests from /metrics.
+// the endpoints' events per simulated hour; the proxy's held requests, and its streamed answers
+// continued on another replica (with the time from the cut to the continued token) or cut with
+// an error event, from /metrics.
 import type { Knex } from "knex";
 import { DAY_S } from "./serve-day.js";
 
@@ -108,4 +110,32 @@ export async function eventsByHour(knex: Knex, endpoint: string, window: DayWind
 export function heldOf(metrics: string, endpoint: string): { count: number; seconds: number } {
   const read = (suffix: string) => Number(new RegExp(`^gpu_endpoint_hold_seconds_${suffix}\\{endpoint="${endpoint}"\\} (\\S+)`, "m").exec(metrics)?.[1] ?? 0);
   return { count: read("count"), seconds: read("sum") };
+}
+
+/** Streamed answers continued and cut (by reason), and the time to continue (p50, p99, s) from the gpu_endpoint_resume_seconds buckets. */
+export function continuationsOf(metrics: string, endpoint: string): { resumed: number; cut: Map<string, number>; p50: number; p99: number } {
+  const sample = (name: string) => new RegExp(`^${name}\\{endpoint="${endpoint}"(?:,reason="([a-z_]+)")?\\} (\\S+)`, "gm");
+  const resumed = Number(sample("gpu_endpoint_streams_resumed_total").exec(metrics)?.[2] ?? 0);
+  const cut = new Map<string, number>();
+  for (const m of metrics.matchAll(sample("gpu_endpoint_streams_cut_total"))) cut.set(m[1]!, Number(m[2]));
+  const buckets = [...metrics.matchAll(new RegExp(`^gpu_endpoint_resume_seconds_bucket\\{le="([^"]+)",endpoint="${endpoint}"\\} (\\S+)`, "gm"))].map((m) => ({
+    le: m[1] === "+Inf" ? Infinity : Number(m[1]),
+    count: Number(m[2]),
+  }));
+  return { resumed, cut, p50: bucketQuantile(buckets, 0.5), p99: bucketQuantile(buckets, 0.99) };
+}
+
+/** A quantile from cumulative histogram buckets, interpolated within its bucket (as Prometheus' histogram_quantile). */
+function bucketQuantile(buckets: Array<{ le: number; count: number }>, q: number): number {
+  const total = buckets.at(-1)?.count ?? 0;
+  if (total === 0) return NaN;
+  const rank = q * total;
+  let lower = 0;
+  let below = 0;
+  for (const { le, count } of buckets) {
+    if (count >= rank) return le === Infinity ? lower : lower + ((le - lower) * (rank - below)) / Math.max(1, count - below);
+    lower = le;
+    below = count;
+  }
+  return lower;
 }

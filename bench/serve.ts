@@ -19,7 +19,7 @@ import { createTestDatabase } from "../test/support/postgres.js";
 import { startTestServer } from "../test/support/server.js";
 import { clock, DAY_S, expectedArrivals, mulberry32, poissonArrivals, PROFILE_TEXT, quantile, rateShare } from "./serve-day.js";
 import { newTally, streamOnce, type Tally } from "./serve-load.js";
-import { eventsByHour, heldOf, machinesOf, moneyOf, TIMELINE_KINDS, type DayWindow, type Money } from "./serve-report.js";
+import { continuationsOf, eventsByHour, heldOf, machinesOf, moneyOf, TIMELINE_KINDS, type DayWindow, type Money } from "./serve-report.js";
 import { BID_MARGIN, setupFor, TOKENS } from "./serve-setup.js";
 import { adminDatabaseUrl, printTable, wholeNumber } from "./support.js";
 
@@ -87,15 +87,18 @@ async function main(): Promise<void> {
     const window: DayWindow = { startMs: day.startMs, endMs: day.endMs, factor: setup.factor };
     const money = new Map<Policy, Money>();
     const held = new Map<Policy, number>();
+    const continued = new Map<Policy, ReturnType<typeof continuationsOf>>();
     const preempted = new Map<Policy, Set<string>>();
     for (const policy of run) {
       const service = services.get(policy)!;
       const machines = await machinesOf(service.db.knex, policy);
       money.set(policy, moneyOf(machines, window));
       preempted.set(policy, new Set(machines.filter((r) => r.preemptedAt !== null).map((r) => r.instanceId)));
-      held.set(policy, heldOf(await (await fetch(`${service.server.url}/metrics`)).text(), policy).count);
+      const metrics = await (await fetch(`${service.server.url}/metrics`)).text();
+      held.set(policy, heldOf(metrics, policy).count);
+      continued.set(policy, continuationsOf(metrics, policy));
     }
-    await report(setup, run, notRun, day, window, money, held, preempted, services);
+    await report(setup, run, notRun, day, window, money, held, continued, preempted, services);
   } finally {
     for (const policy of created) await services.get(policy)!.api("DELETE", `/api/gpu/endpoints/${policy}`).catch(() => undefined);
     for (const service of services.values()) await service.close();
@@ -222,6 +225,7 @@ async function report(
   window: DayWindow,
   money: ReadonlyMap<Policy, Money>,
   held: ReadonlyMap<Policy, number>,
+  continued: ReadonlyMap<Policy, ReturnType<typeof continuationsOf>>,
   preempted: ReadonlyMap<Policy, ReadonlySet<string>>,
   services: ReadonlyMap<Policy, Service>,
 ): Promise<void> {
@@ -252,6 +256,10 @@ async function report(
     ["  streams cut by their machine's preemption", ...col((p) => String(cutByPreemption(p)))],
     ["  streams cut otherwise", ...col((p) => String(t(p).cutOn.length - cutByPreemption(p)))],
     ["requests held (gpu_endpoint_hold_seconds)", ...col((p) => String(held.get(p) ?? 0))],
+    ["streams continued on another replica", ...col((p) => String(continued.get(p)?.resumed ?? 0))],
+    ["  time to continue p50 / p99, simulated s", ...col((p) => resumeTimes(continued.get(p), (s) => ((s * setup.factor) as number).toFixed(1)))],
+    ["  the same in wall ms", ...col((p) => resumeTimes(continued.get(p), (s) => (s * 1000).toFixed(0)))],
+    ["streams ended with an error (not continued)", ...col((p) => cutText(continued.get(p)))],
     ["wait to first byte p50 / p99, simulated s", ...col((p) => `${sim(quantile(waits(p), 0.5))} / ${sim(quantile(waits(p), 0.99))}`)],
     ["  the same in wall ms", ...col((p) => `${quantile(waits(p), 0.5).toFixed(0)} / ${quantile(waits(p), 0.99).toFixed(0)}`)],
     ["machine-hours / fixed's", ...col((p) => (m(p).machineHours / fixed.machineHours).toFixed(3))],
@@ -293,6 +301,15 @@ async function report(
     ]);
   }
   console.log(`\nfixed: machines billed per hour ${fixed.byHour.map((x) => x.toFixed(1)).join(" ")}`);
+}
+
+function resumeTimes(c: ReturnType<typeof continuationsOf> | undefined, show: (seconds: number) => string): string {
+  return c === undefined || c.resumed === 0 ? "-" : `${show(c.p50)} / ${show(c.p99)}`;
+}
+
+function cutText(c: ReturnType<typeof continuationsOf> | undefined): string {
+  const total = [...(c?.cut.values() ?? [])].reduce((a, b) => a + b, 0);
+  return total === 0 ? "0" : `${total} (${[...c!.cut].map(([reason, n]) => `${reason}: ${n}`).join(", ")})`;
 }
 
 function sleep(ms: number): Promise<void> {

@@ -150,7 +150,6 @@ export class StreamedAnswer {
       this.o.res.write(this.reader.finish());
       return this.end(200);
     }
-    this.resumes += 1;
     this.cutAt ??= performance.now();
     void this.continueOn(Buffer.from(JSON.stringify(next.body)), why, performance.now());
   }
@@ -210,6 +209,8 @@ export class StreamedAnswer {
         answer.resume();
         return this.cut(`its continuation was answered ${answer.statusCode}`);
       }
+      // A continuation counts once a replica answers it: one that could not be sent is tried elsewhere.
+      this.resumes += 1;
       this.o.logger.info(
         { endpoint: this.o.name, answer_id: this.reader.id, from: this.failed.at(-1), to: target.instanceId, tokens: this.reader.tokens, continuation: this.resumes },
         "streamed answer continued on another replica",
