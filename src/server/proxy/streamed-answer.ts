@@ -151,7 +151,7 @@ export class StreamedAnswer {
       return this.end(200);
     }
     this.cutAt ??= performance.now();
-    void this.continueOn(Buffer.from(JSON.stringify(next.body)), why, performance.now());
+    void this.continueOn(Buffer.from(JSON.stringify(next.body)), why, this.cutAt);
   }
 
   /** Sends the continuation to a ready replica that has not failed this answer, waiting for one while one is coming. */
