@@ -5,8 +5,8 @@ import { createEndpoint, deleteAndWait, eventsOf, FAST_ENDPOINT_ENV, waitForEndp
 
 // The controller's rounds against vast.ai's wire format (the emulator): a launch the budget holds
 // back backs off instead of searching offers every round; a market where nothing fits at all is a
-// launch failure, not a budget hold; one endpoint's slow rental holds no other endpoint; a change
-// made while a rental is under way is seen before the next one.
+// launch failure, not a budget hold; one endpoint's slow rental holds no other endpoint, nor its
+// own removals; a change made while a rental is under way is seen before the next one.
 
 let svc: VastService;
 
@@ -101,5 +101,28 @@ describe("endpoint rounds on vast.ai", () => {
     await settle(1000);
     expect(createsFor("patched")).toBe(1);
     await deleteAndWait(svc.server.url, "patched", svc.db.knex);
+  });
+
+  it("removes a replica whose machine ended while the endpoint's own scale-up waits on vast.ai", async () => {
+    await createEndpoint(svc.server.url, { name: "own-lane", template_name: "budget", replicas: 2, max_cost_per_hour: 5 });
+    const ready = await waitForEndpoint(svc.server.url, "own-lane", "two ready", (e) => e.ready_replicas === 2);
+    const arrived = gate();
+    const release = gate();
+    svc.vast.onCreate(async () => {
+      arrived.open();
+      await release.opened;
+    });
+    expect((await rest(svc.server.url, "PATCH", "/api/gpu/endpoints/own-lane", { replicas: 3 })).status).toBe(200);
+    await arrived.opened;
+    const victim = ready.instances![0]!.instance_id;
+    const { market_instance_id: marketId } = (await svc.db.knex("gpu_instances").where({ instance_id: victim }).first()) as { market_instance_id: string };
+    svc.vast.setStatus(Number(marketId), "exited");
+    // Its rental still waits at vast.ai: the removal does not wait behind it.
+    await waitFor("the ended replica removed", async () => ((await eventsOf(svc.server.url, "own-lane")).some((e) => e.kind === "ended" && e.instance_id === victim) ? true : undefined), 5_000);
+    expect(createsFor("own-lane")).toBe(3);
+    svc.vast.onCreate(undefined);
+    release.open();
+    await waitForEndpoint(svc.server.url, "own-lane", "three ready", (e) => e.ready_replicas === 3, 20_000);
+    await deleteAndWait(svc.server.url, "own-lane", svc.db.knex);
   });
 });

@@ -28,7 +28,7 @@ export type { EndpointControllerDeps };
 export interface EndpointController {
   /** Probes every replica of every endpoint not deleted, at once. */
   probeOnce(): Promise<void>;
-  /** Starts a round of decisions for every endpoint not deleted whose last round has ended; resolves once every round has ended. */
+  /** Starts a round of decisions for every endpoint not deleted whose last round has ended; resolves once every round, and the launches it started, have ended. */
   decideOnce(): Promise<void>;
   /** Resolves once the rounds and launches under way have ended. */
   settle(): Promise<void>;
@@ -211,6 +211,8 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
         return undefined;
       });
       await Promise.all(live.map((e) => (e.autoscale && !loads ? Promise.resolve() : startRound(e, loads?.get(e.id)))));
+      // And their launches: the loop does not await this (a tick never waits for a rental).
+      await Promise.all(lanes.values());
     },
     async settle() {
       await Promise.all(rounds.values());
