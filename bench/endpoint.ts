@@ -6,147 +6,35 @@
 // at 32 in flight with one-token answers (autocannon), against a replica that answers at once (the
 // proxy's own ceiling: it does twice a replica's socket work) and one that takes 10 ms to its
 // first token; latency added one request at a time (p50/p99, microseconds); the streamed first
-// byte; the proxy's CPU per request. Then the faults: under steady streaming load over two
+// byte; the proxy's CPU per request. Then its CPU per streamed chunk, a streamed completion read
+// through its continuation reader against the same stream passed on untouched
+// (endpoint-streams.ts). Then the faults: under steady streaming load over two
 // replicas one replica's process is killed (requests failed before and after their answer
 // started); and on the real service (its controller, directory and proxy, on the simulated
 // marketplace) one replica's machine exits (failed requests, the time back to full strength, the
 // endpoint's events). Last, the cold start: 32 requests at once at an idle endpoint (scaled to
 // zero), held through the rental and the model's start, all answered. The machine may be shared: every figure is noisy, and each pair is taken
 // alternately, direct then proxy, so that both see the same conditions.
-import { spawn, type ChildProcess } from "node:child_process";
 import { Agent, request } from "node:http";
-import { createInterface } from "node:readline";
-import autocannon from "autocannon";
-import pino from "pino";
-import { GpuService } from "../gen/gpu/v1/gpu_service_pb.js";
-import { listTemplates } from "../src/gpu/creation/templates.js";
-import { startModelServer } from "../src/gpu/marketplace/simulated/model-server.js";
-import type { RouteTarget } from "../src/module.js";
-import { createAppHandler } from "../src/server/app.js";
-import { createTokenSource } from "../src/server/auth/token-source.js";
-import { listen } from "../src/server/listen.js";
-import { createMetrics } from "../src/server/metrics.js";
-import { registration } from "../src/server/service-registration.js";
 import { createElasticsearchClient } from "../src/elasticsearch-client.js";
 import { createSimulatedMarketplace } from "../src/gpu/marketplace/simulated/simulated.js";
 import { createTestDatabase } from "../test/support/postgres.js";
 import { startTestServer } from "../test/support/server.js";
+import { compareStreamReading } from "./endpoint-streams.js";
+import { alternateCalls, fmt, signed, throughput, type Route, type Throughput } from "./http-timing.js";
+import { MODEL, ONE_TOKEN, spawnPart, targetOf, TOKEN, type Part } from "./parts.js";
 import { adminDatabaseUrl, printTable, processCpuSeconds } from "./support.js";
 
-const MODEL = "Qwen/Qwen2.5-Coder-7B-Instruct";
-const TOKEN = "bench-token";
 const IN_FLIGHT = Number(process.env.BENCH_IN_FLIGHT ?? 32);
 const SLOW_FIRST_TOKEN_MS = 10;
 const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 5);
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 2000);
-const ONE_TOKEN = JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "Say hi" }], max_tokens: 1 });
 const STREAMED = JSON.stringify({ model: MODEL, messages: [{ role: "user", content: "Say hi" }], max_tokens: 8, stream: true });
-
-interface Part {
-  child: ChildProcess;
-  port: number;
-}
-
-/** Runs this file as a child process in role `role`; resolves with the port it listens on. */
-async function spawnPart(args: string[]): Promise<Part> {
-  // BENCH_PROFILE=<dir> writes a CPU profile of the proxy process there (.cpuprofile, for Chrome's DevTools).
-  const profile = args[0] === "proxy" && process.env.BENCH_PROFILE ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_PROFILE] : [];
-  const child = spawn(process.execPath, [...profile, "--import", "tsx", import.meta.filename, "--child", ...args], { stdio: ["ignore", "pipe", "inherit"] });
-  const line = await new Promise<string>((resolve, reject) => {
-    createInterface({ input: child.stdout! }).once("line", resolve);
-    child.once("exit", (code) => reject(new Error(`${args[0]} exited with ${code} before listening`)));
-  });
-  return { child, port: (JSON.parse(line) as { port: number }).port };
-}
-
-async function child(role: string, arg: string, firstTokenMs?: string): Promise<void> {
-  process.once("SIGTERM", () => process.exit(0));
-  if (role === "replica") {
-    const server = await startModelServer({ model: MODEL, host: "127.0.0.1", instance: arg, firstTokenMs: Number(firstTokenMs) });
-    console.log(JSON.stringify({ port: server.port }));
-    return;
-  }
-  const endpoints = JSON.parse(arg) as Record<string, RouteTarget[]>;
-  const logger = pino({ level: "silent" });
-  const handler = createAppHandler({
-    services: [registration(GpuService, { listTemplates: () => ({ templates: [...listTemplates()] }) })],
-    logger,
-    tokens: createTokenSource({ envTokens: [TOKEN], file: undefined, logger }),
-    readiness: {},
-    maxBodyBytes: 1024 * 1024,
-    metrics: createMetrics(),
-    endpoints: { route: async (name) => (endpoints[name] ? { endpointId: name, targets: endpoints[name], coming: false } : undefined) },
-  });
-  const server = await listen({ handler, host: "127.0.0.1", port: 0 });
-  console.log(JSON.stringify({ port: server.port }));
-}
-
-interface Route {
-  port: number;
-  path: string;
-  headers: Record<string, string>;
-}
-
-interface Throughput {
-  rps: number;
-  p50: number;
-  p99: number;
-  errors: number;
-  total: number;
-}
-
-async function throughput(route: Route): Promise<Throughput> {
-  const result = await autocannon({
-    url: `http://127.0.0.1:${route.port}${route.path}`,
-    method: "POST",
-    body: ONE_TOKEN,
-    headers: { "content-type": "application/json", ...route.headers },
-    connections: IN_FLIGHT,
-    duration: DURATION_S,
-    workers: 1,
-  });
-  return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99, errors: result.errors + result.non2xx, total: result.requests.total };
-}
-
-/** One request; resolves with the microseconds to the first body byte and to the end. */
-function timedCall(agent: Agent, route: Route, body: string): Promise<{ firstUs: number; endUs: number; status: number; text: string }> {
-  const started = process.hrtime.bigint();
-  const us = () => Number(process.hrtime.bigint() - started) / 1000;
-  return new Promise((resolve, reject) => {
-    const req = request({ agent, host: "127.0.0.1", port: route.port, path: route.path, method: "POST", headers: { "content-type": "application/json", ...route.headers } }, (res) => {
-      let firstUs = 0;
-      let text = "";
-      res.on("data", (chunk: Buffer) => {
-        if (firstUs === 0) firstUs = us();
-        text += chunk.toString();
-      });
-      res.once("end", () => resolve({ firstUs, endUs: us(), status: res.statusCode!, text }));
-      res.once("error", reject);
-    });
-    req.once("error", reject);
-    req.end(body);
-  });
-}
 
 /** `n` requests one at a time, alternating direct and proxy; the percentiles of each, in microseconds. */
 async function alternate(direct: Route, proxy: Route, body: string, n: number, pick: (t: { firstUs: number; endUs: number }) => number) {
-  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
-  const times = { direct: [] as number[], proxy: [] as number[] };
-  for (let i = 0; i < n; i++) {
-    for (const [name, route] of [["direct", direct], ["proxy", proxy]] as const) {
-      const answer = await timedCall(agent, route, body);
-      if (answer.status !== 200) throw new Error(`${name} answered ${answer.status}: ${answer.text.slice(0, 200)}`);
-      times[name].push(pick(answer));
-    }
-  }
-  agent.destroy();
-  return { direct: percentiles(times.direct), proxy: percentiles(times.proxy) };
-}
-
-function percentiles(values: number[]): { p50: number; p99: number } {
-  const sorted = [...values].sort((a, b) => a - b);
-  const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
-  return { p50: at(0.5), p99: at(0.99) };
+  const [d, p] = await alternateCalls([direct, proxy], body, n, pick);
+  return { direct: d!, proxy: p! };
 }
 
 /** Streaming load on `route` with `inFlight` loops until `stop`; counts how requests ended. */
@@ -201,13 +89,13 @@ function steadyLoad(route: Route, inFlight: number) {
 
 /** req/s at 32 in flight, two rounds alternating direct and proxy, and the proxy's CPU per request. */
 async function compareThroughput(proxyPid: number, direct: Route, proxied: Route) {
-  await throughput(direct);
-  await throughput(proxied);
+  await throughput(direct, ONE_TOKEN, IN_FLIGHT, DURATION_S);
+  await throughput(proxied, ONE_TOKEN, IN_FLIGHT, DURATION_S);
   const rounds: Array<{ direct: Throughput; proxy: Throughput; cpuUs: number }> = [];
   for (let i = 0; i < 2; i++) {
-    const d = await throughput(direct);
+    const d = await throughput(direct, ONE_TOKEN, IN_FLIGHT, DURATION_S);
     const cpuBefore = processCpuSeconds(proxyPid);
-    const p = await throughput(proxied);
+    const p = await throughput(proxied, ONE_TOKEN, IN_FLIGHT, DURATION_S);
     rounds.push({ direct: d, proxy: p, cpuUs: ((processCpuSeconds(proxyPid) - cpuBefore) / p.total) * 1e6 });
   }
   const mean = (f: (r: (typeof rounds)[number]) => number) => rounds.reduce((sum, r) => sum + f(r), 0) / rounds.length;
@@ -222,21 +110,21 @@ async function compareThroughput(proxyPid: number, direct: Route, proxied: Route
 }
 
 async function main(): Promise<void> {
-  const at = process.argv.indexOf("--child");
-  if (at >= 0) return child(process.argv[at + 1]!, process.argv[at + 2]!, process.argv[at + 3]);
-  // BENCH_ONLY=service runs only the fault on the service, BENCH_ONLY=cold only the cold start.
+  // BENCH_ONLY=service runs only the fault on the service, BENCH_ONLY=cold only the cold start,
+  // BENCH_ONLY=streams only the streamed answers read (continuation) against passed on untouched.
   if (process.env.BENCH_ONLY === "service") return faultOnService();
   if (process.env.BENCH_ONLY === "cold") return coldStart();
+  if (process.env.BENCH_ONLY === "streams") return compareStreamReading({ inFlight: IN_FLIGHT, durationS: DURATION_S });
 
   // a and b answer at once (the proxy's own ceiling); c takes 10 ms to its first token, as a small
   // model on a GPU takes at least to read a prompt.
   const replicas = await Promise.all([
-    spawnPart(["replica", "gpu-bench-a", "0"]),
-    spawnPart(["replica", "gpu-bench-b", "0"]),
-    spawnPart(["replica", "gpu-bench-c", String(SLOW_FIRST_TOKEN_MS)]),
+    spawnPart("model-server", ["gpu-bench-a", "0"]),
+    spawnPart("model-server", ["gpu-bench-b", "0"]),
+    spawnPart("model-server", ["gpu-bench-c", String(SLOW_FIRST_TOKEN_MS)]),
   ]);
-  const [a, b, c] = replicas.map((r, i) => ({ instanceId: `gpu-bench-${"abc"[i]}`, url: `http://127.0.0.1:${r.port}`, apiKey: null }));
-  const proxy = await spawnPart(["proxy", JSON.stringify({ one: [a], slow: [c], two: [a, b] })]);
+  const [a, b, c] = replicas.map((r, i) => targetOf(r, `gpu-bench-${"abc"[i]}`));
+  const proxy = await spawnPart("proxy", [JSON.stringify({ one: [a], slow: [c], two: [a, b] })]);
   const parts = [...replicas, proxy];
   try {
     const auth = { authorization: `Bearer ${TOKEN}` };
@@ -260,8 +148,8 @@ async function main(): Promise<void> {
       [`req/s, replica ${SLOW_FIRST_TOKEN_MS} ms to first token`, fmt(slow.directRps), fmt(slow.proxyRps), ratio(slow).toFixed(3), `>= 0.90 ${ratio(slow) >= 0.9 ? "met" : "MISSED"}`],
       ["p50 / p99 ms at 32 in flight, at once", instant.latency, instant.proxyLatency, "", ""],
       [`p50 / p99 ms at 32 in flight, ${SLOW_FIRST_TOKEN_MS} ms`, slow.latency, slow.proxyLatency, "", ""],
-      ["one at a time p50 / p99 us", `${fmt(added.direct.p50)} / ${fmt(added.direct.p99)}`, `${fmt(added.proxy.p50)} / ${fmt(added.proxy.p99)}`, `+${fmt(added.proxy.p50 - added.direct.p50)} / +${fmt(added.proxy.p99 - added.direct.p99)} us`, `p50 <= 1 ms ${addedP50 <= 1 ? "met" : "MISSED"}`],
-      ["streamed first byte p50 / p99 us", `${fmt(firstByte.direct.p50)} / ${fmt(firstByte.direct.p99)}`, `${fmt(firstByte.proxy.p50)} / ${fmt(firstByte.proxy.p99)}`, `+${fmt(firstByte.proxy.p50 - firstByte.direct.p50)} us`, ""],
+      ["one at a time p50 / p99 us", `${fmt(added.direct.p50)} / ${fmt(added.direct.p99)}`, `${fmt(added.proxy.p50)} / ${fmt(added.proxy.p99)}`, `${signed(added.proxy.p50 - added.direct.p50)} / ${signed(added.proxy.p99 - added.direct.p99)} us`, `p50 <= 1 ms ${addedP50 <= 1 ? "met" : "MISSED"}`],
+      ["streamed first byte p50 / p99 us", `${fmt(firstByte.direct.p50)} / ${fmt(firstByte.direct.p99)}`, `${fmt(firstByte.proxy.p50)} / ${fmt(firstByte.proxy.p99)}`, `${signed(firstByte.proxy.p50 - firstByte.direct.p50)} us`, ""],
       ["errors (direct, proxy)", String(instant.errors[0]! + slow.errors[0]!), String(instant.errors[1]! + slow.errors[1]!), "", "0"],
       ["proxy CPU per request us, at once / 10 ms", "", `${fmt(instant.cpuUs)} / ${fmt(slow.cpuUs)}`, "", ""],
     ]);
@@ -270,6 +158,7 @@ async function main(): Promise<void> {
   } finally {
     for (const part of parts) part.child.kill("SIGTERM");
   }
+  await compareStreamReading({ inFlight: IN_FLIGHT, durationS: DURATION_S });
   await faultOnService();
   await coldStart();
 }
@@ -420,10 +309,6 @@ async function faultPart(proxy: Part, victim: Part): Promise<void> {
   const retries = /^gpu_endpoint_retries_total\{endpoint="two"\} (\d+)/m.exec(metrics)?.[1] ?? "0";
   console.log(`\nthe killed replica stays in the fixed directory for ${((Date.now() - killedAt) / 1000).toFixed(1)} s; the proxy retried ${retries} requests on the other (a refused replica is passed over for 5 s at a time).`);
   console.log("(the fixed directory never replaces it: the time back to full strength is measured on the service, below)");
-}
-
-function fmt(value: number): string {
-  return value >= 100 ? value.toFixed(0) : value.toFixed(1);
 }
 
 main().catch((err: unknown) => {

@@ -5,8 +5,8 @@ import { AnswerReader, type UsageAsked } from "../src/server/proxy/continuation/
 // a caller that asked `usage` would get them. `bench:endpoint` can report it beside the proxy's
 // CPU per request; `npx tsx bench/stream-reader-cost.ts` prints it alone.
 
-/** One answer's network chunks: a role chunk, 64 tokens, the finish, the usage chunk, [DONE]. */
-function answerChunks(tokens: number): Buffer[] {
+/** One answer's network chunks: a role chunk, `tokens` tokens, the finish, the usage chunk, [DONE] (the bench replica sends them too). */
+export function answerChunks(tokens: number): Buffer[] {
   const head = { id: "chatcmpl-5f0c3a9e2b7d4c1a8e6f", object: "chat.completion.chunk", created: 1764115200, model: "Qwen/Qwen2.5-Coder-7B-Instruct" };
   const usage = (n: number) => ({ prompt_tokens: 21, total_tokens: 21 + n, completion_tokens: n });
   const events: object[] = [{ ...head, choices: [{ index: 0, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }], usage: usage(0) }];

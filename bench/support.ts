@@ -77,6 +77,15 @@ export function processCpuSeconds(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
+/** The processes `pid` started (each of its threads' children, /proc/<pid>/task/<tid>/children); none once it is gone. */
+export function childPids(pid: number): number[] {
+  try {
+    return readdirSync(`/proc/${pid}/task`).flatMap((tid) => readFileSync(`/proc/${pid}/task/${tid}/children`, "utf8").split(" ").filter(Boolean).map(Number));
+  } catch {
+    return [];
+  }
+}
+
 /** The processes whose command line matches: Elasticsearch's JVM, PostgreSQL's server processes. */
 export function processesMatching(pattern: RegExp): number[] {
   const pids: number[] = [];

@@ -1,0 +1,115 @@
+// npm run bench:proxy: the endpoint proxy against nginx in front of the same replica, in one run.
+//
+// One replica (sse-replica.ts: answers at once, a one-token answer or a 64-token stream), the
+// service's endpoint proxy (the product's app handler over a fixed directory), nginx (nginx.ts:
+// one worker, keep-alive upstream) and the load (autocannon) each run in a process of their own.
+// For one-token answers and for streamed ones (real `stream: true` chat completions, which the
+// proxy reads through its continuation reader), measured: requests/s at BENCH_IN_FLIGHT in
+// flight, direct to the replica, through nginx and through the proxy, in rounds whose order
+// rotates so that each sees the same conditions; latency at that load and one request at a time,
+// and what each proxy adds over direct; the CPU per request (and per streamed chunk) of each proxy
+// process alone, from /proc/<pid>/stat. The machine may be shared: read the ratios, taken within
+// the run, rather than the absolute figures.
+import { loadavg } from "node:os";
+import { checkStream, fmt, signed, type Route, type Throughput } from "./http-timing.js";
+import { startLoad, type Load } from "./load-process.js";
+import { findNginx, NGINX_MISSING, startNginx } from "./nginx.js";
+import { ONE_TOKEN, spawnPart, targetOf, TOKEN } from "./parts.js";
+import { STREAM_CHUNKS, STREAMED_64 } from "./sse-replica.js";
+import { printTable, processCpuSeconds } from "./support.js";
+
+const IN_FLIGHT = Number(process.env.BENCH_IN_FLIGHT ?? 32);
+const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 5);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 1000);
+
+const TARGETS = ["direct", "nginx", "proxy"] as const;
+type Target = (typeof TARGETS)[number];
+type Proxy = Exclude<Target, "direct">;
+
+interface Figures {
+  rps: number;
+  /** At IN_FLIGHT in flight, ms. */
+  p50: number;
+  p99: number;
+  /** One request at a time, µs. */
+  alone: { p50: number; p99: number };
+  /** CPU of the proxy process per request, µs (0 for direct). */
+  cpuUs: number;
+  errors: number;
+}
+
+/** A warm-up round, then ROUNDS rounds of the three in rotated order, then requests one at a time. */
+async function measure(load: Load, routes: Record<Target, Route>, cpu: Record<Proxy, () => number>, body: string): Promise<Record<Target, Figures>> {
+  for (const target of TARGETS) await load.throughput(routes[target], body, IN_FLIGHT, DURATION_S);
+  const runs = Object.fromEntries(TARGETS.map((t) => [t, [] as Array<Throughput & { cpuUs: number }>])) as Record<Target, Array<Throughput & { cpuUs: number }>>;
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const target of [...TARGETS.slice(round % 3), ...TARGETS.slice(0, round % 3)]) {
+      const cpuOf = target === "direct" ? () => 0 : cpu[target];
+      const before = cpuOf();
+      const run = await load.throughput(routes[target], body, IN_FLIGHT, DURATION_S);
+      runs[target].push({ ...run, cpuUs: ((cpuOf() - before) / Math.max(1, run.total)) * 1e6 });
+    }
+  }
+  const alone = await load.alternate([...TARGETS].map((t) => routes[t]), body, SEQUENTIAL, "end");
+  const mean = (target: Target, f: (r: Throughput & { cpuUs: number }) => number) => runs[target].reduce((sum, r) => sum + f(r), 0) / runs[target].length;
+  return Object.fromEntries(
+    TARGETS.map((t, i) => [
+      t,
+      { rps: mean(t, (r) => r.rps), p50: mean(t, (r) => r.p50), p99: mean(t, (r) => r.p99), alone: alone[i]!, cpuUs: mean(t, (r) => r.cpuUs), errors: runs[t].reduce((sum, r) => sum + r.errors, 0) },
+    ]),
+  ) as Record<Target, Figures>;
+}
+
+function report(title: string, f: Record<Target, Figures>, chunks: number): void {
+  const ratio = (a: number, b: number) => (b > 0 ? (a / b).toFixed(2) : "");
+  const added = (t: Target, pick: (x: Figures) => { p50: number; p99: number }) => (t === "direct" ? "" : `${signed(pick(f[t]).p50 - pick(f.direct).p50)} / ${signed(pick(f[t]).p99 - pick(f.direct).p99)}`);
+  const atLoad = (x: Figures) => ({ p50: x.p50, p99: x.p99 });
+  const row = (label: string, cell: (t: Target) => string, ratios: string[] = ["", "", ""]) => [label, ...TARGETS.map(cell), ...ratios];
+  console.log(`\n${title}\n`);
+  const rows = [
+    ["", "direct", "nginx", "proxy", "nginx / direct", "proxy / direct", "proxy / nginx"],
+    row("req/s", (t) => fmt(f[t].rps), [ratio(f.nginx.rps, f.direct.rps), ratio(f.proxy.rps, f.direct.rps), ratio(f.proxy.rps, f.nginx.rps)]),
+    row(`p50 / p99 ms at ${IN_FLIGHT} in flight`, (t) => `${fmt(f[t].p50)} / ${fmt(f[t].p99)}`),
+    row("  added over direct, ms", (t) => added(t, atLoad)),
+    row("one at a time p50 / p99 us", (t) => `${fmt(f[t].alone.p50)} / ${fmt(f[t].alone.p99)}`),
+    row("  added over direct, us", (t) => added(t, (x) => x.alone)),
+    row("CPU per request us, the proxy process alone", (t) => (t === "direct" ? "" : fmt(f[t].cpuUs)), ["", "", ratio(f.proxy.cpuUs, f.nginx.cpuUs)]),
+  ];
+  if (chunks > 1) rows.push(row(`CPU per chunk us (${chunks} a stream)`, (t) => (t === "direct" ? "" : fmt(f[t].cpuUs / chunks))));
+  rows.push(row("errors", (t) => String(f[t].errors)));
+  printTable(rows);
+}
+
+async function main(): Promise<void> {
+  const binary = findNginx();
+  if (binary === undefined) {
+    console.error(NGINX_MISSING);
+    process.exit(1);
+  }
+  const replica = await spawnPart("sse-replica");
+  const proxy = await spawnPart("proxy", [JSON.stringify({ one: [targetOf(replica, "gpu-bench-replica")] })]);
+  const nginx = await startNginx(binary, replica.port);
+  const load = await startLoad();
+  try {
+    const routes: Record<Target, Route> = {
+      direct: { port: replica.port, path: "/v1/chat/completions", headers: {} },
+      nginx: { port: nginx.port, path: "/v1/chat/completions", headers: {} },
+      proxy: { port: proxy.port, path: "/endpoints/one/v1/chat/completions", headers: { authorization: `Bearer ${TOKEN}` } },
+    };
+    const cpu: Record<Proxy, () => number> = { nginx: nginx.cpuSeconds, proxy: () => processCpuSeconds(proxy.child.pid!) };
+    for (const target of TARGETS) await checkStream(routes[target], STREAMED_64);
+    console.log(`${nginx.version} (1 worker) and the endpoint proxy (1 process) in front of one replica answering at once; load average at the start ${loadavg().map((l) => l.toFixed(1)).join(" ")}`);
+    console.log(`${IN_FLIGHT} in flight, ${ROUNDS} rounds of ${DURATION_S} s each (direct, nginx, proxy in rotated order), then ${SEQUENTIAL} requests one at a time on each`);
+    report("one-token chat completions", await measure(load, routes, cpu, ONE_TOKEN), 1);
+    report(`streamed chat completions (stream: true), ${STREAM_CHUNKS} events each, whole answer timed`, await measure(load, routes, cpu, STREAMED_64), STREAM_CHUNKS);
+  } finally {
+    for (const part of [load.part, proxy, replica]) part.child.kill("SIGTERM");
+    nginx.stop();
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});
