@@ -38,8 +38,6 @@ COPY --from=build /app/package.json ./
 COPY --from=build /app/node_modules node_modules
 COPY --from=build /app/dist dist
 COPY gen/proto-descriptors.binpb gen/
-# The dashboard's page and modules, served as files (src/server/dashboard/).
-COPY src/server/dashboard/assets src/server/dashboard/assets
 ENV NODE_ENV=production \
     DATA_DIR=/data \
     PORT=8080

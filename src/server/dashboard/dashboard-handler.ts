@@ -1,9 +1,9 @@
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
-import { projectFile } from "../openapi/project-file.js";
 
 // GET /dashboard: the service's own web page (SPEC.md section 5). One HTML shell answers every
 // deep link (/dashboard, /dashboard/endpoints/{name}, /dashboard/indexing); its scripts, styles
@@ -11,7 +11,8 @@ import { projectFile } from "../openapi/project-file.js";
 // /dashboard/assets/. The page and its assets hold no data: they load without a token, and every
 // data call the page makes to the API carries one. Files are read and gzipped once, at start.
 
-const ASSETS_DIR = projectFile("src/server/dashboard/assets");
+// Beside this module: in src/ when run from the sources, in dist/ when built (npm run build copies them).
+const ASSETS_DIR = join(dirname(fileURLToPath(import.meta.url)), "assets");
 const UPLOT_DIR = join(dirname(createRequire(import.meta.url).resolve("uplot/package.json")), "dist");
 
 const TYPES: Record<string, string> = {
