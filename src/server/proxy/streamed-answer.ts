@@ -129,7 +129,12 @@ export class StreamedAnswer {
     clearTimeout(this.stall);
     if (this.over) return;
     if (why === undefined || this.reader.done) return this.end(200);
-    this.request?.destroy();
+    // This replica is done with: the 'close' or 'error' that destroying its request brings (after
+    // a stall, a first-byte timeout) is not a second cut, of the replica continuing it by then.
+    const request = this.request;
+    this.answer = undefined;
+    this.request = undefined;
+    request?.destroy();
     const replica = this.target.instanceId;
     this.failed.push(replica);
     this.o.logger.warn({ endpoint: this.o.name, instance_id: replica, tokens: this.reader.tokens }, `replica's streamed answer cut: ${why}`);
