@@ -118,8 +118,14 @@ export class StreamedAnswer {
       this.cutAt = undefined;
     }
     if (!this.o.res.write(out)) {
+      // Held back for a slow caller: the replica's silence meanwhile is ours, not a stall.
+      clearTimeout(this.stall);
       answer.pause();
-      this.o.res.once("drain", () => answer.resume());
+      this.o.res.once("drain", () => {
+        if (answer !== this.answer || this.over) return;
+        this.armStall();
+        answer.resume();
+      });
     }
     if (this.reader.done) this.end(200);
   }
