@@ -1,9 +1,9 @@
-import { createServer, type Server } from "node:http";
+import { createServer, request, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import type { ModelServer } from "../../../src/gpu/marketplace/simulated/model-server.js";
 import type { RouteTarget } from "../../../src/module.js";
-import { MODEL, callEndpoint, metricValue, startProxy, startReplica, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
+import { CALLER_TOKEN, MODEL, callEndpoint, metricValue, startProxy, startReplica, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
 import { chunksText, sseChunks, sseData } from "../../support/sse.js";
 import { asTheReplicaGetsIt, comparable, cuttingReplica, expectedChunks, readStream, straightFrom, usageAsked, type CallerStream } from "../../support/streamed-answers.js";
 import { waitFor } from "../../support/wait.js";
@@ -134,6 +134,30 @@ describe("a streamed answer whose replica goes silent mid-answer", () => {
     expect(b.server.stats.completions).toBe(1);
     expect(await metricValue(proxy, "gpu_endpoint_streams_resumed_total", 'endpoint="silent"')).toBe(1);
   });
+});
+
+describe("a streamed answer whose caller reads slowly", () => {
+  it("is not taken for cut while the proxy holds its replica back for the caller (GPU_ENDPOINT_STALL_MS counts the replica's silence only)", async () => {
+    const [a, b] = [await replica("gpu-a", 0), await replica("gpu-b", 0)];
+    // Megabytes of events, more than the sockets between the proxy and the caller hold.
+    const body = { ...CHAT, max_tokens: 30_000, stream_options: CONTINUOUS_USAGE };
+    proxy.endpoints.set("slow", [a.target, b.target]);
+    const res = await new Promise<IncomingMessage>((resolve, reject) => {
+      const req = request(`${proxy.url}/endpoints/slow/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${CALLER_TOKEN}`, "content-type": "application/json" } }, resolve);
+      req.once("error", reject);
+      req.end(JSON.stringify(body));
+    });
+    res.pause();
+    await new Promise((resolve) => setTimeout(resolve, STALL_MS * 4));
+    let text = "";
+    res.setEncoding("utf8").on("data", (chunk: string) => (text += chunk)).resume();
+    await new Promise((resolve) => res.once("end", resolve));
+
+    expect(sseData(text).at(-1)).toBe("[DONE]");
+    expect(chunksText(sseChunks(text))).toMatch(/ №30000$/);
+    expect(a.server.stats.abandoned + b.server.stats.abandoned).toBe(0);
+    expect(await metricValue(proxy, "gpu_endpoint_streams_resumed_total", 'endpoint="slow"')).toBe(0);
+  }, 15_000);
 });
 
 describe("a streamed answer whose only replica is lost", () => {
