@@ -81,7 +81,9 @@ export class StreamedAnswer {
   private resumes = 0;
   private cutAt: number | undefined;
   private stall: NodeJS.Timeout | undefined;
+  /** The wait for the next look at the directory, and its end ahead of time (the answer is over). */
   private waiting: NodeJS.Timeout | undefined;
+  private wake: (() => void) | undefined;
   private over = false;
 
   constructor(private readonly o: StreamedAnswerOptions) {
@@ -190,7 +192,12 @@ export class StreamedAnswer {
       if (route === undefined || (route !== null && !route.coming) || performance.now() - since >= this.o.holdMs) {
         held(false);
         const replica = this.failed.at(-1);
-        const detail = route !== null && route !== undefined && !route.coming ? "and no other replica is ready or coming" : `and no other replica became ready within ${this.o.holdMs} ms`;
+        const detail =
+          route === undefined
+            ? "and its endpoint no longer exists"
+            : route !== null && !route.coming
+              ? "and no other replica is ready or coming"
+              : `and no other replica became ready within ${this.o.holdMs} ms`;
         return this.fail("no_replica", `replica ${replica} failed mid-answer (${why}), ${detail}`);
       }
       held(true);
@@ -198,7 +205,10 @@ export class StreamedAnswer {
         this.o.res.write(": waiting for a replica\n\n");
         lastComment = performance.now();
       }
-      await new Promise((resolve) => (this.waiting = setTimeout(resolve, HOLD_POLL_MS)));
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+        this.waiting = setTimeout(resolve, HOLD_POLL_MS);
+      });
     }
     held(false);
   }
@@ -251,7 +261,9 @@ export class StreamedAnswer {
   private stop(): void {
     this.over = true;
     clearTimeout(this.stall);
+    // A wait ends now rather than never: it is no longer counted as held.
     clearTimeout(this.waiting);
+    this.wake?.();
   }
 
   private armStall(): void {

@@ -204,6 +204,53 @@ describe("a streamed answer whose only replica is lost", () => {
   });
 });
 
+describe("a streamed answer waiting for a replica", () => {
+  it("ends with the error event once it waited GPU_ENDPOINT_HOLD_MS, as a held request would be refused", async () => {
+    const short = await startProxy({ hold: { ms: 500, max: 10 }, continuation: { stallMs: 30_000, resumeMax: 2 } });
+    opened.push(short);
+    const a = await replica("gpu-a");
+    short.coming.set("short", { coming: true });
+    const caller = await streamThrough(short, "short", "chat", CHAT, a.target, []);
+    await waitFor(() => caller.events() >= 5, "5 events to the caller", 5000);
+    await a.server.close();
+    const cutAt = performance.now();
+    const text = await caller.whole;
+
+    expect(performance.now() - cutAt).toBeGreaterThanOrEqual(450);
+    expectErrorEnd(text, new RegExp(`^replica gpu-a failed mid-answer \\(${RESET}\\), and no other replica became ready within 500 ms$`));
+    expect(await metricValue(short, "gpu_endpoint_streams_cut_total", 'endpoint="short",reason="no_replica"')).toBe(1);
+    expect(await metricValue(short, "gpu_endpoint_hold_seconds_count", 'endpoint="short"')).toBe(1);
+  });
+
+  it("ends with the error event when its endpoint is gone (deleted while the answer was on its way)", async () => {
+    const [a, b] = [await replica("gpu-a"), await replica("gpu-b")];
+    const caller = await streamThrough(proxy, "gone", "chat", CHAT, a.target, [b.target]);
+    await waitFor(() => caller.events() >= 5, "5 events to the caller", 5000);
+    proxy.endpoints.delete("gone");
+    await a.server.close();
+    expectErrorEnd(await caller.whole, new RegExp(`^replica gpu-a failed mid-answer \\(${RESET}\\), and its endpoint no longer exists$`));
+    expect(b.server.stats.completions).toBe(0);
+  });
+
+  it("stops waiting when its caller leaves: no longer held, counted 499, no replica asked", async () => {
+    const [a, b] = [await replica("gpu-a"), await replica("gpu-b")];
+    proxy.coming.set("leaving", { coming: true });
+    const controller = new AbortController();
+    proxy.endpoints.set("leaving", [a.target]);
+    const res = await callEndpoint(proxy, "/endpoints/leaving/v1/chat/completions", CHAT, { signal: controller.signal });
+    const caller = readStream(res);
+    await waitFor(() => caller.events() >= 5, "5 events to the caller", 5000);
+    await a.server.close();
+    await waitFor(() => heldNow("leaving") === 1, "the answer held", 5000);
+    controller.abort();
+    await waitFor(() => heldNow("leaving") === 0, "no longer held", 5000);
+    proxy.endpoints.set("leaving", [b.target]);
+    await waitFor(async () => (await metricValue(proxy, "gpu_endpoint_requests_total", 'endpoint="leaving",code="499"')) === 1, "counted 499", 5000);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(b.server.stats.completions).toBe(0);
+  });
+});
+
 describe("a streamed answer that is not continued", () => {
   it.each([
     ["n: 2", { n: 2 }, "it asks n = 2 choices"],
