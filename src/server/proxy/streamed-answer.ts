@@ -81,7 +81,9 @@ export class StreamedAnswer {
   private resumes = 0;
   private cutAt: number | undefined;
   private stall: NodeJS.Timeout | undefined;
+  /** The wait for the next look at the directory, and its end ahead of time (the answer is over). */
   private waiting: NodeJS.Timeout | undefined;
+  private wake: (() => void) | undefined;
   private over = false;
 
   constructor(private readonly o: StreamedAnswerOptions) {
@@ -118,8 +120,14 @@ export class StreamedAnswer {
       this.cutAt = undefined;
     }
     if (!this.o.res.write(out)) {
+      // Held back for a slow caller: the replica's silence meanwhile is ours, not a stall.
+      clearTimeout(this.stall);
       answer.pause();
-      this.o.res.once("drain", () => answer.resume());
+      this.o.res.once("drain", () => {
+        if (answer !== this.answer || this.over) return;
+        this.armStall();
+        answer.resume();
+      });
     }
     if (this.reader.done) this.end(200);
   }
@@ -129,7 +137,12 @@ export class StreamedAnswer {
     clearTimeout(this.stall);
     if (this.over) return;
     if (why === undefined || this.reader.done) return this.end(200);
-    this.request?.destroy();
+    // This replica is done with: the 'close' or 'error' that destroying its request brings (after
+    // a stall, a first-byte timeout) is not a second cut, of the replica continuing it by then.
+    const request = this.request;
+    this.answer = undefined;
+    this.request = undefined;
+    request?.destroy();
     const replica = this.target.instanceId;
     this.failed.push(replica);
     this.o.logger.warn({ endpoint: this.o.name, instance_id: replica, tokens: this.reader.tokens }, `replica's streamed answer cut: ${why}`);
@@ -178,7 +191,12 @@ export class StreamedAnswer {
       if (route === undefined || (route !== null && !route.coming) || performance.now() - since >= this.o.holdMs) {
         held(false);
         const replica = this.failed.at(-1);
-        const detail = route !== null && route !== undefined && !route.coming ? "and no other replica is ready or coming" : `and no other replica became ready within ${this.o.holdMs} ms`;
+        const detail =
+          route === undefined
+            ? "and its endpoint no longer exists"
+            : route !== null && !route.coming
+              ? "and no other replica is ready or coming"
+              : `and no other replica became ready within ${this.o.holdMs} ms`;
         return this.fail("no_replica", `replica ${replica} failed mid-answer (${why}), ${detail}`);
       }
       held(true);
@@ -186,7 +204,10 @@ export class StreamedAnswer {
         this.o.res.write(": waiting for a replica\n\n");
         lastComment = performance.now();
       }
-      await new Promise((resolve) => (this.waiting = setTimeout(resolve, HOLD_POLL_MS)));
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+        this.waiting = setTimeout(resolve, HOLD_POLL_MS);
+      });
     }
     held(false);
   }
@@ -241,7 +262,9 @@ export class StreamedAnswer {
   private stop(): void {
     this.over = true;
     clearTimeout(this.stall);
+    // A wait ends now rather than never: it is no longer counted as held.
     clearTimeout(this.waiting);
+    this.wake?.();
   }
 
   private armStall(): void {

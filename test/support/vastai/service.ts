@@ -1,4 +1,4 @@
-import pino from "pino";
+import pino, { type Logger } from "pino";
 import { loadConfig } from "../../../src/config.js";
 import { createMarketplace, type Marketplace } from "../../../src/gpu/marketplace/index.js";
 import { createTestElasticsearch } from "../elasticsearch.js";
@@ -17,13 +17,13 @@ export interface VastService {
   close(): Promise<void>;
 }
 
-/** `env` adds to (or overrides) MARKETPLACE, VAST_API_KEY and VAST_API_URL. */
-export async function startVastService(emulator: EmulatorOptions, env: Record<string, string>): Promise<VastService> {
+/** `env` adds to (or overrides) MARKETPLACE, VAST_API_KEY and VAST_API_URL; `logger`: the service's (silent without). */
+export async function startVastService(emulator: EmulatorOptions, env: Record<string, string>, logger?: Logger): Promise<VastService> {
   const vast = await startVastEmulator(emulator);
   const db = await createTestDatabase();
   const fullEnv = { MARKETPLACE: "vastai", VAST_API_KEY: emulator.apiKey, VAST_API_URL: vast.url, ...env };
   const marketplace = createMarketplace(loadConfig(fullEnv), pino({ level: "silent" }));
-  const server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace, env: fullEnv });
+  const server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace, env: fullEnv, logger });
   return {
     vast,
     db,
