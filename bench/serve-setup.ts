@@ -9,6 +9,12 @@ import { DAY_S, mulberry32 } from "./serve-day.js";
 export const TOKENS = 12;
 export const STREAM_SIM_S = 60;
 /**
+ * The tokens each answer asks for (BENCH_ANSWER_TOKENS; TOKENS by default), at the same pace: 10
+ * replays the days measured before the simulated model servers wrote all the tokens asked (they
+ * stopped at their 10-word sentence: answers of 50 simulated s).
+ */
+export const ANSWER_TOKENS = Number(process.env.BENCH_ANSWER_TOKENS ?? TOKENS);
+/**
  * Streams in flight per endpoint at the peak (Little's law: rate x stream length); twice that in a
  * burst. Small, with a small target per replica, because the wall rate of requests grows with the
  * compression and the service, its model servers and these callers share one process.
@@ -95,7 +101,7 @@ export function setupFor(wallMinutes: number, seed: number): Setup {
 
   const describe = [
     `compression: 24 simulated hours in ${wallMinutes} wall minutes, ${factor.toFixed(0)}x (1 wall s = ${fmtSim(factor)})`,
-    `answers: ${TOKENS} streamed tokens ${tokenDelayMs.toFixed(1)} ms apart (${STREAM_SIM_S} simulated s); peak ${(peakPerS * 60).toFixed(1)} requests per simulated minute (${PEAK_IN_FLIGHT} in flight per endpoint), bursts ${(2 * peakPerS * 60).toFixed(1)}`,
+    `answers: ${ANSWER_TOKENS} streamed tokens ${tokenDelayMs.toFixed(1)} ms apart (${((STREAM_SIM_S * ANSWER_TOKENS) / TOKENS).toFixed(0)} simulated s); peak ${(peakPerS * 60).toFixed(1)} requests per simulated minute (${PEAK_IN_FLIGHT} in flight per endpoint), bursts ${(2 * peakPerS * 60).toFixed(1)}`,
     `cold start on the simulated market: rent ${CREATING_SIM_S} s + boot and load ${LOADING_SIM_S.min}-${LOADING_SIM_S.max} s (uniform, per rental) + model server ${MODEL_START_SIM_S} s = 3 to 5 simulated minutes`,
     `simulated market: one per policy, each of ${CATALOGUE_SIZE} offers (10x its default catalogue, the same for the three); an endpoint rents the cheapest that fit the 'budget' template`,
     `preemptions: ${PREEMPT_PER_SIM_HOUR} per interruptible replica-hour (${market.preemptPerHour.toFixed(1)} per wall hour) plus half of them at 14:00; bids at min_bid x ${1 + BID_MARGIN}`,

@@ -20,7 +20,7 @@ import { startTestServer } from "../test/support/server.js";
 import { clock, DAY_S, expectedArrivals, mulberry32, poissonArrivals, PROFILE_TEXT, quantile, rateShare } from "./serve-day.js";
 import { newTally, streamOnce, type Tally } from "./serve-load.js";
 import { continuationsOf, eventsByHour, heldOf, machinesOf, moneyOf, TIMELINE_KINDS, type DayWindow, type Money } from "./serve-report.js";
-import { BID_MARGIN, setupFor, TOKENS } from "./serve-setup.js";
+import { ANSWER_TOKENS, BID_MARGIN, setupFor } from "./serve-setup.js";
 import { adminDatabaseUrl, printTable, wholeNumber } from "./support.js";
 
 const POLICIES = ["fixed", "ondemand", "spot"] as const;
@@ -200,7 +200,7 @@ async function replayDay(
         const hour = Math.floor(at / 3_600);
         arrivalsByHour[hour]! += 1;
         for (const policy of run) {
-          const p = streamOnce(agents.get(policy)!, services.get(policy)!.server.port, policy, TOKENS, tallies.get(policy)!, hour);
+          const p = streamOnce(agents.get(policy)!, services.get(policy)!.server.port, policy, ANSWER_TOKENS, tallies.get(policy)!, hour);
           open.add(p);
           void p.then(() => open.delete(p));
         }
