@@ -25,6 +25,9 @@ export const DEFAULT_TIMEOUTS: ConnectionTimeouts = { headersMs: 30_000, request
  */
 export const DEFAULT_KEPT_BODY_BYTES = 64 * 1024 * 1024;
 
+/** The endpoint proxy's defaults, ms and counts (GPU_ENDPOINT_FIRST_BYTE_MS, _HOLD_MS, _HOLD_MAX, _STALL_MS, _RESUME_MAX). */
+export const ENDPOINT_PROXY_DEFAULTS = Object.freeze({ firstByteMs: 300_000, holdMs: 300_000, holdMax: 1000, stallMs: 30_000, resumeMax: 2 });
+
 export interface Config {
   /** TCP port for every protocol (REST, Connect, gRPC, gRPC-Web). */
   readonly port: number;
@@ -224,12 +227,12 @@ export function loadConfig(env: Env = process.env): Config {
         unhealthyMs: integer(env, "GPU_ENDPOINT_UNHEALTHY_MS", 180_000, 0, 86_400_000),
         startTimeoutMs: integer(env, "GPU_ENDPOINT_START_TIMEOUT_MS", 1_200_000, 1_000, 86_400_000),
         drainMs: integer(env, "GPU_ENDPOINT_DRAIN_MS", 30_000, 0, 3_600_000),
-        firstByteMs: integer(env, "GPU_ENDPOINT_FIRST_BYTE_MS", 300_000, 1, 3_600_000),
-        holdMs: integer(env, "GPU_ENDPOINT_HOLD_MS", 300_000, 0, 3_600_000),
-        holdMax: integer(env, "GPU_ENDPOINT_HOLD_MAX", 1000, 0, 100_000),
+        firstByteMs: integer(env, "GPU_ENDPOINT_FIRST_BYTE_MS", ENDPOINT_PROXY_DEFAULTS.firstByteMs, 1, 3_600_000),
+        holdMs: integer(env, "GPU_ENDPOINT_HOLD_MS", ENDPOINT_PROXY_DEFAULTS.holdMs, 0, 3_600_000),
+        holdMax: integer(env, "GPU_ENDPOINT_HOLD_MAX", ENDPOINT_PROXY_DEFAULTS.holdMax, 0, 100_000),
         keptBodyBytes: integer(env, "GPU_ENDPOINT_KEPT_BODY_BYTES", DEFAULT_KEPT_BODY_BYTES, 0, 16 * 1024 ** 3),
-        stallMs: integer(env, "GPU_ENDPOINT_STALL_MS", 30_000, 100, 3_600_000),
-        resumeMax: integer(env, "GPU_ENDPOINT_RESUME_MAX", 2, 0, 10),
+        stallMs: integer(env, "GPU_ENDPOINT_STALL_MS", ENDPOINT_PROXY_DEFAULTS.stallMs, 100, 3_600_000),
+        resumeMax: integer(env, "GPU_ENDPOINT_RESUME_MAX", ENDPOINT_PROXY_DEFAULTS.resumeMax, 0, 10),
       }),
     }),
   };

@@ -1,5 +1,6 @@
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { excerpt } from "../errors.js";
+import { ENDPOINT_PROXY_DEFAULTS } from "../config.js";
 import type { Logger } from "pino";
 import type { EndpointDirectory, ProxyLoad, ProxyTraffic } from "../module.js";
 import { createAccessCheck, sendRefusal } from "./auth/access-check.js";
@@ -141,11 +142,11 @@ export function createAppHandler(options: AppOptions): NodeHandler {
   const proxy = createEndpointProxy({
     directory: options.endpoints,
     maxBodyBytes: options.maxBodyBytes,
-    firstByteMs: options.endpointFirstByteMs ?? 300_000,
-    holdMs: options.endpointHold?.ms,
-    holdMax: options.endpointHold?.max,
-    stallMs: options.endpointContinuation?.stallMs,
-    resumeMax: options.endpointContinuation?.resumeMax,
+    firstByteMs: options.endpointFirstByteMs ?? ENDPOINT_PROXY_DEFAULTS.firstByteMs,
+    holdMs: options.endpointHold?.ms ?? ENDPOINT_PROXY_DEFAULTS.holdMs,
+    holdMax: options.endpointHold?.max ?? ENDPOINT_PROXY_DEFAULTS.holdMax,
+    stallMs: options.endpointContinuation?.stallMs ?? ENDPOINT_PROXY_DEFAULTS.stallMs,
+    resumeMax: options.endpointContinuation?.resumeMax ?? ENDPOINT_PROXY_DEFAULTS.resumeMax,
     load: options.endpointLoad,
     kept,
     shutdown: options.shutdown,

@@ -30,9 +30,9 @@ export interface EndpointProxyOptions {
   metrics: ProxyMetrics;
   logger: Logger;
   /** How long a request may wait for a replica to become ready, ms (GPU_ENDPOINT_HOLD_MS); 0: never held. */
-  holdMs?: number;
+  holdMs: number;
   /** How many requests may wait per endpoint in this process (GPU_ENDPOINT_HOLD_MAX). */
-  holdMax?: number;
+  holdMax: number;
   /** Where the requests in flight and held are counted for the load publisher; a count of its own without. */
   load?: ProxyLoad;
   /** The bytes of bodies kept for holding and retries in this process, bounded; a default bound of its own without. */
@@ -40,9 +40,9 @@ export interface EndpointProxyOptions {
   /** Aborted when the service stops: held requests are answered 503 at once. */
   shutdown?: AbortSignal;
   /** A started stream silent this long is taken for cut, ms (GPU_ENDPOINT_STALL_MS). */
-  stallMs?: number;
+  stallMs: number;
   /** Continuations of one streamed answer (GPU_ENDPOINT_RESUME_MAX). */
-  resumeMax?: number;
+  resumeMax: number;
 }
 
 export interface EndpointProxy {
@@ -64,8 +64,8 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
   const kept = options.kept ?? new KeptBytes();
   const holds = new HoldQueues({
     directory,
-    holdMs: options.holdMs ?? 300_000,
-    holdMax: options.holdMax ?? 1000,
+    holdMs: options.holdMs,
+    holdMax: options.holdMax,
     maxBodyBytes,
     kept,
     load,
@@ -281,11 +281,11 @@ class Exchange {
       plan,
       hop: this.shared,
       directory: options.directory,
+      holds: this.shared.holds,
       metrics: options.metrics,
       logger: options.logger,
-      stallMs: options.stallMs ?? 30_000,
-      resumeMax: options.resumeMax ?? 2,
-      holdMs: options.holdMs ?? 300_000,
+      stallMs: options.stallMs,
+      resumeMax: options.resumeMax,
       firstByteMs: options.firstByteMs,
       onEnd: (status) => {
         this.settled = true;

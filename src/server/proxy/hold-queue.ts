@@ -13,7 +13,9 @@ import type { ProxyMetrics, RefusalReason } from "./proxy-metrics.js";
 // not be reached before any answer byte (a machine preempted or gone between two probes) comes
 // back here rather than answering 502, passing those replicas over, while a replica is coming:
 // once, and within the hold limit counted from when it was first held. A held request's body is
-// kept in the process's KeptBytes: one that finds no room there is refused, not held.
+// kept in the process's KeptBytes: one that finds no room there is refused, not held. A streamed
+// answer cut mid-way whose continuation finds no ready replica (streamed-answer.ts) waits in the
+// same queue, by the same rules, its hold limit counted from the cut.
 
 /** What a caller is told to wait before asking again: about one readiness probe. */
 export const RETRY_AFTER_SECONDS = 10;
@@ -57,15 +59,39 @@ export interface Unreached {
   detail: string;
 }
 
-interface Entry extends Held {
+/** A streamed answer cut mid-way, waiting for a replica to continue it. */
+export interface HeldContinuation {
+  name: string;
+  endpointId: string;
+  /** When its answer was cut (performance.now() ms): its hold limit counts from there. */
+  cutAt: number;
+  /** The replicas that failed it: never asked to continue it. */
+  failed: string[];
+  /** A replica is ready: `route`'s targets are the ones it may go to. */
+  resume(route: EndpointRoute): void;
+  /** Nobody will continue it (the hold limit, nothing coming, the queue full, the service stopping): why. */
+  giveUp(detail: string): void;
+}
+
+/** How a waiting entry is answered when it cannot wait any more. */
+type Ending = { refusal: Refusal; detail?: undefined; nothingComing?: boolean } | { refusal?: undefined; status: 404 | 413; detail: string };
+
+/** One waiter in an endpoint's queue: a held request or a held continuation. */
+interface Entry {
+  name: string;
+  endpointId: string;
   heldSince: number;
   /** This stay's start, for gpu_endpoint_hold_seconds. */
   since: bigint;
   timer: NodeJS.Timeout;
-  onClose: () => void;
-  /** Replicas that could not be reached, passed over until then (Date.now() ms). */
+  /** Replicas passed over until then (Date.now() ms). */
   avoid?: Map<string, number>;
-  unreached?: Unreached;
+  /** Sends it on to one of `route`'s replicas. */
+  dispatch(route: EndpointRoute): void;
+  /** Answers it here. */
+  end(ending: Ending): void;
+  /** Called once it leaves the queue, whichever way. */
+  left(): void;
 }
 
 interface Queue {
@@ -92,7 +118,7 @@ export class HoldQueues {
 
   constructor(private readonly options: HoldOptions) {
     options.shutdown?.addEventListener("abort", () => {
-      for (const name of [...this.queues.keys()]) this.endAll(name, { reason: "stopping", detail: "the service is stopping" });
+      for (const name of [...this.queues.keys()]) this.endAll(name, { refusal: { reason: "stopping", detail: "the service is stopping" } });
     });
   }
 
@@ -113,8 +139,7 @@ export class HoldQueues {
     // Read while held: the upload must end within HTTP_REQUEST_TIMEOUT_MS, whatever the wait.
     const body = new KeptBody(req, maxBodyBytes, kept, () => undefined);
     if (!body.replayable) return refuse(res, metrics, name, keptBytesRefusal(name, kept));
-    const entry = this.enqueue({ req, res, name, endpointId: route.endpointId, path, body });
-    body.onOverflow = () => this.onOverflow(entry);
+    this.enqueueRequest({ req, res, name, endpointId: route.endpointId, path, body });
   }
 
   /**
@@ -131,9 +156,31 @@ export class HoldQueues {
     if (heldSince + this.options.holdMs <= performance.now()) return false;
     const until = Date.now() + SHUN_MS;
     const avoid = new Map(unreached.instanceIds.map((id) => [id, until]));
-    const entry = this.enqueue({ ...held, heldSince, requeued: true }, { avoid, unreached });
-    held.body.onOverflow = () => this.onOverflow(entry);
+    this.enqueueRequest({ ...held, heldSince, requeued: true }, avoid, unreached);
     return true;
+  }
+
+  /**
+   * Holds a cut answer's continuation until a replica other than the ones that failed it is
+   * ready, or answers `giveUp` at once when it cannot wait. Returns how to take it out of the
+   * queue unanswered (its caller left), or undefined when it was not held.
+   */
+  holdContinuation(c: HeldContinuation): (() => void) | undefined {
+    const refusal = this.refusal(c.name);
+    if (refusal !== undefined) {
+      c.giveUp(refusal.detail);
+      return undefined;
+    }
+    const entry = this.enqueue({
+      name: c.name,
+      endpointId: c.endpointId,
+      heldSince: c.cutAt,
+      avoid: new Map(c.failed.map((id) => [id, Infinity])),
+      dispatch: (route) => c.resume(route),
+      end: (ending) => c.giveUp(ending.detail ?? ending.refusal.detail),
+      left: () => undefined,
+    });
+    return () => void this.leave(entry);
   }
 
   /** Why a request cannot wait here now, or undefined. */
@@ -147,33 +194,56 @@ export class HoldQueues {
     return undefined;
   }
 
-  private enqueue(held: Held, extra: Pick<Entry, "avoid" | "unreached"> = {}): Entry {
-    const { holdMs, metrics } = this.options;
-    const { name, res } = held;
+  /** Holds a request: its kept body is let go when it is answered here, and its caller's leaving drops it. */
+  private enqueueRequest(held: Held, avoid?: Map<string, number>, unreached?: Unreached): void {
+    const { metrics, maxBodyBytes, kept } = this.options;
+    const { name, req, res, body } = held;
+    const onClose = () => {
+      // The caller left: dropped at once, no count left behind.
+      if (!this.leave(entry)) return;
+      body.release();
+      metrics.answered(name, 499);
+    };
+    const entry = this.enqueue({
+      name,
+      endpointId: held.endpointId,
+      heldSince: held.heldSince ?? performance.now(),
+      avoid,
+      dispatch: (route) => this.options.dispatch({ ...held, heldSince: entry.heldSince }, route),
+      end: (ending) => {
+        body.release();
+        if (ending.refusal === undefined) {
+          metrics.answered(name, ending.status);
+          sendJson(res, ending.status, { detail: ending.detail }, ending.status === 413 && req.httpVersionMajor === 1 ? { connection: "close" } : {});
+        } else if (ending.nothingComing && unreached !== undefined) {
+          metrics.answered(name, 502);
+          sendJson(res, 502, { detail: unreached.detail }, { "x-endpoint-instance": unreached.instanceIds.at(-1)! });
+        } else refuse(res, metrics, name, ending.refusal);
+      },
+      left: () => {
+        res.off("close", onClose);
+        body.onUnkept = undefined;
+      },
+    });
+    res.once("close", onClose);
+    body.onOverflow = () => this.answer(entry, { status: 413, detail: `request body exceeds ${maxBodyBytes} bytes` });
+    // Its body grew past the room left in the process's kept bytes while it waited.
+    body.onUnkept = () => this.answer(entry, { refusal: keptBytesRefusal(name, kept) });
+  }
+
+  private enqueue(waiter: Omit<Entry, "since" | "timer">): Entry {
+    const { holdMs } = this.options;
+    const { name } = waiter;
     let queue = this.queues.get(name);
     if (queue === undefined) {
       queue = { entries: [], poll: undefined };
       this.queues.set(name, queue);
     }
-    const heldSince = held.heldSince ?? performance.now();
     const timeout: Refusal = { reason: "hold_timeout", detail: `no replica of endpoint '${name}' became ready within ${holdMs} ms` };
     const entry: Entry = {
-      ...held,
-      ...extra,
-      heldSince,
+      ...waiter,
       since: process.hrtime.bigint(),
-      timer: setTimeout(() => {
-        if (this.drop(entry)) refuse(res, metrics, name, timeout);
-      }, Math.max(0, heldSince + holdMs - performance.now())),
-      onClose: () => {
-        // The caller left: dropped at once, no count left behind.
-        if (this.drop(entry)) metrics.answered(name, 499);
-      },
-    };
-    res.once("close", entry.onClose);
-    held.body.onUnkept = () => {
-      // Its body grew past the room left in the process's kept bytes while it waited.
-      if (this.drop(entry)) refuse(res, metrics, name, keptBytesRefusal(name, this.options.kept));
+      timer: setTimeout(() => this.answer(entry, { refusal: timeout }), Math.max(0, waiter.heldSince + holdMs - performance.now())),
     };
     queue.entries.push(entry);
     this.options.load.held(entry.endpointId, 1);
@@ -181,11 +251,9 @@ export class HoldQueues {
     return entry;
   }
 
-  private onOverflow(entry: Entry): void {
-    if (!this.drop(entry)) return;
-    const { maxBodyBytes, metrics } = this.options;
-    metrics.answered(entry.name, 413);
-    sendJson(entry.res, 413, { detail: `request body exceeds ${maxBodyBytes} bytes` }, entry.req.httpVersionMajor === 1 ? { connection: "close" } : {});
+  /** Answers the entry here, if it still waits. */
+  private answer(entry: Entry, ending: Ending): void {
+    if (this.leave(entry)) entry.end(ending);
   }
 
   /**
@@ -198,7 +266,7 @@ export class HoldQueues {
     const now = Date.now();
     for (const entry of [...queue.entries]) {
       const targets = route.targets.filter((target) => (entry.avoid?.get(target.instanceId) ?? 0) <= now);
-      if (targets.length > 0 && this.leave(entry)) this.options.dispatch(entry, { ...route, targets });
+      if (targets.length > 0 && this.leave(entry)) entry.dispatch({ ...route, targets });
     }
   }
 
@@ -220,36 +288,20 @@ export class HoldQueues {
     if (route === undefined) this.endAll(name, { status: 404, detail: `endpoint '${name}' not found` });
     else if (route !== null) {
       this.release(name, route);
-      if (!route.coming) this.endAll(name, { reason: "not_coming", detail: refusalDetail(name, route.refusal) }, true);
+      if (!route.coming) this.endAll(name, { refusal: { reason: "not_coming", detail: refusalDetail(name, route.refusal) }, nothingComing: true });
     }
     if (queue.entries.length > 0) this.schedule(name, queue);
     else if (this.queues.get(name) === queue) this.queues.delete(name);
   }
 
-  /** Answers every request held for `name`; with `nothingComing`, a requeued one its replicas' failure. */
-  private endAll(name: string, answer: Refusal | { status: 404; detail: string }, nothingComing = false): void {
-    const queue = this.queues.get(name);
-    if (queue === undefined) return;
-    for (const entry of [...queue.entries]) {
-      if (!this.drop(entry)) continue;
-      if (nothingComing && entry.unreached !== undefined) {
-        this.options.metrics.answered(name, 502);
-        sendJson(entry.res, 502, { detail: entry.unreached.detail }, { "x-endpoint-instance": entry.unreached.instanceIds.at(-1)! });
-      } else if ("reason" in answer) refuse(entry.res, this.options.metrics, name, answer);
-      else sendJson(entry.res, answer.status, { detail: answer.detail });
-    }
-  }
-
-  /** Takes the entry out of its queue to be answered here: its kept body goes with it. */
-  private drop(entry: Entry): boolean {
-    if (!this.leave(entry)) return false;
-    entry.body.release();
-    return true;
+  /** Answers every entry held for `name`. */
+  private endAll(name: string, ending: Ending): void {
+    for (const entry of [...(this.queues.get(name)?.entries ?? [])]) this.answer(entry, ending);
   }
 
   /**
-   * Takes the entry out of its queue, its body kept (it is being sent); false when it already
-   * was (each way out runs once).
+   * Takes the entry out of its queue (a request's body still kept: it is being sent, or is let
+   * go by its answer); false when it already was (each way out runs once).
    */
   private leave(entry: Entry): boolean {
     const queue = this.queues.get(entry.name);
@@ -257,8 +309,7 @@ export class HoldQueues {
     if (queue === undefined || index < 0) return false;
     queue.entries.splice(index, 1);
     clearTimeout(entry.timer);
-    entry.res.off("close", entry.onClose);
-    entry.body.onUnkept = undefined;
+    entry.left();
     this.options.load.held(entry.endpointId, -1);
     this.options.metrics.held(entry.name, Number(process.hrtime.bigint() - entry.since) / 1e9);
     if (queue.entries.length === 0 && queue.poll !== undefined) {

@@ -3,7 +3,7 @@ import type { Logger } from "pino";
 import type { EndpointDirectory, RouteTarget } from "../../module.js";
 import type { NodeResponse } from "../node-http.js";
 import { upstreamHeaders } from "./forward-headers.js";
-import { HOLD_POLL_MS } from "./hold-queue.js";
+import type { HoldQueues } from "./hold-queue.js";
 import type { CutReason, ProxyMetrics } from "./proxy-metrics.js";
 import { requestReplica, type ReplicaHop } from "./replica-request.js";
 import { AnswerReader } from "./continuation/stream-reader.js";
@@ -14,8 +14,8 @@ import { continuationRequest, firstRequest, resumability, type CompletionPath, t
 // what it returns reaches the caller. A replica that fails after the first byte (its answer ends
 // before `data: [DONE]`, or sends nothing for stallMs) is replaced mid-answer: the continuation
 // request (the text so far, the tokens that remain) goes to another ready replica, waiting for
-// one while one is coming (counted as held, up to holdMs, an SSE comment every 10 s), at most
-// resumeMax times. An answer that cannot be continued ends with one error event and no [DONE];
+// one in the endpoint's hold queue while one is coming (its rules and limits; an SSE comment every
+// 10 s keeps the caller's connection alive), at most resumeMax times. An answer that cannot be continued ends with one error event and no [DONE];
 // one whose every choice had finished is finished here.
 
 /** What the proxy knows of a streamed completion before it is sent. */
@@ -58,11 +58,12 @@ export interface StreamedAnswerOptions {
   plan: StreamPlan;
   hop: ReplicaHop;
   directory: EndpointDirectory;
+  /** Where a continuation waits when no other replica is ready. */
+  holds: HoldQueues;
   metrics: ProxyMetrics;
   logger: Logger;
   stallMs: number;
   resumeMax: number;
-  holdMs: number;
   firstByteMs: number;
   /** The caller's answer is over: its status for the request metric (200 whole, 502 ended with an error). */
   onEnd(status: number): void;
@@ -81,9 +82,9 @@ export class StreamedAnswer {
   private resumes = 0;
   private cutAt: number | undefined;
   private stall: NodeJS.Timeout | undefined;
-  /** The wait for the next look at the directory, and its end ahead of time (the answer is over). */
-  private waiting: NodeJS.Timeout | undefined;
-  private wake: (() => void) | undefined;
+  /** While the continuation waits in the hold queue: how to take it out, and the keep-alive comments. */
+  private unhold: (() => void) | undefined;
+  private comments: NodeJS.Timeout | undefined;
   private over = false;
 
   constructor(private readonly o: StreamedAnswerOptions) {
@@ -167,49 +168,36 @@ export class StreamedAnswer {
     void this.continueOn(Buffer.from(JSON.stringify(next.body)), why, this.cutAt);
   }
 
-  /** Sends the continuation to a ready replica that has not failed this answer, waiting for one while one is coming. */
+  /** Sends the continuation to a ready replica that has not failed this answer, waiting for one in the hold queue while one is coming. */
   private async continueOn(body: Buffer, why: string, since: number): Promise<void> {
-    let counted = false;
-    const heldSince = performance.now();
-    const held = (on: boolean) => {
-      if (on === counted) return;
-      counted = on;
-      this.o.hop.load.held(this.o.endpointId, on ? 1 : -1);
-      if (!on) this.o.metrics.held(this.o.name, (performance.now() - heldSince) / 1000);
-    };
-    let lastComment = performance.now();
-    while (!this.over) {
-      const route = await this.o.directory.route(this.o.name).catch(() => null);
-      if (this.over) break;
-      const targets = route?.targets.filter((t) => !this.failed.includes(t.instanceId)) ?? [];
-      const target = this.o.hop.balancer.pick(targets);
-      if (target !== undefined) {
-        held(false);
-        return this.send(target, body);
-      }
-      // Unknown endpoint, deleting, parked, or nothing coming: nobody can continue it.
-      if (route === undefined || (route !== null && !route.coming) || performance.now() - since >= this.o.holdMs) {
-        held(false);
-        const replica = this.failed.at(-1);
-        const detail =
-          route === undefined
-            ? "and its endpoint no longer exists"
-            : route !== null && !route.coming
-              ? "and no other replica is ready or coming"
-              : `and no other replica became ready within ${this.o.holdMs} ms`;
-        return this.fail("no_replica", `replica ${replica} failed mid-answer (${why}), ${detail}`);
-      }
-      held(true);
-      if (performance.now() - lastComment >= WAITING_COMMENT_MS) {
-        this.o.res.write(": waiting for a replica\n\n");
-        lastComment = performance.now();
-      }
-      await new Promise<void>((resolve) => {
-        this.wake = resolve;
-        this.waiting = setTimeout(resolve, HOLD_POLL_MS);
-      });
-    }
-    held(false);
+    const route = await this.o.directory.route(this.o.name).catch(() => null);
+    if (this.over) return;
+    const replica = this.failed.at(-1);
+    const target = this.o.hop.balancer.pick(route?.targets.filter((t) => !this.failed.includes(t.instanceId)) ?? []);
+    if (target !== undefined) return this.send(target, body);
+    // Unknown endpoint, deleting, parked, or nothing coming: nobody can continue it.
+    if (route === undefined) return this.fail("no_replica", `replica ${replica} failed mid-answer (${why}), and its endpoint no longer exists`);
+    if (route !== null && !route.coming) return this.fail("no_replica", `replica ${replica} failed mid-answer (${why}), and no other replica is ready or coming`);
+    this.unhold = this.o.holds.holdContinuation({
+      name: this.o.name,
+      endpointId: this.o.endpointId,
+      cutAt: since,
+      failed: this.failed,
+      resume: (ready) => {
+        this.stopWaiting();
+        if (!this.over) this.send(this.o.hop.balancer.pick(ready.targets)!, body);
+      },
+      giveUp: (detail) => {
+        this.stopWaiting();
+        this.fail("no_replica", `replica ${replica} failed mid-answer (${why}); ${detail}`);
+      },
+    });
+    if (this.unhold !== undefined) this.comments = setInterval(() => this.o.res.write(": waiting for a replica\n\n"), WAITING_COMMENT_MS);
+  }
+
+  private stopWaiting(): void {
+    this.unhold = undefined;
+    clearInterval(this.comments);
   }
 
   private send(target: RouteTarget, body: Buffer): void {
@@ -233,7 +221,7 @@ export class StreamedAnswer {
       // A continuation counts once a replica answers it: one that could not be sent is tried elsewhere.
       this.resumes += 1;
       this.o.logger.info(
-        { endpoint: this.o.name, answer_id: this.reader.id, from: this.failed.at(-1), to: target.instanceId, tokens: this.reader.tokens, continuation: this.resumes },
+        { endpoint: this.o.name, answer_id: answerId(this.reader.id), from: this.failed.at(-1), to: target.instanceId, tokens: this.reader.tokens, continuation: this.resumes },
         "streamed answer continued on another replica",
       );
       this.read(answer, target, request);
@@ -262,9 +250,9 @@ export class StreamedAnswer {
   private stop(): void {
     this.over = true;
     clearTimeout(this.stall);
-    // A wait ends now rather than never: it is no longer counted as held.
-    clearTimeout(this.waiting);
-    this.wake?.();
+    // A continuation that waits leaves the hold queue unanswered: it is no longer counted as held.
+    this.unhold?.();
+    this.stopWaiting();
   }
 
   private armStall(): void {
@@ -273,5 +261,14 @@ export class StreamedAnswer {
     this.stall = setTimeout(() => {
       if (answer === this.answer && !this.over) this.cut(`it sent nothing for ${this.o.stallMs} ms`);
     }, this.o.stallMs);
+  }
+}
+
+/** The answer's id for a log line: the reader keeps it as the replica wrote it (a JSON string). */
+function answerId(json: string | undefined): string | undefined {
+  try {
+    return json === undefined ? undefined : String(JSON.parse(json));
+  } catch {
+    return json;
   }
 }

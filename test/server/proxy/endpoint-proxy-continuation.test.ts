@@ -205,7 +205,7 @@ describe("a streamed answer whose only replica is lost", () => {
 });
 
 describe("a streamed answer waiting for a replica", () => {
-  it("ends with the error event once it waited GPU_ENDPOINT_HOLD_MS, as a held request would be refused", async () => {
+  it("ends with the error event once it waited GPU_ENDPOINT_HOLD_MS, counted from the cut, as a held request would be refused", async () => {
     const short = await startProxy({ hold: { ms: 500, max: 10 }, continuation: { stallMs: 30_000, resumeMax: 2 } });
     opened.push(short);
     const a = await replica("gpu-a");
@@ -217,9 +217,30 @@ describe("a streamed answer waiting for a replica", () => {
     const text = await caller.whole;
 
     expect(performance.now() - cutAt).toBeGreaterThanOrEqual(450);
-    expectErrorEnd(text, new RegExp(`^replica gpu-a failed mid-answer \\(${RESET}\\), and no other replica became ready within 500 ms$`));
+    expectErrorEnd(text, new RegExp(`^replica gpu-a failed mid-answer \\(${RESET}\\); no replica of endpoint 'short' became ready within 500 ms$`));
     expect(await metricValue(short, "gpu_endpoint_streams_cut_total", 'endpoint="short",reason="no_replica"')).toBe(1);
     expect(await metricValue(short, "gpu_endpoint_hold_seconds_count", 'endpoint="short"')).toBe(1);
+  });
+
+  it("waits in the endpoint's hold queue: GPU_ENDPOINT_HOLD_MAX counts it with the requests held there", async () => {
+    const full = await startProxy({ hold: { ms: 5_000, max: 1 }, continuation: { stallMs: 30_000, resumeMax: 2 } });
+    opened.push(full);
+    const a = await replica("gpu-a");
+    const caller = await streamThrough(full, "full", "chat", CHAT, a.target, []);
+    await waitFor(() => caller.events() >= 5, "5 events to the caller", 5000);
+    // The replica is gone from the directory and another is coming: a request held meanwhile fills the queue.
+    full.endpoints.set("full", []);
+    full.coming.set("full", { coming: true });
+    const heldRequest = callEndpoint(full, "/endpoints/full/v1/chat/completions", { ...CHAT, stream: false });
+    await waitFor(() => full.load.entries(60_000).find((e) => e.endpointId === "full")?.held === 1, "a request held", 5000);
+    await a.server.close();
+
+    expectErrorEnd(await caller.whole, new RegExp(`^replica gpu-a failed mid-answer \\(${RESET}\\); endpoint 'full' has no ready replica, and 1 requests already wait for one here \\(GPU_ENDPOINT_HOLD_MAX\\)$`));
+    expect(await metricValue(full, "gpu_endpoint_streams_cut_total", 'endpoint="full",reason="no_replica"')).toBe(1);
+    // The request held first still waits, and is answered by the replica that comes.
+    const b = await replica("gpu-b");
+    full.endpoints.set("full", [b.target]);
+    expect((await heldRequest).status).toBe(200);
   });
 
   it("ends with the error event when its endpoint is gone (deleted while the answer was on its way)", async () => {
