@@ -26,7 +26,9 @@ type Role =
   /** The product's app handler over a fixed directory: a JSON map of endpoint names to replicas. */
   | "proxy"
   /** The load generator (load-process.ts): runs the jobs it reads on stdin. */
-  | "load";
+  | "load"
+  /** A floor proxy (floor-proxies.ts): the kind, the replica's port. */
+  | "floor";
 
 const started = new Set<ChildProcess>();
 // Whatever ends the bench (an error, Ctrl-C), no part outlives it.
@@ -71,6 +73,10 @@ async function runPart(role: Role, args: string[]): Promise<void> {
     const { startSseReplica } = await import("./sse-replica.js");
     return console.log(JSON.stringify({ port: await startSseReplica() }));
   }
+  if (role === "floor") {
+    const { startFloorProxy } = await import("./floor-proxies.js");
+    return console.log(JSON.stringify({ port: await startFloorProxy(args[0] as "node-http" | "undici", Number(args[1])) }));
+  }
   if (role === "load") {
     const { serveLoadJobs } = await import("./load-process.js");
     return serveLoadJobs();
@@ -79,7 +85,7 @@ async function runPart(role: Role, args: string[]): Promise<void> {
 }
 
 async function startProxy(endpoints: Record<string, RouteTarget[]>): Promise<void> {
-  const [{ default: pino }, { GpuService }, { listTemplates }, { createAppHandler }, { createTokenSource }, { listen }, { createMetrics }, { registration }] = await Promise.all([
+  const [{ default: pino }, { GpuService }, { listTemplates }, { createAppHandler }, { createTokenSource }, { listen }, { createMetrics }, { registration }, { createProxyLoad }, { createProxyTraffic }] = await Promise.all([
     import("pino"),
     import("../gen/gpu/v1/gpu_service_pb.js"),
     import("../src/gpu/creation/templates.js"),
@@ -88,6 +94,8 @@ async function startProxy(endpoints: Record<string, RouteTarget[]>): Promise<voi
     import("../src/server/listen.js"),
     import("../src/server/metrics.js"),
     import("../src/server/service-registration.js"),
+    import("../src/server/proxy/proxy-load.js"),
+    import("../src/server/proxy/proxy-traffic.js"),
   ]);
   const logger = pino({ level: "silent" });
   const handler = createAppHandler({
@@ -98,6 +106,9 @@ async function startProxy(endpoints: Record<string, RouteTarget[]>): Promise<voi
     maxBodyBytes: 1024 * 1024,
     metrics: createMetrics(),
     endpoints: { route: async (name) => (endpoints[name] ? { endpointId: name, targets: endpoints[name], coming: false } : undefined) },
+    // What the service counts per request too: the load it publishes and the traffic of its history.
+    endpointLoad: createProxyLoad(),
+    endpointTraffic: createProxyTraffic(),
   });
   const server = await listen({ handler, host: "127.0.0.1", port: 0 });
   console.log(JSON.stringify({ port: server.port }));

@@ -2,7 +2,9 @@
 //
 // One replica (sse-replica.ts: answers at once, a one-token answer or a 64-token stream), the
 // service's endpoint proxy (the product's app handler over a fixed directory), nginx (nginx.ts:
-// one worker, keep-alive upstream) and the load (autocannon) each run in a process of their own.
+// one worker, keep-alive upstream), the floors of a Node proxy (floor-proxies.ts: node:http's
+// server passing requests on with node:http's client or with undici's, nothing else) and the load
+// (autocannon) each run in a process of their own.
 // For one-token answers and for streamed ones (real `stream: true` chat completions, which the
 // proxy reads through its continuation reader), measured: requests/s at BENCH_IN_FLIGHT in
 // flight, direct to the replica, through nginx and through the proxy, in rounds whose order
@@ -23,7 +25,7 @@ const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 5);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 1000);
 
-const TARGETS = ["direct", "nginx", "proxy"] as const;
+const TARGETS = ["direct", "nginx", "floor-http", "floor-undici", "proxy"] as const;
 type Target = (typeof TARGETS)[number];
 type Proxy = Exclude<Target, "direct">;
 
@@ -44,7 +46,7 @@ async function measure(load: Load, routes: Record<Target, Route>, cpu: Record<Pr
   for (const target of TARGETS) await load.throughput(routes[target], body, IN_FLIGHT, DURATION_S);
   const runs = Object.fromEntries(TARGETS.map((t) => [t, [] as Array<Throughput & { cpuUs: number }>])) as Record<Target, Array<Throughput & { cpuUs: number }>>;
   for (let round = 0; round < ROUNDS; round++) {
-    for (const target of [...TARGETS.slice(round % 3), ...TARGETS.slice(0, round % 3)]) {
+    for (const target of [...TARGETS.slice(round % TARGETS.length), ...TARGETS.slice(0, round % TARGETS.length)]) {
       const cpuOf = target === "direct" ? () => 0 : cpu[target];
       const before = cpuOf();
       const run = await load.throughput(routes[target], body, IN_FLIGHT, DURATION_S);
@@ -65,20 +67,27 @@ function report(title: string, f: Record<Target, Figures>, chunks: number): void
   const ratio = (a: number, b: number) => (b > 0 ? (a / b).toFixed(2) : "");
   const added = (t: Target, pick: (x: Figures) => { p50: number; p99: number }) => (t === "direct" ? "" : `${signed(pick(f[t]).p50 - pick(f.direct).p50)} / ${signed(pick(f[t]).p99 - pick(f.direct).p99)}`);
   const atLoad = (x: Figures) => ({ p50: x.p50, p99: x.p99 });
-  const row = (label: string, cell: (t: Target) => string, ratios: string[] = ["", "", ""]) => [label, ...TARGETS.map(cell), ...ratios];
+  const row = (label: string, cell: (t: Target) => string) => [label, ...TARGETS.map(cell)];
   console.log(`\n${title}\n`);
   const rows = [
-    ["", "direct", "nginx", "proxy", "nginx / direct", "proxy / direct", "proxy / nginx"],
-    row("req/s", (t) => fmt(f[t].rps), [ratio(f.nginx.rps, f.direct.rps), ratio(f.proxy.rps, f.direct.rps), ratio(f.proxy.rps, f.nginx.rps)]),
+    ["", ...TARGETS],
+    row("req/s", (t) => fmt(f[t].rps)),
+    row("  / direct", (t) => (t === "direct" ? "" : ratio(f[t].rps, f.direct.rps))),
     row(`p50 / p99 ms at ${IN_FLIGHT} in flight`, (t) => `${fmt(f[t].p50)} / ${fmt(f[t].p99)}`),
     row("  added over direct, ms", (t) => added(t, atLoad)),
     row("one at a time p50 / p99 us", (t) => `${fmt(f[t].alone.p50)} / ${fmt(f[t].alone.p99)}`),
     row("  added over direct, us", (t) => added(t, (x) => x.alone)),
-    row("CPU per request us, the proxy process alone", (t) => (t === "direct" ? "" : fmt(f[t].cpuUs)), ["", "", ratio(f.proxy.cpuUs, f.nginx.cpuUs)]),
+    row("CPU per request us, the proxy process alone", (t) => (t === "direct" ? "" : fmt(f[t].cpuUs))),
+    row("  / nginx's", (t) => (t === "direct" || t === "nginx" ? "" : ratio(f[t].cpuUs, f.nginx.cpuUs))),
   ];
   if (chunks > 1) rows.push(row(`CPU per chunk us (${chunks} a stream)`, (t) => (t === "direct" ? "" : fmt(f[t].cpuUs / chunks))));
   rows.push(row("errors", (t) => String(f[t].errors)));
   printTable(rows);
+  const verdict = (ok: boolean) => (ok ? "met" : "MISSED");
+  const cpu = f.proxy.cpuUs / f.nginx.cpuUs;
+  const rps = f.proxy.rps / f.direct.rps;
+  console.log(`targets: proxy CPU per ${chunks > 1 ? "chunk" : "request"} <= 3x nginx's: ${cpu.toFixed(2)}x ${verdict(cpu <= 3)}; req/s >= 0.5 of direct: ${rps.toFixed(2)} ${verdict(rps >= 0.5)}`);
+  console.log(`the proxy's own work over the floor of its client (node:http): ${signed(f.proxy.cpuUs - f["floor-http"].cpuUs)} us per request`);
 }
 
 async function main(): Promise<void> {
@@ -90,21 +99,26 @@ async function main(): Promise<void> {
   const replica = await spawnPart("sse-replica");
   const proxy = await spawnPart("proxy", [JSON.stringify({ one: [targetOf(replica, "gpu-bench-replica")] })]);
   const nginx = await startNginx(binary, replica.port);
+  const floorHttp = await spawnPart("floor", ["node-http", String(replica.port)]);
+  const floorUndici = await spawnPart("floor", ["undici", String(replica.port)]);
   const load = await startLoad();
   try {
     const routes: Record<Target, Route> = {
       direct: { port: replica.port, path: "/v1/chat/completions", headers: {} },
       nginx: { port: nginx.port, path: "/v1/chat/completions", headers: {} },
+      "floor-http": { port: floorHttp.port, path: "/endpoints/one/v1/chat/completions", headers: {} },
+      "floor-undici": { port: floorUndici.port, path: "/endpoints/one/v1/chat/completions", headers: {} },
       proxy: { port: proxy.port, path: "/endpoints/one/v1/chat/completions", headers: { authorization: `Bearer ${TOKEN}` } },
     };
-    const cpu: Record<Proxy, () => number> = { nginx: nginx.cpuSeconds, proxy: () => processCpuSeconds(proxy.child.pid!) };
+    const cpuOf = (part: { child: { pid?: number } }) => () => processCpuSeconds(part.child.pid!);
+    const cpu: Record<Proxy, () => number> = { nginx: nginx.cpuSeconds, "floor-http": cpuOf(floorHttp), "floor-undici": cpuOf(floorUndici), proxy: cpuOf(proxy) };
     for (const target of TARGETS) await checkStream(routes[target], STREAMED_64);
-    console.log(`${nginx.version} (1 worker) and the endpoint proxy (1 process) in front of one replica answering at once; load average at the start ${loadavg().map((l) => l.toFixed(1)).join(" ")}`);
-    console.log(`${IN_FLIGHT} in flight, ${ROUNDS} rounds of ${DURATION_S} s each (direct, nginx, proxy in rotated order), then ${SEQUENTIAL} requests one at a time on each`);
+    console.log(`${nginx.version} (1 worker), Node's floors (node:http's server with node:http's client, and with undici's: 1 process each) and the endpoint proxy (1 process) in front of one replica answering at once; load average at the start ${loadavg().map((l) => l.toFixed(1)).join(" ")}`);
+    console.log(`${IN_FLIGHT} in flight, ${ROUNDS} rounds of ${DURATION_S} s each (${TARGETS.join(", ")} in rotated order), then ${SEQUENTIAL} requests one at a time on each`);
     report("one-token chat completions", await measure(load, routes, cpu, ONE_TOKEN), 1);
     report(`streamed chat completions (stream: true), ${STREAM_CHUNKS} events each, whole answer timed`, await measure(load, routes, cpu, STREAMED_64), STREAM_CHUNKS);
   } finally {
-    for (const part of [load.part, proxy, replica]) part.child.kill("SIGTERM");
+    for (const part of [load.part, proxy, floorHttp, floorUndici, replica]) part.child.kill("SIGTERM");
     nginx.stop();
   }
 }

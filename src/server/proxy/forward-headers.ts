@@ -49,6 +49,7 @@ export function downstreamHeaders(incoming: IncomingHttpHeaders, instanceId: str
 }
 
 function connectionTokens(connection: string | undefined): Set<string> | undefined {
-  if (connection === undefined) return undefined;
+  // The common values name no other header (and both are hop-by-hop themselves).
+  if (connection === undefined || connection === "keep-alive" || connection === "close") return undefined;
   return new Set(connection.split(",").map((token) => token.trim().toLowerCase()));
 }

@@ -88,8 +88,8 @@ export class KeptBody {
     const now = () => (this.chunks === undefined || this.overflowed ? undefined : Buffer.concat(this.chunks));
     if (this.ended || this.chunks === undefined) return Promise.resolve(now());
     return new Promise((resolve) => {
-      // After this body's own 'end' handler; 'close' without 'end': the upload was cut.
-      const settle = () => setImmediate(() => resolve(this.ended ? now() : undefined));
+      // After this body's own 'end' handler (added first); 'close' without 'end': the upload was cut.
+      const settle = () => resolve(this.ended ? now() : undefined);
       req.once("end", settle).once("close", settle);
     });
   }

@@ -7,7 +7,8 @@ interface Counts {
   inFlight: number;
   held: number;
   byReplica: Map<string, number>;
-  lastRequestAt: Date | null;
+  /** Date.now() ms of the last request, null before any. */
+  lastRequestAt: number | null;
   /** Last change of any count, ms: an endpoint whose load just ended is still published a while, so its zero is written. */
   changedAt: number;
 }
@@ -25,8 +26,7 @@ export function createProxyLoad(): ProxyLoad {
   return {
     arrived(endpointId) {
       const counts = countsOf(endpointId);
-      counts.lastRequestAt = new Date();
-      counts.changedAt = Date.now();
+      counts.changedAt = counts.lastRequestAt = Date.now();
     },
     held(endpointId, delta) {
       const counts = countsOf(endpointId);
@@ -51,7 +51,7 @@ export function createProxyLoad(): ProxyLoad {
           endpoints.delete(endpointId);
           continue;
         }
-        entries.push({ endpointId, inFlight: c.inFlight, held: c.held, byReplica: Object.fromEntries(c.byReplica), lastRequestAt: c.lastRequestAt });
+        entries.push({ endpointId, inFlight: c.inFlight, held: c.held, byReplica: Object.fromEntries(c.byReplica), lastRequestAt: c.lastRequestAt === null ? null : new Date(c.lastRequestAt) });
       }
       return entries;
     },

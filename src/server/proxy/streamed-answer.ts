@@ -82,6 +82,8 @@ export class StreamedAnswer {
   private resumes = 0;
   private cutAt: number | undefined;
   private stall: NodeJS.Timeout | undefined;
+  /** When the replica last sent a byte (performance.now() ms): the stall timer looks at it when it fires. */
+  private lastDataAt = 0;
   /** While the continuation waits in the hold queue: how to take it out, and the keep-alive comments. */
   private unhold: (() => void) | undefined;
   private comments: NodeJS.Timeout | undefined;
@@ -113,7 +115,7 @@ export class StreamedAnswer {
 
   private onData(answer: IncomingMessage, chunk: Buffer): void {
     if (answer !== this.answer || this.over) return;
-    this.armStall();
+    this.lastDataAt = performance.now();
     const out = this.reader.push(chunk);
     if (out.length === 0) return;
     if (this.cutAt !== undefined && this.reader.tokens > 0) {
@@ -255,12 +257,21 @@ export class StreamedAnswer {
     this.stopWaiting();
   }
 
+  /** Starts the replica's stall clock now. */
   private armStall(): void {
     clearTimeout(this.stall);
-    const answer = this.answer;
+    this.lastDataAt = performance.now();
+    this.stallIn(this.o.stallMs, this.answer);
+  }
+
+  // One timer per silence, not one per chunk: when it fires after bytes came, it waits for the rest.
+  private stallIn(ms: number, answer: IncomingMessage | undefined): void {
     this.stall = setTimeout(() => {
-      if (answer === this.answer && !this.over) this.cut(`it sent nothing for ${this.o.stallMs} ms`);
-    }, this.o.stallMs);
+      if (answer !== this.answer || this.over) return;
+      const silent = performance.now() - this.lastDataAt;
+      if (silent >= this.o.stallMs) this.cut(`it sent nothing for ${this.o.stallMs} ms`);
+      else this.stallIn(this.o.stallMs - silent, answer);
+    }, ms);
   }
 }
 

@@ -1,0 +1,68 @@
+// The floors under the endpoint proxy (bench:proxy): the least a Node process can do to pass a
+// request on, on the same node:http server the service listens with, with each HTTP client the
+// proxy could use for its hop to the replica. No auth, no routing, no metrics, no continuation:
+// the caller's request goes to the one replica and its answer comes back as it arrives. What the
+// product's proxy spends above the floor of its client is its own work; what the floor spends
+// above nginx is Node's.
+import http from "node:http";
+import { Pool } from "undici";
+
+export type Floor = "node-http" | "undici";
+
+/** Hop-by-hop headers (RFC 9110 section 7.6.1) that stay on the replica's hop. */
+const HOP_BY_HOP = new Set(["connection", "keep-alive", "transfer-encoding"]);
+
+/** A floor proxy in front of the replica on `replicaPort`; resolves with its port. */
+export async function startFloorProxy(floor: Floor, replicaPort: number): Promise<number> {
+  const handler = floor === "node-http" ? nodeHttpHop(replicaPort) : undiciHop(replicaPort);
+  const server = http.createServer({ keepAliveTimeout: 60_000 }, handler);
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return (server.address() as { port: number }).port;
+}
+
+/** node:http's client on a keep-alive agent, the body and the answer piped. */
+function nodeHttpHop(replicaPort: number): http.RequestListener {
+  const agent = new http.Agent({ keepAlive: true, scheduling: "lifo" });
+  return (req, res) => {
+    const headers = { "content-type": req.headers["content-type"], "content-length": req.headers["content-length"] };
+    const hop = http.request({ agent, hostname: "127.0.0.1", port: replicaPort, method: req.method, path: upstreamPath(req.url), headers }, (answer) => {
+      const out: http.OutgoingHttpHeaders = {};
+      for (const name in answer.headers) if (!HOP_BY_HOP.has(name)) out[name] = answer.headers[name];
+      res.writeHead(answer.statusCode ?? 502, out);
+      answer.pipe(res);
+    });
+    hop.on("error", () => res.destroy());
+    req.pipe(hop);
+  };
+}
+
+/** undici's pool (one per replica), its dispatch handler writing each chunk as it comes. */
+function undiciHop(replicaPort: number): http.RequestListener {
+  const pool = new Pool(`http://127.0.0.1:${replicaPort}`, { connections: 256 });
+  return (req, res) => {
+    const headers = { "content-type": String(req.headers["content-type"]), "content-length": String(req.headers["content-length"]) };
+    pool.dispatch(
+      { method: req.method as "POST", path: upstreamPath(req.url), headers, body: req },
+      {
+        onConnect: () => undefined,
+        onHeaders(status, raw, resume) {
+          const out: string[] = [];
+          for (let i = 0; i < raw.length; i += 2) {
+            const name = raw[i]!.toString("latin1");
+            if (!HOP_BY_HOP.has(name.toLowerCase())) out.push(name, raw[i + 1]!.toString("latin1"));
+          }
+          res.writeHead(status, out);
+          res.on("drain", resume);
+          return true;
+        },
+        onData: (chunk) => res.write(chunk),
+        onComplete: () => res.end(),
+        onError: () => res.destroy(),
+      },
+    );
+  };
+}
+
+function upstreamPath(url: string | undefined): string {
+  return (url ?? "/").replace(/^\/endpoints\/[^/]+/, "");
+}
