@@ -85,17 +85,20 @@ async function runPart(role: Role, args: string[]): Promise<void> {
 }
 
 async function startProxy(endpoints: Record<string, RouteTarget[]>): Promise<void> {
+  // The service's code as `npm start` runs it: compiled by `npm run build` (bench:proxy and
+  // bench:endpoint build first), not transformed on the fly as the bench's own TypeScript is.
+  const built = <T>(path: string): Promise<T> => import(new URL(`../dist/${path}`, import.meta.url).href) as Promise<T>;
   const [{ default: pino }, { GpuService }, { listTemplates }, { createAppHandler }, { createTokenSource }, { listen }, { createMetrics }, { registration }, { createProxyLoad }, { createProxyTraffic }] = await Promise.all([
     import("pino"),
-    import("../gen/gpu/v1/gpu_service_pb.js"),
-    import("../src/gpu/creation/templates.js"),
-    import("../src/server/app.js"),
-    import("../src/server/auth/token-source.js"),
-    import("../src/server/listen.js"),
-    import("../src/server/metrics.js"),
-    import("../src/server/service-registration.js"),
-    import("../src/server/proxy/proxy-load.js"),
-    import("../src/server/proxy/proxy-traffic.js"),
+    built<typeof import("../gen/gpu/v1/gpu_service_pb.js")>("gen/gpu/v1/gpu_service_pb.js"),
+    built<typeof import("../src/gpu/creation/templates.js")>("src/gpu/creation/templates.js"),
+    built<typeof import("../src/server/app.js")>("src/server/app.js"),
+    built<typeof import("../src/server/auth/token-source.js")>("src/server/auth/token-source.js"),
+    built<typeof import("../src/server/listen.js")>("src/server/listen.js"),
+    built<typeof import("../src/server/metrics.js")>("src/server/metrics.js"),
+    built<typeof import("../src/server/service-registration.js")>("src/server/service-registration.js"),
+    built<typeof import("../src/server/proxy/proxy-load.js")>("src/server/proxy/proxy-load.js"),
+    built<typeof import("../src/server/proxy/proxy-traffic.js")>("src/server/proxy/proxy-traffic.js"),
   ]);
   const logger = pino({ level: "silent" });
   const handler = createAppHandler({
