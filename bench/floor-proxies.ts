@@ -6,11 +6,10 @@
 // above nginx is Node's.
 import http from "node:http";
 import { Pool } from "undici";
+// The product's list of the headers that stay on the replica's hop, the one thing taken from it.
+import { HOP_BY_HOP } from "../src/server/proxy/forward-headers.js";
 
 export type Floor = "node-http" | "undici";
-
-/** Hop-by-hop headers (RFC 9110 section 7.6.1) that stay on the replica's hop. */
-const HOP_BY_HOP = new Set(["connection", "keep-alive", "transfer-encoding"]);
 
 /** A floor proxy in front of the replica on `replicaPort`; resolves with its port. */
 export async function startFloorProxy(floor: Floor, replicaPort: number): Promise<number> {

@@ -4,7 +4,8 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders } from "node:http";
 // (and any the Connection header names) stay on their own hop, HTTP/2 pseudo-headers never become
 // HTTP/1.1 headers, and an HTTP/2 answer must carry no connection-specific header at all.
 
-const HOP_BY_HOP = new Set([
+/** Headers that stay on their own hop (RFC 9110 section 7.6.1). */
+export const HOP_BY_HOP: ReadonlySet<string> = new Set([
   "connection",
   "keep-alive",
   "proxy-connection",
