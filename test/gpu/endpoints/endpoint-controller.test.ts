@@ -82,7 +82,11 @@ describe("endpoint controller", () => {
     const healed = await waitForEndpoint(svc.server.url, "exits", "healed", (e) => e.state === "ready" && !readyIds(e).includes(victim));
     expect(readyIds(healed)).toContain(healthy);
     const replacement = readyIds(healed).find((id) => id !== healthy)!;
-    const events = await eventsOf(svc.server.url, "exits");
+    // The replica's state and its `ready` event are two writes: the event may come a moment after.
+    const events = await waitFor("the replacement's ready event", async () => {
+      const all = await eventsOf(svc.server.url, "exits");
+      return all.some((e) => e.kind === "ready" && e.instance_id === replacement) ? all : undefined;
+    });
     // A probe may notice before the status sync does: not_ready, then ended.
     expect(kinds(events, victim).filter((k) => k !== "not_ready")).toEqual(["launched", "ready", "ended"]);
     expect(kinds(events, replacement)).toEqual(["launched", "ready"]);
