@@ -40,6 +40,12 @@ export class UnavailableError extends DomainError {}
  */
 export class OutcomeUnknownError extends UnavailableError {}
 
+/**
+ * A marketplace refused the account itself (a refused key, no balance: vast.ai's or RunPod's 401,
+ * RunPod's 402): no other offer of that market can be rented until that changes. HTTP 503.
+ */
+export class MarketBlockedError extends UnavailableError {}
+
 /** A failure the service detected and reports as such (HTTP 500), with a safe message. */
 export class OperationFailedError extends DomainError {}
 

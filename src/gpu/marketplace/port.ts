@@ -176,6 +176,23 @@ export interface Marketplace {
   readonly costIncludes?: string;
   /** Whether it rents interruptible machines (bids; `interruptible` searches, `bidPerHour` creates). */
   readonly interruptible?: boolean;
+  /**
+   * How the marketplace answers lately, as the adapter saw it (GET /api/gpu/markets); absent where
+   * the adapter keeps no such state (then it counts as `ok`).
+   */
+  health?(): MarketHealth;
+}
+
+/**
+ * A marketplace's state as its adapter saw it: `failing` (its last call failed: `error`, since
+ * `since`), `rate_limited` (it asked to wait until `until`), `blocked` (it refused the account:
+ * a refused key, no balance; `error` says which, `since` when). Auto-picks skip a blocked market.
+ */
+export interface MarketHealth {
+  state: "ok" | "failing" | "rate_limited" | "blocked";
+  error?: string;
+  since?: Date;
+  until?: Date;
 }
 
 /** What a bid costs per hour as the marketplace bills it: the bid plus the offer's storage. */
