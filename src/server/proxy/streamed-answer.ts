@@ -307,7 +307,10 @@ export class StreamedAnswer {
   private refused(answer: IncomingMessage, status: number): void {
     const request = this.request;
     const replica = this.target.instanceId;
+    // Its message is read as it comes, no longer than a stall: a refusal that never ends ends here.
+    const silence = setTimeout(() => answer.destroy(), this.o.stallMs);
     void readSome(answer, REFUSAL_BYTES).then((body) => {
+      clearTimeout(silence);
       if (this.over || request !== this.request) return;
       const { replica: cut, why } = this.lastCut;
       this.fail("not_resumable", `replica ${cut} failed mid-answer (${why}), and replica ${replica} answered its continuation ${status}: ${refusalMessage(body)}`);

@@ -119,7 +119,6 @@ describe("a streamed answer whose first event comes long after its headers (vLLM
     console.log(`first-byte histogram, first event 900 ms after the headers:\n${histogram.join("\n")}`);
     const value = (part: string) => Number(histogram.find((line) => line.includes(part))!.split(" ").pop());
     expect(value('le="0.5"')).toBe(0);
-    expect(value('le="2.5"')).toBe(4);
     expect(value("_count")).toBe(4);
     expect(value("_sum")).toBeGreaterThanOrEqual(4 * 0.9);
   });
