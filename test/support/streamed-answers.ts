@@ -84,7 +84,19 @@ export type CutAfter =
   /** Sends nothing more, its connection left open (a hung model). */
   | "silence"
   /** Its connection destroyed. */
-  | "reset";
+  | "reset"
+  /** An engine error event then `data: [DONE]`, the answer ended, as vLLM does when its engine fails. */
+  | "error"
+  /** Nothing: the answer ends there (with every event, a whole answer). */
+  | "end";
+
+/** The message of the error event a replica cut with "error" sends. */
+export const ENGINE_ERROR = "EngineCore encountered an issue. See stack trace (above) for the root cause.";
+
+export interface CuttingOptions {
+  /** Its headers at once and its first event this long after them, as vLLM (uvicorn) answers while it queues and prefills. */
+  firstEventMs?: number;
+}
 
 export interface CuttingReplica {
   target: RouteTarget;
@@ -103,6 +115,7 @@ export async function cuttingReplica(
   model: ModelServer,
   events: number | ((all: string[]) => number),
   after: CutAfter,
+  options: CuttingOptions = {},
 ): Promise<CuttingReplica> {
   const sockets = new Set<Socket>();
   const requests: Array<Record<string, unknown>> = [];
@@ -113,6 +126,10 @@ export async function cuttingReplica(
       requests.push(JSON.parse(body) as Record<string, unknown>);
       const all = (await straightFrom(model, req.url ?? "/", JSON.parse(body) as Record<string, unknown>)).split(/(?<=\n\n)/);
       res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8" });
+      if (options.firstEventMs !== undefined) {
+        res.flushHeaders();
+        await new Promise((resolve) => setTimeout(resolve, options.firstEventMs));
+      }
       const count = typeof events === "number" ? events : events(all);
       for (const event of all.slice(0, count)) {
         if (res.destroyed) return;
@@ -120,6 +137,8 @@ export async function cuttingReplica(
         await new Promise((resolve) => setTimeout(resolve, 5));
       }
       if (after === "reset") res.socket?.destroy();
+      else if (after === "error") res.end(`data: ${JSON.stringify({ error: { object: "error", message: ENGINE_ERROR, type: "InternalServerError", param: null, code: 500 } })}\n\ndata: [DONE]\n\n`);
+      else if (after === "end") res.end();
     });
   });
   server.on("connection", (socket) => {
@@ -136,4 +155,76 @@ export async function cuttingReplica(
         server.close(() => resolve());
       }),
   };
+}
+
+/** The thinking and the answer of a reasoning replica, one token each. */
+export const REASONING = ["Let", " me", " think", " about", " it", "."];
+export const CONTENT = ["The", " answer", " is", " forty", "-two", "."];
+
+export interface ReasoningReplica extends CuttingReplica {
+  /** Its answers whose events it cut. */
+  cuts: number;
+}
+
+/**
+ * A reasoning model's replica as vLLM serves one with a reasoning parser: its role chunk, the
+ * thinking as `reasoning_content` deltas, then the answer as `content` deltas, usage on every chunk
+ * as asked (completion tokens count both). A request with `continue_final_message` continues the
+ * final assistant message's answer from where it stops, without thinking again (vLLM's chat
+ * template closes the thought before an assistant message). With `cutAfter`, its first answer is
+ * cut (its connection reset) after that many events.
+ */
+export async function reasoningReplica(instanceId: string, cutAfter?: number): Promise<ReasoningReplica> {
+  const sockets = new Set<Socket>();
+  const requests: Array<Record<string, unknown>> = [];
+  const replica = { cuts: 0 } as ReasoningReplica;
+  const server = createServer((req, res) => {
+    let body = "";
+    req.on("data", (chunk: Buffer) => (body += chunk.toString()));
+    req.once("end", async () => {
+      const request = JSON.parse(body) as { messages: Array<{ role: string; content: string }>; continue_final_message?: boolean; max_tokens: number };
+      requests.push(request as unknown as Record<string, unknown>);
+      const continued = request.continue_final_message === true ? request.messages.at(-1)!.content : undefined;
+      const deltas: Array<Record<string, string>> = [];
+      if (continued === undefined) deltas.push(...REASONING.map((token) => ({ reasoning_content: token })));
+      let so = continued ?? "";
+      for (const token of CONTENT) {
+        if (so.startsWith(token)) so = so.slice(token.length);
+        else if (so === "") deltas.push({ content: token });
+      }
+      const head = { id: `chatcmpl-${instanceId}-${requests.length}`, object: "chat.completion.chunk", created: 1, model: "reasoner" };
+      const usage = (n: number) => ({ prompt_tokens: 12, total_tokens: 12 + n, completion_tokens: n });
+      type Chunk = typeof head & { choices: Array<{ index: number; delta: Record<string, string>; finish_reason: string | null }>; usage: ReturnType<typeof usage> };
+      const events: Chunk[] = [{ ...head, choices: [{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }], usage: usage(0) }];
+      const shown = deltas.slice(0, request.max_tokens);
+      shown.forEach((delta, i) => events.push({ ...head, choices: [{ index: 0, delta, finish_reason: null }], usage: usage(i + 1) }));
+      events.push({ ...head, choices: [{ index: 0, delta: {}, finish_reason: shown.length < deltas.length ? "length" : "stop" }], usage: usage(shown.length) });
+      res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8" });
+      const cut = cutAfter !== undefined && replica.cuts === 0 ? cutAfter : undefined;
+      for (const [i, event] of events.entries()) {
+        if (i === cut) {
+          replica.cuts += 1;
+          res.socket?.destroy();
+          return;
+        }
+        res.write(`data: ${JSON.stringify(event)}\n\n`);
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+      res.end("data: [DONE]\n\n");
+    });
+  });
+  server.on("connection", (socket) => {
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return Object.assign(replica, {
+    target: { instanceId, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: null },
+    requests,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  });
 }

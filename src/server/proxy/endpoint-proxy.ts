@@ -158,6 +158,8 @@ class Exchange {
   private streamed: StreamedAnswer | undefined;
   /** Bytes of the kept request counted while a streamed answer may be continued. */
   private keptForStream = 0;
+  /** When the request was sent to its replica (performance.now() ms): a streamed answer's first event is due firstByteMs later. */
+  private sentAt = 0;
 
   constructor(
     private readonly shared: Shared,
@@ -209,6 +211,7 @@ class Exchange {
     }
     const attempt = requestReplica(this.shared, this.endpointId, target, this.req.method, this.path, headers);
     this.attempt = attempt;
+    this.sentAt = performance.now();
     attempt.once("response", (answer) => this.onResponse(attempt, answer));
     attempt.on("error", (err) => this.onUpstreamError(attempt, err));
     this.timer = setTimeout(() => this.onFirstByteTimeout(attempt), this.shared.options.firstByteMs);
@@ -228,10 +231,12 @@ class Exchange {
     this.answering = true;
     // No retry from here on: the kept copy of the body is of no more use.
     this.body.release();
-    const { metrics } = this.shared.options;
-    metrics.firstByte(this.name, Number(process.hrtime.bigint() - this.started) / 1e9);
     const streamed = this.plan !== undefined && status === 200 && String(answer.headers["content-type"] ?? "").includes("text/event-stream");
-    if (!streamed) this.passOn(status, answer);
+    if (!streamed) {
+      // A streamed answer's first byte is its first event (streamed-answer.ts): its headers come before the model's first token.
+      this.shared.options.metrics.firstByte(this.name, Number(process.hrtime.bigint() - this.started) / 1e9);
+      this.passOn(status, answer);
+    }
     try {
       (this.res as http.ServerResponse).writeHead(status, downstreamHeaders(answer.headers, this.target.instanceId));
     } catch (err) {
@@ -283,7 +288,9 @@ class Exchange {
       directory: options.directory,
       holds: this.shared.holds,
       metrics: options.metrics,
+      kept,
       logger: options.logger,
+      started: this.started,
       stallMs: options.stallMs,
       resumeMax: options.resumeMax,
       firstByteMs: options.firstByteMs,
@@ -293,7 +300,7 @@ class Exchange {
         this.count(status);
       },
     });
-    this.streamed.read(answer, this.target, attempt);
+    this.streamed.read(answer, this.target, attempt, this.sentAt);
   }
 
   private releaseStreamKept(): void {

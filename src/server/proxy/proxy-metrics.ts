@@ -43,7 +43,7 @@ export function createProxyMetrics(registry: Registry, kept: KeptBytes): ProxyMe
   });
   const firstByte = new Histogram({
     name: "gpu_endpoint_first_byte_seconds",
-    help: "Time from a request's arrival at the proxy to its replica's answer headers",
+    help: "Time from a request's arrival at the proxy to its replica's answer headers (a streamed completion: to its first event)",
     labelNames: ["endpoint"],
     buckets: FIRST_BYTE_BUCKETS,
     registers: [registry],

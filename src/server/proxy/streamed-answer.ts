@@ -4,6 +4,7 @@ import type { EndpointDirectory, RouteTarget } from "../../module.js";
 import type { NodeResponse } from "../node-http.js";
 import { upstreamHeaders } from "./forward-headers.js";
 import type { HoldQueues } from "./hold-queue.js";
+import type { KeptBytes } from "./kept-body.js";
 import type { CutReason, ProxyMetrics } from "./proxy-metrics.js";
 import { requestReplica, type ReplicaHop } from "./replica-request.js";
 import { AnswerReader } from "./continuation/stream-reader.js";
@@ -11,12 +12,15 @@ import { continuationRequest, firstRequest, resumability, type CompletionPath, t
 
 // One streamed completion on its way to the caller (SPEC.md section 2, "Answers that survive
 // their replica"): every replica's bytes go through the answer's reader (continuation/), and only
-// what it returns reaches the caller. A replica that fails after the first byte (its answer ends
-// before `data: [DONE]`, or sends nothing for stallMs) is replaced mid-answer: the continuation
-// request (the text so far, the tokens that remain) goes to another ready replica, waiting for
-// one in the endpoint's hold queue while one is coming (its rules and limits; an SSE comment every
-// 10 s keeps the caller's connection alive), at most resumeMax times. An answer that cannot be continued ends with one error event and no [DONE];
-// one whose every choice had finished is finished here.
+// what it returns reaches the caller. A replica that fails after its headers (its answer ends
+// before `data: [DONE]`, it sends an error event, it sends no event within firstByteMs of the
+// request, or nothing for stallMs once its first event came) is replaced mid-answer: the
+// continuation request (the text so far, the tokens that remain) goes to another ready replica,
+// waiting for one in the endpoint's hold queue while one is coming (its rules and limits; an SSE
+// comment every 10 s keeps the caller's connection alive), at most resumeMax times. An answer that
+// cannot be continued ends with one error event and no [DONE]; one whose every choice had
+// finished is finished here. The text so far and a continuation's body count in the process's
+// kept bytes, as request bodies do.
 
 /** What the proxy knows of a streamed completion before it is sent. */
 export interface StreamPlan {
@@ -61,7 +65,11 @@ export interface StreamedAnswerOptions {
   /** Where a continuation waits when no other replica is ready. */
   holds: HoldQueues;
   metrics: ProxyMetrics;
+  /** The process's kept bytes (GPU_ENDPOINT_KEPT_BODY_BYTES): the text so far and continuation bodies count there. */
+  kept: KeptBytes;
   logger: Logger;
+  /** When the caller's request came (process.hrtime.bigint()): the first-byte metric counts from there to the first event. */
+  started: bigint;
   stallMs: number;
   resumeMax: number;
   firstByteMs: number;
@@ -81,7 +89,17 @@ export class StreamedAnswer {
   private readonly failed: string[] = [];
   private resumes = 0;
   private cutAt: number | undefined;
+  /** The last cut: which replica, and why (named in an error event that ends the answer later). */
+  private lastCut = { replica: "", why: "" };
+  /** The first-event timer until the replica's first event, the stall timer after. */
   private stall: NodeJS.Timeout | undefined;
+  /** When the current replica's request was sent (performance.now() ms): its first event is due firstByteMs later. */
+  private sentAt = 0;
+  /** The caller's first event was measured (gpu_endpoint_first_byte_seconds). */
+  private firstEventMeasured = false;
+  /** Bytes counted in the kept bytes: the text so far, and the continuation body in flight. */
+  private keptText = 0;
+  private keptContinuation = 0;
   /** When the replica last sent a byte (performance.now() ms): the stall timer looks at it when it fires. */
   private lastDataAt = 0;
   /** While the continuation waits in the hold queue: how to take it out, and the keep-alive comments. */
@@ -91,15 +109,21 @@ export class StreamedAnswer {
 
   constructor(private readonly o: StreamedAnswerOptions) {
     this.reader = new AnswerReader({ path: o.plan.path, usage: o.plan.first.usage, choices: o.plan.first.choices });
+    // No continuation will need the text: it is not kept.
+    if (!o.plan.resumable.resumable) this.reader.dropText();
   }
 
-  /** Reads a replica's answer (the first, or a continuation's) to the caller. */
-  read(answer: IncomingMessage, target: RouteTarget, request: ClientRequest): void {
+  /**
+   * Reads a replica's answer (the first, or a continuation's) to the caller, its request sent at
+   * `sentAt` (performance.now() ms): until its first event the first-byte limit holds, from then the stall clock.
+   */
+  read(answer: IncomingMessage, target: RouteTarget, request: ClientRequest, sentAt: number): void {
     this.answer = answer;
     this.request = request;
     this.target = target;
+    this.sentAt = sentAt;
     this.reader.startReplica();
-    this.armStall();
+    this.awaitFirstEvent();
     answer.on("data", (chunk: Buffer) => this.onData(answer, chunk));
     answer.on("error", () => undefined); // a cut answer is handled on 'close'
     answer.once("close", () => {
@@ -116,23 +140,51 @@ export class StreamedAnswer {
   private onData(answer: IncomingMessage, chunk: Buffer): void {
     if (answer !== this.answer || this.over) return;
     this.lastDataAt = performance.now();
+    const started = this.reader.started;
     const out = this.reader.push(chunk);
-    if (out.length === 0) return;
-    if (this.cutAt !== undefined && this.reader.tokens > 0) {
-      this.o.metrics.resumed(this.o.name, (performance.now() - this.cutAt) / 1000);
-      this.cutAt = undefined;
+    if (!started && this.reader.started) this.onFirstEvent();
+    this.keepText();
+    if (out.length > 0) {
+      if (this.cutAt !== undefined && this.reader.tokens > 0) {
+        this.o.metrics.resumed(this.o.name, (performance.now() - this.cutAt) / 1000);
+        this.cutAt = undefined;
+      }
+      if (!this.o.res.write(out) && !this.reader.done) {
+        // Held back for a slow caller: the replica's silence meanwhile is ours, not a stall.
+        clearTimeout(this.stall);
+        answer.pause();
+        this.o.res.once("drain", () => {
+          if (answer !== this.answer || this.over) return;
+          if (this.reader.started) this.armStall();
+          else this.awaitFirstEvent();
+          answer.resume();
+        });
+      }
     }
-    if (!this.o.res.write(out)) {
-      // Held back for a slow caller: the replica's silence meanwhile is ours, not a stall.
-      clearTimeout(this.stall);
-      answer.pause();
-      this.o.res.once("drain", () => {
-        if (answer !== this.answer || this.over) return;
-        this.armStall();
-        answer.resume();
-      });
-    }
+    if (this.reader.error !== undefined) return this.cut(`it sent an error event: ${JSON.stringify(this.reader.error)}`);
     if (this.reader.done) this.end(200);
+  }
+
+  /** The replica's first event: the stall clock starts, and the caller's first event is measured. */
+  private onFirstEvent(): void {
+    this.armStall();
+    if (this.firstEventMeasured) return;
+    this.firstEventMeasured = true;
+    this.o.metrics.firstByte(this.o.name, Number(process.hrtime.bigint() - this.o.started) / 1e9);
+  }
+
+  /** Counts the text so far in the kept bytes; with no room there, the answer will not be continued. */
+  private keepText(): void {
+    const grown = this.reader.textBytes - this.keptText;
+    if (grown <= 0) return;
+    if (this.o.kept.take(grown)) {
+      this.keptText += grown;
+      return;
+    }
+    this.o.kept.give(this.keptText);
+    this.keptText = 0;
+    this.reader.dropText();
+    this.o.plan.resumable = { resumable: false, reason: KEPT_FULL };
   }
 
   /** The replica failed this answer (or, with no reason, its answer ended whole). */
@@ -148,6 +200,8 @@ export class StreamedAnswer {
     request?.destroy();
     const replica = this.target.instanceId;
     this.failed.push(replica);
+    this.lastCut = { replica, why };
+    this.releaseContinuation();
     this.o.logger.warn({ endpoint: this.o.name, instance_id: replica, tokens: this.reader.tokens }, `replica's streamed answer cut: ${why}`);
     if (this.reader.finished) {
       // Every choice had ended: only [DONE] was missing.
@@ -159,15 +213,22 @@ export class StreamedAnswer {
     if (!this.reader.tokensCounted || this.reader.unreadable > 0) {
       return this.fail("not_resumable", `replica ${replica} failed mid-answer (${why}), and did not count the tokens it sent`);
     }
+    const choice = this.reader.choices[0];
+    if (choice !== undefined && choice.reasoned && choice.text === "") {
+      // The reasoning so far cannot be handed to another replica (see docs/endpoints.md): it would think again.
+      return this.fail("not_resumable", `replica ${replica} failed mid-answer (${why}), while the model was still reasoning: a continuation would reason again`);
+    }
     if (this.resumes >= this.o.resumeMax) return this.fail("limit", `replica ${replica} failed mid-answer (${why}), after ${this.resumes} continuation(s) (GPU_ENDPOINT_RESUME_MAX)`);
-    const text = this.reader.choices[0]?.text ?? "";
-    const next = continuationRequest(plan.path, plan.first.body, text, this.reader.tokens);
+    const next = continuationRequest(plan.path, plan.first.body, choice?.text ?? "", this.reader.tokens);
     if (next.finished) {
       this.o.res.write(this.reader.finish());
       return this.end(200);
     }
+    const body = Buffer.from(JSON.stringify(next.body));
+    if (!this.o.kept.take(body.length)) return this.fail("not_resumable", `replica ${replica} failed mid-answer (${why}), and its continuation cannot be kept: ${KEPT_FULL}`);
+    this.keptContinuation = body.length;
     this.cutAt ??= performance.now();
-    void this.continueOn(Buffer.from(JSON.stringify(next.body)), why, this.cutAt);
+    void this.continueOn(body, why, this.cutAt);
   }
 
   /** Sends the continuation to a ready replica that has not failed this answer, waiting for one in the hold queue while one is coming. */
@@ -210,15 +271,20 @@ export class StreamedAnswer {
     const request = requestReplica(this.o.hop, this.o.endpointId, target, "POST", this.o.upstreamPath, headers);
     this.request = request;
     this.target = target;
+    const sentAt = performance.now();
     const firstByte = setTimeout(() => request.destroy(), this.o.firstByteMs);
     request.once("close", () => clearTimeout(firstByte));
     request.once("response", (answer) => {
       clearTimeout(firstByte);
       if (this.over || request !== this.request) return void answer.resume();
+      // Answered: the continuation's body is sent and no longer kept.
+      this.releaseContinuation();
+      const status = answer.statusCode ?? 502;
+      if (status >= 400 && status < 500) return this.refused(answer, status);
       const type = String(answer.headers["content-type"] ?? "");
-      if (answer.statusCode !== 200 || !type.includes("text/event-stream")) {
+      if (status !== 200 || !type.includes("text/event-stream")) {
         answer.resume();
-        return this.cut(`its continuation was answered ${answer.statusCode}`);
+        return this.cut(`its continuation was answered ${status}`);
       }
       // A continuation counts once a replica answers it: one that could not be sent is tried elsewhere.
       this.resumes += 1;
@@ -226,12 +292,29 @@ export class StreamedAnswer {
         { endpoint: this.o.name, answer_id: answerId(this.reader.id), from: this.failed.at(-1), to: target.instanceId, tokens: this.reader.tokens, continuation: this.resumes },
         "streamed answer continued on another replica",
       );
-      this.read(answer, target, request);
+      this.read(answer, target, request, sentAt);
     });
     request.on("error", () => {
       if (request === this.request && !this.over) this.cut("its continuation could not be sent");
     });
     request.end(body);
+  }
+
+  /**
+   * A continuation answered 4xx: another replica would answer the same, so the answer ends now
+   * with the error event naming the status and the replica's message.
+   */
+  private refused(answer: IncomingMessage, status: number): void {
+    const request = this.request;
+    const replica = this.target.instanceId;
+    // Its message is read as it comes, no longer than a stall: a refusal that never ends ends here.
+    const silence = setTimeout(() => answer.destroy(), this.o.stallMs);
+    void readSome(answer, REFUSAL_BYTES).then((body) => {
+      clearTimeout(silence);
+      if (this.over || request !== this.request) return;
+      const { replica: cut, why } = this.lastCut;
+      this.fail("not_resumable", `replica ${cut} failed mid-answer (${why}), and replica ${replica} answered its continuation ${status}: ${refusalMessage(body)}`);
+    });
   }
 
   /** Ends the caller's answer with one error event and no [DONE]: never a silent end that looks complete. */
@@ -245,6 +328,9 @@ export class StreamedAnswer {
   private end(status: number): void {
     if (this.over) return;
     this.stop();
+    // Held back for a slow caller when its [DONE] came: the rest of its answer (its end) is read,
+    // or its connection would stay busy, counted in flight, until the replica's idle timeout.
+    this.answer?.resume();
     this.o.res.end();
     this.o.onEnd(status);
   }
@@ -255,6 +341,26 @@ export class StreamedAnswer {
     // A continuation that waits leaves the hold queue unanswered: it is no longer counted as held.
     this.unhold?.();
     this.stopWaiting();
+    this.releaseContinuation();
+    this.o.kept.give(this.keptText);
+    this.keptText = 0;
+  }
+
+  private releaseContinuation(): void {
+    this.o.kept.give(this.keptContinuation);
+    this.keptContinuation = 0;
+  }
+
+  /**
+   * Until the replica's first event: the first-byte limit, counted from its request. vLLM sends
+   * its headers at once and its first event after queueing and prefill: that wait is not a stall.
+   */
+  private awaitFirstEvent(): void {
+    clearTimeout(this.stall);
+    const answer = this.answer;
+    this.stall = setTimeout(() => {
+      if (answer === this.answer && !this.over) this.cut(`it sent no event within ${this.o.firstByteMs} ms (GPU_ENDPOINT_FIRST_BYTE_MS)`);
+    }, Math.max(0, this.sentAt + this.o.firstByteMs - performance.now()));
   }
 
   /** Starts the replica's stall clock now. */
@@ -273,6 +379,40 @@ export class StreamedAnswer {
       else this.stallIn(this.o.stallMs - silent, answer);
     }, ms);
   }
+}
+
+const KEPT_FULL = "this process keeps all the request bodies it may (GPU_ENDPOINT_KEPT_BODY_BYTES)";
+
+/** How much of a refused continuation's answer is read for its message. */
+const REFUSAL_BYTES = 16 * 1024;
+
+/** Up to `limit` bytes of an answer, the rest read and dropped. */
+function readSome(answer: IncomingMessage, limit: number): Promise<string> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    answer.on("data", (chunk: Buffer) => {
+      if (size < limit) chunks.push(chunk);
+      size += chunk.length;
+    });
+    const done = () => resolve(Buffer.concat(chunks).subarray(0, limit).toString("utf8"));
+    answer.once("end", done).once("close", done);
+  });
+}
+
+/** The message of a replica's error answer: OpenAI's `error.message`, vLLM's `message`, FastAPI's `detail`, or its text. */
+function refusalMessage(body: string): string {
+  try {
+    const json = JSON.parse(body) as { error?: unknown; message?: unknown; detail?: unknown };
+    const error = typeof json.error === "object" && json.error !== null ? (json.error as { message?: unknown }).message : json.error;
+    const message = error ?? json.message ?? json.detail;
+    if (typeof message === "string" && message !== "") return message;
+    if (message !== undefined) return JSON.stringify(message);
+  } catch {
+    // Not JSON: its text is the message.
+  }
+  const text = body.trim();
+  return text === "" ? "(no message)" : text.length > 300 ? `${text.slice(0, 300)}...` : text;
 }
 
 /** The answer's id for a log line: the reader keeps it as the replica wrote it (a JSON string). */

@@ -11,6 +11,8 @@ export interface ChoiceScan {
   text: string | undefined;
   /** A chat delta's `role` is present (the opening chunk). */
   role: boolean;
+  /** A chat delta carries reasoning text (`reasoning_content`, or `reasoning` in newer vLLM). */
+  reasoning: boolean;
   /** null while the choice goes on; undefined when the chunk does not say. */
   finishReason: string | null | undefined;
 }

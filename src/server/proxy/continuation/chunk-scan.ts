@@ -73,7 +73,7 @@ function readChoices(s: string, i: number, choices: ChoiceScan[]): number {
   i = skipSpace(s, i + 1);
   if (s.charCodeAt(i) === CLOSE_BRACKET) return i + 1;
   for (;;) {
-    const choice: ChoiceScan = { index: choices.length, text: undefined, role: false, finishReason: undefined };
+    const choice: ChoiceScan = { index: choices.length, text: undefined, role: false, reasoning: false, finishReason: undefined };
     const end = readFields(s, i, CHOICE, choice, undefined);
     if (end < 0) return -1;
     choices.push(choice);
@@ -90,8 +90,8 @@ const DELTA = 1;
 const USAGE = 2;
 
 /**
- * Reads the fields kept of a choice (index, text, finish reason; its delta's content and role) or
- * of usage (prompt and completion tokens). Returns the index after the object (after any other
+ * Reads the fields kept of a choice (index, text, finish reason; its delta's content, role and
+ * whether it reasons) or of usage (prompt and completion tokens). Returns the index after the object (after any other
  * value, `null` included, for a delta or usage), or -1.
  */
 function readFields(s: string, i: number, inside: number, choice: ChoiceScan | undefined, scan: ChunkScan | undefined): number {
@@ -112,6 +112,10 @@ function readFields(s: string, i: number, inside: number, choice: ChoiceScan | u
     } else if (inside === DELTA && choice !== undefined) {
       if (key === 9 && s.startsWith('"content"', i)) choice.text = stringValue(s, { start, end });
       else if (key === 6 && s.startsWith('"role"', i)) choice.role = true;
+      else if ((key === 19 && s.startsWith('"reasoning_content"', i)) || (key === 11 && s.startsWith('"reasoning"', i))) {
+        // Only a non-empty string is reasoning passed on (vLLM writes `null` in content chunks).
+        if (s.charCodeAt(start) === QUOTE && end - start > 2) choice.reasoning = true;
+      }
     } else if (inside === USAGE && scan !== undefined) {
       if (key === 15 && s.startsWith('"prompt_tokens"', i)) scan.promptTokens = numberAt(s, start, end);
       else if (key === 19 && s.startsWith('"completion_tokens"', i)) scan.completionTokens = numberAt(s, start, end);

@@ -5,13 +5,15 @@ import { scanChunk } from "./chunk-scan.js";
 // The reader of one streamed answer (SPEC.md section 2, "Answers that survive their replica"), fed
 // the replicas' bytes as they arrive, split anywhere (inside a UTF-8 character, a `data:` line).
 // It finds the server-sent events' ends and keeps only what continuation needs: the answer's `id`,
-// `created` and `model`, per choice the text passed on and its `finish_reason`, the tokens passed
-// on as the replicas count them (vLLM's continuous usage stats), whether `data: [DONE]` came, and
-// an error event. What it returns is what the caller may be sent: whole events only (a cut
-// replica's half event is never passed on), and, where continuation needs it, changed: usage the
-// caller did not ask for cut out, a continuation's `id`/`created`/`model` made the first answer's
-// and its opening role chunk dropped, the replicas' usage chunks replaced by one for the whole
-// answer. Only the chunk's structure is scanned (chunk-scan.ts), never built as objects.
+// `created` and `model`, per choice the text passed on, whether it reasoned and its
+// `finish_reason`, the tokens passed on as the replicas count them (vLLM's continuous usage
+// stats), whether `data: [DONE]` came, and a replica's error event. What it returns is what the
+// caller may be sent: whole events only (a cut replica's half event is never passed on, nor a
+// replica's error event and what follows it, its `[DONE]` included: that is a cut too), and, where
+// continuation needs it, changed: usage the caller did not ask for cut out, a continuation's
+// `id`/`created`/`model` made the first answer's and its opening role chunk dropped, the
+// replicas' usage chunks replaced by one for the whole answer. Only the chunk's structure is
+// scanned (chunk-scan.ts), never built as objects.
 
 /** The usage the caller asked for: none, one final chunk (include_usage), or on every chunk too. */
 export type UsageAsked = "none" | "final" | "continuous";
@@ -24,8 +26,10 @@ export interface AnswerReaderOptions {
 }
 
 export interface ChoiceSoFar {
-  /** The text passed on. */
+  /** The text passed on (its content; not its reasoning), while the reader keeps text. */
   text: string;
+  /** Reasoning text (`reasoning_content` / `reasoning` deltas) was passed on. */
+  reasoned: boolean;
   /** Its finish reason once one came. */
   finishReason: string | null;
 }
@@ -41,8 +45,12 @@ export class AnswerReader {
   readonly choices: ChoiceSoFar[];
   /** `data: [DONE]` came. */
   done = false;
-  /** The `data:` of an error event, once one came. */
+  /** This replica's error event's message, once one came: nothing of this replica is passed on after it. */
   error: string | undefined;
+  /** Whether the choices' text is kept (for a continuation); when not, `text` stays empty. */
+  keepText = true;
+  /** UTF-8 bytes of the text kept, all choices. */
+  textBytes = 0;
   /** Events whose JSON could not be read (passed on as they came; the text so far is then unsure). */
   unreadable = 0;
   /** The caller's prompt tokens, as the first replica counted them. */
@@ -60,12 +68,16 @@ export class AnswerReader {
   private uncounted = false;
   private replicaPassedText = false;
   private replicaCounted = false;
+  /** This replica sent a `data:` event. */
+  private replicaStarted = false;
+  /** This replica was asked the caller's own prompt (nothing passed on before it): its prompt_tokens are the caller's. */
+  private ownPrompt = true;
   /** The answer's opening role chunk reached the caller. */
   private rolePassed = false;
 
   constructor(options: AnswerReaderOptions) {
     this.options = { choices: 1, ...options };
-    this.choices = Array.from({ length: this.options.choices }, () => ({ text: "", finishReason: null }));
+    this.choices = Array.from({ length: this.options.choices }, () => ({ text: "", reasoned: false, finishReason: null }));
   }
 
   /** Begins a replica's answer: the first, or a continuation of what was passed on. Drops the last one's half event. */
@@ -82,6 +94,22 @@ export class AnswerReader {
     this.replicaTotal = 0;
     this.replicaPassedText = false;
     this.replicaCounted = false;
+    this.replicaStarted = false;
+    this.error = undefined;
+    // A continuation with no text before it is the caller's request again (continuation-request.ts).
+    this.ownPrompt = this.choices.every((c) => c.text === "");
+  }
+
+  /** The current replica sent its first `data:` event (its headers alone are not a start). */
+  get started(): boolean {
+    return this.replicaStarted;
+  }
+
+  /** Stops keeping the text (no continuation will need it) and forgets what was kept. */
+  dropText(): void {
+    this.keepText = false;
+    this.textBytes = 0;
+    for (const choice of this.choices) choice.text = "";
   }
 
   /** The completion tokens passed on, whole answer (all choices). */
@@ -139,8 +167,11 @@ export class AnswerReader {
 
   /** One whole event (its blank line included) as it is to be passed on. */
   private event(raw: string): string {
+    // After a replica's error event, its [DONE] is not the answer's end: nothing more is passed on.
+    if (this.error !== undefined) return "";
     const data = eventData(raw);
     if (data === undefined) return raw;
+    this.replicaStarted = true;
     if (data === "[DONE]") return this.finish();
     const scan = scanChunk(data);
     if (scan === undefined) {
@@ -148,8 +179,8 @@ export class AnswerReader {
       return raw;
     }
     if (scan.error) {
-      this.error = data;
-      return raw;
+      this.error = errorMessage(data);
+      return "";
     }
     const continuation = this.replicas > 1;
     if (this.id === undefined) {
@@ -157,7 +188,7 @@ export class AnswerReader {
       this.created = at(data, scan.created);
       this.model = at(data, scan.model);
     }
-    this.count(scan, continuation);
+    this.count(scan);
     const choices = scan.choices ?? [];
     if (choices.length === 0 && scan.usageValue !== undefined) return ""; // a replica's usage chunk: ours comes at the end
     const roleOnly = choices.length > 0 && choices.every((c) => c.role && !c.text && !c.finishReason);
@@ -167,9 +198,13 @@ export class AnswerReader {
       const soFar = this.choices[choice.index];
       if (soFar === undefined) continue;
       if (choice.text) {
-        soFar.text += choice.text;
+        if (this.keepText) {
+          soFar.text += choice.text;
+          this.textBytes += Buffer.byteLength(choice.text);
+        }
         this.replicaPassedText = true;
       }
+      if (choice.reasoning) soFar.reasoned = true;
       if (choice.finishReason) soFar.finishReason = choice.finishReason;
     }
     const edits = this.edits(data, scan, continuation);
@@ -178,10 +213,10 @@ export class AnswerReader {
   }
 
   /** Keeps the tokens and prompt tokens this chunk's usage reports. */
-  private count(scan: ChunkScan, continuation: boolean): void {
+  private count(scan: ChunkScan): void {
     if (scan.completionTokens === undefined) return;
     this.replicaCounted = true;
-    if (!continuation && scan.promptTokens !== undefined) this.promptTokens ??= scan.promptTokens;
+    if (this.ownPrompt && scan.promptTokens !== undefined) this.promptTokens ??= scan.promptTokens;
     const choices = scan.choices ?? [];
     if (choices.length === 0) this.replicaTotal = scan.completionTokens;
     for (const choice of choices) this.replicaTokens[choice.index] = scan.completionTokens;
@@ -242,6 +277,19 @@ function applied(data: string, edits: Edit[]): string {
 
 function at(data: string, span: Span | undefined): string | undefined {
   return span === undefined ? undefined : data.slice(span.start, span.end);
+}
+
+/** The message of a replica's error event (`{"error": {"message": ...}}`, or vLLM's older `{"object": "error", "message": ...}`). */
+function errorMessage(data: string): string {
+  try {
+    const json = JSON.parse(data) as { error?: unknown; message?: unknown };
+    const inner = typeof json.error === "object" && json.error !== null ? (json.error as { message?: unknown }).message : json.error;
+    const message = inner ?? json.message;
+    if (typeof message === "string" && message !== "") return message;
+  } catch {
+    // Not JSON after all: its text names the error.
+  }
+  return data.length > 300 ? `${data.slice(0, 300)}...` : data;
 }
 
 /**

@@ -11,13 +11,17 @@ const CHUNKS = [
   '{"id":"c4","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":"{\\"content\\":1}"}}]},"logprobs":{"content":[{"token":"z","logprob":-1}]},"finish_reason":null}]}',
   '{"id":"cmpl-5","object":"text_completion","created":5,"model":"m","choices":[{"index":0,"text":" word","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":{"prompt_tokens":4,"total_tokens":5,"completion_tokens":1}}',
   '{"id":"c6","object":"chat.completion.chunk","created":6,"model":"m","choices":[],"usage":{"prompt_tokens":4,"total_tokens":9,"completion_tokens":5}}',
+  // A reasoning model's chunks: vLLM's reasoning_content (newer: reasoning), null beside content.
+  '{"id":"c7","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"reasoning_content":"Let me \\"think\\""},"logprobs":null,"finish_reason":null}]}',
+  '{"id":"c8","object":"chat.completion.chunk","created":8,"model":"m","choices":[{"index":0,"delta":{"reasoning":"Hmm","content":null},"finish_reason":null}]}',
+  '{"id":"c9","object":"chat.completion.chunk","created":9,"model":"m","choices":[{"index":0,"delta":{"content":"ok","reasoning_content":null,"reasoning":""},"finish_reason":null}]}',
 ];
 
 interface Parsed {
   id?: string;
   created?: number;
   model?: string;
-  choices?: Array<{ index: number; text?: string; delta?: { role?: string; content?: string }; finish_reason?: string | null }>;
+  choices?: Array<{ index: number; text?: string; delta?: { role?: string; content?: string | null; reasoning_content?: string | null; reasoning?: string | null }; finish_reason?: string | null }>;
   usage?: { prompt_tokens?: number; completion_tokens?: number } | null;
 }
 
@@ -28,7 +32,13 @@ describe("scanChunk", () => {
     const raw = (span: { start: number; end: number } | undefined) => (span === undefined ? undefined : JSON.parse(chunk.slice(span.start, span.end)) as unknown);
     expect([raw(scan.id), raw(scan.created), raw(scan.model)]).toEqual([parsed.id, parsed.created, parsed.model]);
     expect(scan.choices).toEqual(
-      parsed.choices?.map((c) => ({ index: c.index, text: c.delta ? c.delta.content : c.text, role: c.delta?.role !== undefined, finishReason: c.finish_reason })),
+      parsed.choices?.map((c) => ({
+        index: c.index,
+        text: c.delta ? (c.delta.content ?? undefined) : c.text,
+        role: c.delta?.role !== undefined,
+        reasoning: Boolean(c.delta?.reasoning_content || c.delta?.reasoning),
+        finishReason: c.finish_reason,
+      })),
     );
     expect([scan.promptTokens, scan.completionTokens]).toEqual([parsed.usage?.prompt_tokens, parsed.usage?.completion_tokens]);
     if ("usage" in parsed) {

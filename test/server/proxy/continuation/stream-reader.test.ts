@@ -61,7 +61,7 @@ describe("AnswerReader: reading a replica's stream chunk by chunk", () => {
     }
     const byByte = reader();
     expect(feed(byByte, bytes, Array.from({ length: bytes.length - 1 }, (_, i) => i + 1))).toBe(expected);
-    expect(whole.choices).toEqual([{ text: TOKENS.join(""), finishReason: "stop" }]);
+    expect(whole.choices).toEqual([{ text: TOKENS.join(""), reasoned: false, finishReason: "stop" }]);
     expect([whole.id, whole.created, whole.model, whole.done, whole.tokens, whole.promptTokens]).toEqual(['"chatcmpl-1"', "100", '"m/x"', true, 7, 9]);
   });
 
@@ -123,7 +123,7 @@ describe("AnswerReader: a continuation on another replica", () => {
     expect(chunks.some((c) => c.choices[0]?.delta?.role !== undefined)).toBe(false);
     expect(chunksText(sseChunks(out1 + out2))).toBe(`${TOKENS.join("")} and more`);
     expect(sseChunks(out1 + out2).filter((c) => c.choices[0]?.delta?.role)).toHaveLength(1);
-    expect([r.choices[0], r.tokens, r.done]).toEqual([{ text: `${TOKENS.join("")} and more`, finishReason: "length" }, 9, true]);
+    expect([r.choices[0], r.tokens, r.done]).toEqual([{ text: `${TOKENS.join("")} and more`, reasoned: false, finishReason: "length" }, 9, true]);
   });
 
   it("keeps a continuation's role chunk when the first replica failed before passing its own", () => {
@@ -145,20 +145,44 @@ describe("AnswerReader: a continuation on another replica", () => {
 });
 
 describe("AnswerReader: what else a stream may hold", () => {
-  it("keeps an error event and passes it on", () => {
+  it("keeps a replica's error event as a cut: neither it nor anything after it (its [DONE]) is passed on", () => {
     const r = reader();
-    const error = 'data: {"error":{"message":"boom","type":"upstream_error","code":502}}\n\n';
-    expect(r.push(Buffer.from(error))).toBe(error);
-    expect(r.error).toBe('{"error":{"message":"boom","type":"upstream_error","code":502}}');
-    r.push(Buffer.from('data: {"object":"error","message":"old vLLM","code":400}\n\n'));
-    expect(r.error).toContain("old vLLM");
+    const before = replicaStream({ ...FIRST, finish: undefined });
+    const out = r.push(Buffer.from(`${before}data: {"error":{"object":"error","message":"engine died","type":"InternalServerError","code":500}}\n\ndata: [DONE]\n\n`));
+    expect(out).toBe(reader().push(Buffer.from(before)));
+    expect([r.error, r.done, r.finished]).toEqual(["engine died", false, false]);
+    // The next replica's answer is read again.
+    r.startReplica();
+    expect(r.error).toBeUndefined();
+    expect(r.push(Buffer.from('data: {"object":"error","message":"old vLLM","code":400}\n\n'))).toBe("");
+    expect(r.error).toBe("old vLLM");
+  });
+
+  it("keeps whether reasoning was passed on apart from the text, and counts the text's UTF-8 bytes", () => {
+    const r = reader({ usage: "final" });
+    const chunk = (delta: object) => `data: {"id":"c","created":1,"model":"m","choices":[{"index":0,"delta":${JSON.stringify(delta)},"finish_reason":null}],"usage":{"prompt_tokens":5,"completion_tokens":1}}\n\n`;
+    r.push(Buffer.from(chunk({ role: "assistant", content: "" }) + chunk({ reasoning_content: "Let me think" }) + chunk({ reasoning: " more", content: null })));
+    expect([r.choices[0], r.textBytes]).toEqual([{ text: "", reasoned: true, finishReason: null }, 0]);
+    r.push(Buffer.from(chunk({ content: "日本", reasoning_content: null })));
+    expect([r.choices[0]!.text, r.textBytes]).toEqual(["日本", 6]);
+    r.dropText();
+    r.push(Buffer.from(chunk({ content: "x" })));
+    expect([r.choices[0]!.text, r.textBytes, r.keepText]).toEqual(["", 0, false]);
+  });
+
+  it("takes the caller's prompt_tokens from a continuation when the first replica passed nothing on", () => {
+    const r = reader({ usage: "final" });
+    r.push(Buffer.from(": no event yet\n\n"));
+    r.startReplica();
+    const out = r.push(Buffer.from(replicaStream({ ...FIRST, prompt: 11 })));
+    expect(sseChunks(out).at(-1)!.usage).toEqual({ prompt_tokens: 11, total_tokens: 18, completion_tokens: 7 });
   });
 
   it("reads CRLF line ends, data over several lines, and passes comments on untouched", () => {
     const r = reader();
     const out = r.push(Buffer.from(': ping\r\n\r\ndata: {"id":"a","choices":[{"index":0,\r\ndata: "delta":{"content":"x"},"finish_reason":"stop"}],"usage":{"completion_tokens":1}}\r\n\r\ndata: [DONE]\r\n\r\n'));
     expect(out).toBe(': ping\r\n\r\ndata: {"id":"a","choices":[{"index":0, "delta":{"content":"x"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n');
-    expect([r.choices[0], r.tokens, r.done]).toEqual([{ text: "x", finishReason: "stop" }, 1, true]);
+    expect([r.choices[0], r.tokens, r.done]).toEqual([{ text: "x", reasoned: false, finishReason: "stop" }, 1, true]);
   });
 
   it("counts events it cannot read and passes them on as they came", () => {
