@@ -129,6 +129,11 @@ export interface CreateMarketInstanceRequest {
   llmPort?: number;
   /** Model the model server serves, when the instance runs one. */
   llmModelName?: string;
+  /**
+   * The lowest CUDA version the image needs (the template's min_cuda), where the marketplace
+   * places a machine by it (RunPod's gpu.minCudaVersion); others checked it on the offer.
+   */
+  minCuda?: number;
   /** The offer's terms as the creation's search showed them: what a machine not shown yet is reported with. */
   terms?: Pick<MarketOffer, "gpuName" | "numGpus" | "gpuRam" | "dphTotal">;
   /**
