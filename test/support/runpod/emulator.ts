@@ -57,6 +57,8 @@ export interface RunpodEmulator {
   failCreatesAfterRenting(count: number, status: number): void;
   /** Every request waits this long before it is handled (a hang, past the caller's timeout). */
   delay(ms: number): void;
+  /** Runs when a create arrives, before it is handled (e.g. to change the stock between two creates). */
+  onCreate(hook: ((body: unknown) => void) | undefined): void;
   /** Creates rent at once but answer only this much later. */
   answerCreatesAfter(ms: number): void;
   /** New pods are left out of GET /v2/pods for this long, as a lagging listing would. */
@@ -90,6 +92,8 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
     listLagMs: 0,
     corrupt: 0,
   };
+
+  let createHook: ((body: unknown) => void) | undefined;
 
   const server = createServer((req, res) => {
     void serve(req, res).catch((err: unknown) => {
@@ -129,10 +133,6 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
     }
     window.used++;
     const counted = rateHeaders();
-    if (switches.fail > 0) {
-      switches.fail--;
-      return send(res, switches.failStatus, problem(switches.failStatus, "upstream unavailable"), counted);
-    }
     let body: unknown;
     try {
       body = raw === "" ? undefined : JSON.parse(raw);
@@ -140,6 +140,10 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
       return send(res, 400, problem(400, "request body is not valid JSON"), counted);
     }
     entry.body = body;
+    if (switches.fail > 0) {
+      switches.fail--;
+      return send(res, switches.failStatus, problem(switches.failStatus, switches.failStatus >= 500 ? "upstream unavailable" : "request refused"), counted);
+    }
     const [status, answer, schema] = await route(method, url.pathname, url.searchParams, body);
     if (schema && status < 300) {
       const broken = violations(schema, answer);
@@ -190,6 +194,7 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
   }
 
   async function create(body: unknown): Promise<Answer> {
+    createHook?.(body);
     const broken = violations("CreatePodRequest", body);
     if (broken.length > 0) return [422, { ...problem(422, "Request validation failed."), errors: broken }];
     const request = body as PodRequest & { cpu?: unknown };
@@ -215,8 +220,8 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
     return [201, pods.view(pod), "Pod"];
   }
 
+  /** The view without `cost`, a field the contract requires. */
   function corrupted(view: Record<string, unknown>): Record<string, unknown> {
-    if (switches.corrupt <= 0) return view;
     const { cost: _cost, ...rest } = view;
     return rest;
   }
@@ -267,6 +272,7 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
     failNext: (count, status) => Object.assign(switches, { fail: count, failStatus: status }),
     failCreatesAfterRenting: (count, status) => Object.assign(switches, { failAfterRenting: count, failAfterRentingStatus: status }),
     delay: (ms) => void (switches.delayMs = ms),
+    onCreate: (hook) => void (createHook = hook),
     answerCreatesAfter: (ms) => void (switches.createAnswerMs = ms),
     listLag: (ms) => void (switches.listLagMs = ms),
     corruptNext: (count) => void (switches.corrupt = count),

@@ -19,7 +19,7 @@ export interface RunpodHealth {
   unblocked(): void;
 }
 
-export function createRunpodHealth(rateLimitedUntil: () => Date | undefined, now: () => number = Date.now): RunpodHealth {
+export function createRunpodHealth(rateLimitedUntil: () => Date | undefined, now: () => number = () => Date.now()): RunpodHealth {
   let blocked: { error: string; since: Date } | undefined;
   let failing: { error: string; since: Date } | undefined;
   let lastProbe = 0;

@@ -25,7 +25,7 @@ export interface RunpodRateLimiter {
   pausedUntil(): Date | undefined;
 }
 
-export function createRunpodRateLimiter(maxWaitMs: number, now: () => number = Date.now): RunpodRateLimiter {
+export function createRunpodRateLimiter(maxWaitMs: number, now: () => number = () => Date.now()): RunpodRateLimiter {
   const windows = new Map<string, RateWindow>();
   let pauseUntil = 0;
   let nextFree = 0;

@@ -4,6 +4,7 @@ import { ConflictError, MarketBlockedError, NotFoundError, OperationFailedError,
 import { filterOffers } from "../offer-filter.js";
 import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, OfferFilter } from "../port.js";
 import { createRunpodCatalogue } from "./runpod-catalogue.js";
+import { createTwinWatch } from "./runpod-twins.js";
 import { createRunpodHttp, unexpectedAnswer, unreadable, type RunpodHttp } from "./runpod-http.js";
 import { CLOUDS, offersOf, parseOfferId, parsePod, parsePodList, isTerminated, runpodErrorText, slugOf, toCreateBody, type OfferKey } from "./runpod-wire.js";
 
@@ -60,6 +61,7 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
     logger: options.logger,
   });
   const catalogue = createRunpodCatalogue(http, options.catalogueTtlMs ?? 60_000);
+  const twinWatch = createTwinWatch();
   const podPath = (id: string) => `/v2/pods/${encodeURIComponent(id)}`;
 
   async function searchOffers(filter: OfferFilter): Promise<MarketOffer[]> {
@@ -100,11 +102,13 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
   async function listAll(signal?: AbortSignal): Promise<MarketInstance[]> {
     const answer = await http({ endpoint: PODS, method: "GET", path: "/v2/pods", signal });
     if (answer.status !== 200) throw unexpectedAnswer(answer, "list the pods");
+    let pods: MarketInstance[];
     try {
-      return parsePodList(answer.body).map(named);
+      pods = parsePodList(answer.body).map(named);
     } catch (err) {
       return unreadable(http.health, err);
     }
+    return withoutTwins(pods, signal);
   }
 
   async function destroyInstance(id: string, signal?: AbortSignal): Promise<void> {
@@ -137,16 +141,14 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
     }
   }
 
-  /**
-   * A create sent again after a lost answer can meet the first one's pod listed late: the label
-   * then has two pods, and every pod but the one kept is deleted.
-   */
-  async function keepOnly(kept: MarketInstance, label: string, signal?: AbortSignal): Promise<void> {
-    const twins = (await listAll(signal)).filter((pod) => pod.label === label && pod.id !== kept.id);
+  /** Deletes the pods of a listing that twin another of their label (runpod-twins.ts). */
+  async function withoutTwins(listed: MarketInstance[], signal?: AbortSignal): Promise<MarketInstance[]> {
+    const { pods, twins } = twinWatch.sift(listed);
     for (const twin of twins) {
-      options.logger?.warn({ label, instance: twin.id, kept: kept.id }, "RunPod created a second pod for one label after a lost answer: deleted");
+      options.logger?.warn({ label: twin.label, instance: twin.id }, "RunPod rented a second pod for one label after a lost answer: deleted");
       await destroyInstance(twin.id, signal);
     }
+    return pods;
   }
 
   async function createOnce(request: CreateMarketInstanceRequest, key: OfferKey, signal?: AbortSignal): Promise<MarketInstance> {
@@ -175,10 +177,14 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
       try {
         const pod = onTerms(await createOnce(request, key, signal));
         http.health.unblocked();
-        if (attempt > 0) await keepOnly(pod, request.label, signal);
+        twinWatch.kept(request.label, pod.id);
         return pod;
       } catch (err) {
-        if (!(err instanceof OutcomeUnknownError)) throw err;
+        if (!(err instanceof OutcomeUnknownError)) {
+          twinWatch.none(request.label);
+          throw err;
+        }
+        twinWatch.lost(request.label);
         const found = await podNamed(request.label, err, signal);
         if (found) {
           options.logger?.warn({ label: request.label, instance: found.id }, "RunPod did not answer a create, but rented the pod: adopted");
