@@ -9,8 +9,9 @@ import { UnavailableError } from "../../../errors.js";
 // running into 429s. A 429 pauses every call with the key until its Retry-After has passed.
 
 export interface RateWindow {
-  /** Quota of the window, when RateLimit-Policy said it. */
+  /** Quota of the window and its length, ms, when RateLimit-Policy said them. */
   quota?: number;
+  lengthMs?: number;
   remaining: number;
   /** When the window resets, ms since the epoch. */
   resetAt: number;
@@ -44,14 +45,21 @@ export function createRunpodRateLimiter(maxWaitMs: number, now: () => number = (
   }
 
   async function turn(signal?: AbortSignal): Promise<void> {
-    const start = now();
-    const until = Math.max(nextFree, pauseUntil);
-    if (pauseUntil - start > maxWaitMs) {
-      throw new UnavailableError(`RunPod is rate limited: it asked to wait until ${new Date(pauseUntil).toISOString()}`);
+    // Answers arriving meanwhile (a 429) can move the turn later: look again after each wait.
+    for (let at = now(); Math.max(nextFree, pauseUntil) > at; at = now()) {
+      if (pauseUntil - at > maxWaitMs) {
+        throw new UnavailableError(`RunPod is rate limited: it asked to wait until ${new Date(pauseUntil).toISOString()}`);
+      }
+      await sleep(Math.max(nextFree, pauseUntil) - at, undefined, signal ? { signal } : undefined);
     }
-    if (until > start) await sleep(until - start, undefined, signal ? { signal } : undefined);
     const sent = now();
-    for (const window of windows.values()) if (sent < window.resetAt) window.remaining--;
+    for (const window of windows.values()) {
+      // A window past its reset starts again with its full quota until an answer says otherwise.
+      if (sent >= window.resetAt && window.quota !== undefined && window.lengthMs !== undefined) {
+        Object.assign(window, { remaining: window.quota, resetAt: sent + window.lengthMs });
+      }
+      if (sent < window.resetAt) window.remaining--;
+    }
     nextFree = sent + spacing(sent);
   }
 
@@ -74,7 +82,13 @@ export function createRunpodRateLimiter(maxWaitMs: number, now: () => number = (
         // Answers to calls sent together arrive in any order: within one window the lowest count
         // left is the truth (calls sent since are not in the answer yet); a new window starts afresh.
         const sameWindow = known !== undefined && at < known.resetAt && resetAt < known.resetAt + 1000;
-        windows.set(name, { quota: policy.get(name)?.q, remaining: sameWindow ? Math.min(known.remaining, remaining) : remaining, resetAt });
+        const { q: quota, w: lengthS } = policy.get(name) ?? {};
+        windows.set(name, {
+          quota,
+          lengthMs: lengthS !== undefined ? lengthS * 1000 : undefined,
+          remaining: sameWindow ? Math.min(known.remaining, remaining) : remaining,
+          resetAt,
+        });
       }
       if (status === 429) {
         const retryAfter = Number(headers.get("retry-after"));
