@@ -1,6 +1,6 @@
-// The marketplace port: what GpuService needs from a GPU cloud marketplace. Three adapters
+// The marketplace port: what GpuService needs from a GPU cloud marketplace. Four adapters
 // implement it: the built-in simulated marketplace (simulated/, the default), vast.ai
-// (vastai/) and a remote marketplace over HTTP (remote/). The marketplace is the truth about
+// (vastai/), RunPod (runpod/) and a remote marketplace over HTTP (remote/). The marketplace is the truth about
 // an instance's status.
 
 /** An offer as the marketplace lists it. */

@@ -2,8 +2,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
 import { OutcomeUnknownError, UnavailableError } from "../../../errors.js";
 
-// The one JSON-over-HTTP client of the marketplace adapters (remote and vast.ai): a timeout per
-// attempt, an optional limiter before each attempt, and retries with backoff and jitter.
+// The one JSON-over-HTTP client of the marketplace adapters (remote, vast.ai, RunPod): a timeout
+// per attempt, an optional limiter before each attempt, and retries with backoff and jitter.
 //
 // - 429 is always retried: the server did nothing. A Retry-After is honoured (one longer than
 //   maxRetryAfterMs answers unavailable at once).
