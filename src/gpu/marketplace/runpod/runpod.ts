@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
-import { ConflictError, MarketBlockedError, NotFoundError, OperationFailedError, OutcomeUnknownError } from "../../../errors.js";
+import { ConflictError, InvalidInputError, MarketBlockedError, NotFoundError, OperationFailedError, OutcomeUnknownError } from "../../../errors.js";
 import { filterOffers } from "../offer-filter.js";
 import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, OfferFilter } from "../port.js";
 import { createRunpodCatalogue } from "./runpod-catalogue.js";
@@ -80,23 +80,32 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
     return filterOffers(answers.flat(), filter);
   }
 
-  /** The pod as the port reports it, its GPU type named as the catalogue names it. */
-  function named(pod: MarketInstance): MarketInstance {
-    const type = catalogue.known(pod.gpuName);
-    return type ? { ...pod, gpuName: type.name, gpuRam: type.memory } : pod;
+  /**
+   * The pods as the port reports them, their GPU types named as the catalogue names them (a pod
+   * names its type by id only). A type not seen yet (after a restart) is looked up in the
+   * catalogue: a machine adopted with no GPU memory would fail its template's limits.
+   */
+  async function named(pods: MarketInstance[]): Promise<MarketInstance[]> {
+    if (pods.some((pod) => pod.gpuName !== "" && !catalogue.known(pod.gpuName))) await catalogue.types({ count: 1, cloud: "SECURE" });
+    return pods.map((pod) => {
+      const type = catalogue.known(pod.gpuName);
+      return type ? { ...pod, gpuName: type.name, gpuRam: type.memory } : pod;
+    });
   }
 
   async function getInstance(id: string, signal?: AbortSignal): Promise<MarketInstance | undefined> {
     if (!isPodId(id)) return undefined;
     const answer = await http({ endpoint: POD, method: "GET", path: podPath(id), signal });
-    if (answer.status === 404) return undefined;
+    if (isGone(answer)) return undefined;
     if (answer.status !== 200) throw unexpectedAnswer(answer, `show pod ${id}`);
     if (isTerminated(answer.body)) return undefined;
+    let pod: MarketInstance;
     try {
-      return named(parsePod(answer.body, "answer"));
+      pod = parsePod(answer.body, "answer");
     } catch (err) {
       return unreadable(http.health, err);
     }
+    return (await named([pod]))[0];
   }
 
   async function listAll(signal?: AbortSignal): Promise<MarketInstance[]> {
@@ -104,17 +113,17 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
     if (answer.status !== 200) throw unexpectedAnswer(answer, "list the pods");
     let pods: MarketInstance[];
     try {
-      pods = parsePodList(answer.body).map(named);
+      pods = parsePodList(answer.body);
     } catch (err) {
       return unreadable(http.health, err);
     }
-    return withoutTwins(pods, signal);
+    return withoutTwins(await named(pods), signal);
   }
 
   async function destroyInstance(id: string, signal?: AbortSignal): Promise<void> {
     if (!isPodId(id)) return;
     const answer = await http({ endpoint: DELETE, method: "DELETE", path: podPath(id), signal });
-    if (answer.status === 204 || answer.status === 200 || answer.status === 404) return;
+    if (answer.status === 204 || answer.status === 200 || isGone(answer)) return;
     throw unexpectedAnswer(answer, `delete pod ${id}`);
   }
 
@@ -155,7 +164,7 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
     const answer = await http({ endpoint: CREATE, method: "POST", path: "/v2/pods", body: toCreateBody(request, key), repeatable: false, signal });
     if (answer.status === 201 || answer.status === 200) {
       try {
-        return named(parsePod(answer.body, "answer"));
+        return parsePod(answer.body, "answer");
       } catch (err) {
         // Rented, but not readable: the record stays creating and the reconciler adopts the pod by label.
         http.health.failed((err as Error).message);
@@ -166,7 +175,7 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
   }
 
   async function createInstance(request: CreateMarketInstanceRequest, signal?: AbortSignal): Promise<MarketInstance> {
-    if (request.bidPerHour !== undefined) throw new ConflictError("RunPod rents no interruptible pods", { extra: { field: "offer_id" } });
+    if (request.bidPerHour !== undefined) throw new InvalidInputError("RunPod rents no interruptible pods: a bid cannot be placed there", { extra: { field: "interruptible" } });
     if (!http.health.takeCreateTurn()) {
       const { error } = http.health.health();
       throw new MarketBlockedError(`RunPod is blocked (${error ?? "refused"}); one create a minute goes through to find out whether that changed`);
@@ -225,6 +234,15 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
 function countsOf(filter: OfferFilter): number[] {
   const wanted = filter.numGpus !== undefined ? [filter.numGpus] : (filter.numGpusIn ?? DEFAULT_COUNTS);
   return [...new Set(wanted)].filter((count) => Number.isInteger(count) && count >= 1 && count <= MAX_COUNT);
+}
+
+/**
+ * RunPod's "no such pod": a 404 with its problem+json body. Any other 404 (a wrong RUNPOD_API_URL,
+ * a proxy's page) is not read as gone: that would stop following a pod that still bills.
+ */
+function isGone(answer: { status: number; body: unknown }): boolean {
+  const body = answer.body;
+  return answer.status === 404 && typeof body === "object" && body !== null && (body as Record<string, unknown>).status === 404;
 }
 
 function isPodId(id: string): boolean {

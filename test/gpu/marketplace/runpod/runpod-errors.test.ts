@@ -1,3 +1,5 @@
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { ConflictError, MarketBlockedError, OperationFailedError, OutcomeUnknownError, UnavailableError } from "../../../../src/errors.js";
 import type { Marketplace } from "../../../../src/gpu/marketplace/port.js";
@@ -178,6 +180,19 @@ describe("RunPod unreachable or unreadable", () => {
     expect(market.health!().state).toBe("failing");
     expect(runpod.pods.has(created.id)).toBe(true);
     expect(runpod.requests.some((r) => r.method === "DELETE")).toBe(false);
+  });
+
+  it("a 404 that is not RunPod's (a wrong URL, a proxy's page) is not read as gone", async () => {
+    const proxy = createServer((_req, res) => res.writeHead(404, { "content-type": "text/html" }).end("<html><body>Not Found</body></html>"));
+    await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+    const elsewhere = runpodOn(runpod, API_KEY, { baseUrl: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}` });
+    try {
+      await expect(elsewhere.getInstance("rp00000001")).rejects.toThrow(/RunPod did not show pod rp00000001 \(HTTP 404\)/);
+      await expect(elsewhere.destroyInstance("rp00000001")).rejects.toThrow(/HTTP 404/);
+    } finally {
+      await elsewhere.close();
+      await new Promise((resolve) => proxy.close(resolve));
+    }
   });
 
   it("a refused key on a read blocks the market and says so", async () => {

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { NotFoundError } from "../../../../src/errors.js";
+import { InvalidInputError, NotFoundError } from "../../../../src/errors.js";
 import type { Marketplace } from "../../../../src/gpu/marketplace/port.js";
 import type { RunpodMarketplaceOptions } from "../../../../src/gpu/marketplace/runpod/runpod.js";
 import { llmRequest, MODEL, MODEL_KEY, runpodOn } from "../../../support/runpod/adapter.js";
@@ -85,6 +85,7 @@ describe("RunPod offers", () => {
   it("answer no interruptible offers (RunPod rents none) and ask RunPod nothing for them", async () => {
     expect(market.interruptible).toBe(false);
     expect(await market.searchOffers({ interruptible: true })).toEqual([]);
+    await expect(market.createInstance(llmRequest("secure-1x-NVIDIA_GeForce_RTX_4090", "gpu-i1", { bidPerHour: 0.3 }))).rejects.toThrow(InvalidInputError);
     expect(runpod.requests).toHaveLength(0);
   });
 
@@ -137,6 +138,15 @@ describe("RunPod pods", () => {
     expect(listed.map((p) => p.label)).toEqual(["gpu-b1"]);
     expect(listed[0]).toMatchObject({ gpuName: "RTX 4090", gpuRam: 24 });
     expect(runpod.requests.filter((r) => r.method === "GET" && r.path === "/v2/pods")).toHaveLength(1);
+  });
+
+  it("are named as the catalogue names their GPU type by an adapter that has not searched yet (after a restart)", async () => {
+    await market.createInstance(llmRequest("community-2x-NVIDIA_GeForce_RTX_4090", "gpu-r1"));
+    const restarted = connect();
+    const asked = catalogueCalls().length;
+    expect(await restarted.listInstances("gpu-")).toEqual([expect.objectContaining({ label: "gpu-r1", gpuName: "RTX 4090", gpuRam: 24, numGpus: 2, offerId: "community-2x-NVIDIA_GeForce_RTX_4090" })]);
+    expect(catalogueCalls()).toHaveLength(asked + 1);
+    await restarted.close();
   });
 
   it("report EXITED as exited and ERROR as exited with its failure, and cost as the billed rate", async () => {
