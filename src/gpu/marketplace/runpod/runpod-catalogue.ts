@@ -1,5 +1,4 @@
-import type { RunpodHttp } from "./runpod-http.js";
-import { unexpectedAnswer, unreadable } from "./runpod-http.js";
+import { unexpectedAnswer, unreadable, type RunpodHttp } from "./runpod-http.js";
 import { cudaVersionText, parseCatalogue, type Cloud, type GpuType } from "./runpod-wire.js";
 
 // RunPod's GPU catalogue, one answer per GPU count and cloud (availability is given for the count

@@ -5,7 +5,7 @@ import { filterOffers } from "../offer-filter.js";
 import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, OfferFilter } from "../port.js";
 import { createRunpodCatalogue } from "./runpod-catalogue.js";
 import { createTwinWatch } from "./runpod-twins.js";
-import { createRunpodHttp, unexpectedAnswer, unreadable, type RunpodHttp } from "./runpod-http.js";
+import { createRunpodHttp, unexpectedAnswer, unreadable } from "./runpod-http.js";
 import { CLOUDS, offersOf, parseOfferId, parsePod, parsePodList, isTerminated, runpodErrorText, slugOf, toCreateBody, type OfferKey } from "./runpod-wire.js";
 
 // The marketplace port over RunPod's REST API v2 (docs/marketplace-runpod.md; its OpenAPI file is
