@@ -33,7 +33,7 @@ export interface RunpodHttp {
 export const MAX_RATE_WAIT_MS = 30_000;
 
 export function createRunpodHttp(options: RunpodHttpOptions): RunpodHttp {
-  const limiter = createRunpodRateLimiter(MAX_RATE_WAIT_MS);
+  const limiter = createRunpodRateLimiter(MAX_RATE_WAIT_MS, options.timeoutMs);
   const health = createRunpodHealth(() => limiter.pausedUntil());
   const json = createJsonHttp({
     name: "RunPod",

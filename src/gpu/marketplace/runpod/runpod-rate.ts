@@ -6,7 +6,8 @@ import { UnavailableError } from "../../../errors.js";
 // ("minute";r=12;t=30, ...: requests left, seconds until the window resets). While more than half
 // of a window's quota is left, calls go at once; below that, the calls left are spread evenly over
 // the time until the reset, so a busy caller (a 1-second status sync) is slowed to fit instead of
-// running into 429s. A 429 pauses every call with the key until its Retry-After has passed.
+// running into 429s. Before the first answer has told the quota, calls go one at a time. A 429
+// pauses every call with the key until its Retry-After has passed.
 
 export interface RateWindow {
   /** Quota of the window and its length, ms, when RateLimit-Policy said them. */
@@ -26,8 +27,17 @@ export interface RunpodRateLimiter {
   pausedUntil(): Date | undefined;
 }
 
-export function createRunpodRateLimiter(maxWaitMs: number, now: () => number = () => Date.now()): RunpodRateLimiter {
+/**
+ * `maxWaitMs`: the longest a 429 may pause a call before it answers 503 instead; `firstAnswerMs`:
+ * until RunPod's first answer has told the quota, calls go one at a time, each waiting at most
+ * this long (a call's timeout) for that answer, so that a cold burst does not overrun the quota.
+ */
+export function createRunpodRateLimiter(maxWaitMs: number, firstAnswerMs: number, now: () => number = () => Date.now()): RunpodRateLimiter {
   const windows = new Map<string, RateWindow>();
+  let answered = false;
+  let firstSent = false;
+  let released: () => void = () => undefined;
+  const firstAnswer = new Promise<void>((resolve) => (released = resolve));
   let pauseUntil = 0;
   let nextFree = 0;
   let queue: Promise<void> = Promise.resolve();
@@ -44,7 +54,18 @@ export function createRunpodRateLimiter(maxWaitMs: number, now: () => number = (
     return Math.ceil(gap);
   }
 
+  async function untilFirstAnswer(signal?: AbortSignal): Promise<void> {
+    const done = new AbortController();
+    try {
+      await Promise.race([firstAnswer, sleep(firstAnswerMs, undefined, { signal: signal ? AbortSignal.any([signal, done.signal]) : done.signal })]);
+    } finally {
+      done.abort();
+    }
+  }
+
   async function turn(signal?: AbortSignal): Promise<void> {
+    if (!answered && firstSent) await untilFirstAnswer(signal);
+    firstSent = true;
     // Answers arriving meanwhile (a 429) can move the turn later: look again after each wait.
     for (let at = now(); Math.max(nextFree, pauseUntil) > at; at = now()) {
       if (pauseUntil - at > maxWaitMs) {
@@ -72,6 +93,8 @@ export function createRunpodRateLimiter(maxWaitMs: number, now: () => number = (
     },
     observe(status, headers) {
       const at = now();
+      answered = true;
+      released();
       const policy = parseStructuredList(headers.get("ratelimit-policy"));
       for (const [name, params] of parseStructuredList(headers.get("ratelimit"))) {
         const remaining = params.r;

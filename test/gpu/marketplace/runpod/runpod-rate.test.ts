@@ -61,6 +61,14 @@ describe("RunPod's rate limits", () => {
     expect(Date.now() - started).toBeGreaterThanOrEqual(1000);
   });
 
+  it("a cold burst waits for RunPod's first answer to learn the quota, and overruns nothing", async () => {
+    await start(6, 2);
+    // Sent at once, 8 calls would overrun a quota of 6 (the test below shows RunPod's answer to that).
+    const burst = await Promise.allSettled(Array.from({ length: 8 }, () => market.listInstances("gpu-")));
+    expect(burst.every((outcome) => outcome.status === "fulfilled")).toBe(true);
+    expect(runpod.requests.map((r) => r.status)).toEqual(Array(8).fill(200));
+  });
+
   it("without the spacing the same burst meets RunPod's 429 (the test above can fail)", async () => {
     await start(6, 60);
     const raw = await Promise.all(
