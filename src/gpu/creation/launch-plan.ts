@@ -23,6 +23,8 @@ export interface LaunchPlan {
   env: Record<string, string>;
   llmPort?: number;
   llmModelName?: string;
+  /** The lowest CUDA version the image needs (the template's), for markets that place by it. */
+  minCuda?: number;
   autoDestroy: boolean;
   /** The model server runs with --tensor-parallel-size set to the machine's GPU count. */
   tensorParallel?: boolean;
@@ -72,6 +74,7 @@ export function launchPlanOf(template: Template | undefined, custom: CustomConfi
     },
     llmPort: port,
     llmModelName: config.llmModelName,
+    ...(config.minCuda ? { minCuda: config.minCuda } : {}),
     autoDestroy,
   };
 }

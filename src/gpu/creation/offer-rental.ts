@@ -138,6 +138,7 @@ function rent(ctx: GpuContext, record: InstanceRecord, plan: LaunchPlan): Promis
     terms: { ...record.gpuInfo, dphTotal: record.costPerHour },
     ...(record.bidPerHour !== null && { bidPerHour: record.bidPerHour }),
     ...(plan.llmPort !== undefined ? { llmPort: plan.llmPort, llmModelName: plan.llmModelName } : {}),
+    ...(plan.minCuda !== undefined && { minCuda: plan.minCuda }),
   });
 }
 

@@ -1,6 +1,6 @@
-// The marketplace port: what GpuService needs from a GPU cloud marketplace. Three adapters
+// The marketplace port: what GpuService needs from a GPU cloud marketplace. Four adapters
 // implement it: the built-in simulated marketplace (simulated/, the default), vast.ai
-// (vastai/) and a remote marketplace over HTTP (remote/). The marketplace is the truth about
+// (vastai/), RunPod (runpod/) and a remote marketplace over HTTP (remote/). The marketplace is the truth about
 // an instance's status.
 
 /** An offer as the marketplace lists it. */
@@ -129,6 +129,11 @@ export interface CreateMarketInstanceRequest {
   llmPort?: number;
   /** Model the model server serves, when the instance runs one. */
   llmModelName?: string;
+  /**
+   * The lowest CUDA version the image needs (the template's min_cuda), where the marketplace
+   * places a machine by it (RunPod's gpu.minCudaVersion); others checked it on the offer.
+   */
+  minCuda?: number;
   /** The offer's terms as the creation's search showed them: what a machine not shown yet is reported with. */
   terms?: Pick<MarketOffer, "gpuName" | "numGpus" | "gpuRam" | "dphTotal">;
   /**

@@ -2,8 +2,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
 import { OutcomeUnknownError, UnavailableError } from "../../../errors.js";
 
-// The one JSON-over-HTTP client of the marketplace adapters (remote and vast.ai): a timeout per
-// attempt, an optional limiter before each attempt, and retries with backoff and jitter.
+// The one JSON-over-HTTP client of the marketplace adapters (remote, vast.ai, RunPod): a timeout
+// per attempt, an optional limiter before each attempt, and retries with backoff and jitter.
 //
 // - 429 is always retried: the server did nothing. A Retry-After is honoured (one longer than
 //   maxRetryAfterMs answers unavailable at once).
@@ -33,6 +33,8 @@ export interface JsonHttpOptions {
   limiter?: (endpoint: string, signal?: AbortSignal) => Promise<void>;
   /** The readable part of an error body, added to the messages of unavailable answers. */
   errorText?: (body: unknown) => string | undefined;
+  /** Sees every answer's status and headers as it arrives, 429s included (RunPod's `RateLimit` headers). */
+  onAnswer?: (endpoint: string, status: number, headers: Headers) => void;
   /** How long a 429 asks to wait, when its body says so (vast.ai's `threshold=`), ms. */
   waitOf429?: (body: unknown, endpoint: string) => number | undefined;
   logger?: Logger;
@@ -69,7 +71,7 @@ export function createJsonHttp(options: JsonHttpOptions): JsonHttp {
   const base = options.baseUrl.replace(/\/+$/, "");
   const maxRetryAfterMs = options.maxRetryAfterMs ?? 30_000;
 
-  async function attempt(call: JsonCall): Promise<{ answer: JsonAnswer; retryAfterMs?: number } | { failure: string }> {
+  async function attempt(call: JsonCall, endpoint: string): Promise<{ answer: JsonAnswer; retryAfterMs?: number } | { failure: string }> {
     const timeoutMs = call.timeoutMs ?? options.timeoutMs;
     const timeout = AbortSignal.timeout(timeoutMs);
     const signal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
@@ -86,6 +88,7 @@ export function createJsonHttp(options: JsonHttpOptions): JsonHttp {
         body: call.body === undefined ? undefined : JSON.stringify(call.body),
       });
       const answer = { status: res.status, body: parseBody(await res.text()) };
+      options.onAnswer?.(endpoint, res.status, res.headers);
       return { answer, retryAfterMs: parseRetryAfter(res.headers.get("retry-after")) };
     } catch (err) {
       if (call.signal?.aborted) throw call.signal.reason;
@@ -98,7 +101,7 @@ export function createJsonHttp(options: JsonHttpOptions): JsonHttp {
     const repeatable = call.repeatable ?? true;
     for (let attemptNo = 0; ; attemptNo++) {
       await options.limiter?.(endpoint, call.signal);
-      const outcome = await attempt(call);
+      const outcome = await attempt(call, endpoint);
       const answer = "answer" in outcome ? outcome.answer : undefined;
       const what = answer ? `HTTP ${answer.status}` : (outcome as { failure: string }).failure;
       const detail = answer ? detailOf(options.errorText?.(answer.body)) : "";
