@@ -1,4 +1,5 @@
 import type { Knex } from "knex";
+import { DEFAULT_READ_TIMEOUT_MS, readWithTimeout } from "../../db/read-timeout.js";
 import type { TrafficOutcome } from "../../module.js";
 import { OUTCOME_COLUMNS, SUM_OUTCOMES, trafficOf, type TrafficCounts } from "../endpoints/load/traffic-store.js";
 import type { HistoryWindow } from "./history-window.js";
@@ -39,10 +40,14 @@ export interface HistoryStore {
 const TABLE = "gpu_endpoint_history";
 
 export class KnexHistoryStore implements HistoryStore {
-  private constructor(private readonly knex: Knex) {}
+  private constructor(
+    private readonly knex: Knex,
+    private readonly readTimeoutMs: number,
+  ) {}
 
-  static create({ knex }: { knex: Knex }): KnexHistoryStore {
-    return new KnexHistoryStore(knex);
+  /** `readTimeoutMs`: API_READ_TIMEOUT_MS, the statement timeout of the points' read. */
+  static create({ knex, readTimeoutMs = DEFAULT_READ_TIMEOUT_MS }: { knex: Knex; readTimeoutMs?: number }): KnexHistoryStore {
+    return new KnexHistoryStore(knex, readTimeoutMs);
   }
 
   async record(samples: readonly HistorySample[]): Promise<number> {
@@ -69,12 +74,9 @@ export class KnexHistoryStore implements HistoryStore {
   }
 
   async points(endpointId: string, window: HistoryWindow): Promise<HistoryPoint[]> {
-    const { rows } = await this.knex.raw<{ rows: Array<Record<string, unknown>> }>(POINTS_SQL, {
-      endpointId,
-      from: window.from,
-      to: window.to,
-      step: window.stepS,
-    });
+    const { rows } = await readWithTimeout(this.knex, this.readTimeoutMs, (trx) =>
+      trx.raw<{ rows: Array<Record<string, unknown>> }>(POINTS_SQL, { endpointId, from: window.from, to: window.to, step: window.stepS }),
+    );
     return rows.map((row) => ({
       ...trafficOf(row),
       at: row.at as Date,
