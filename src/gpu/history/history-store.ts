@@ -29,6 +29,11 @@ export type HistoryPoint = Omit<HistorySample, "endpointId">;
 export interface HistoryStore {
   /** Writes the samples; a minute already sampled for an endpoint is kept as it is. The number written. */
   record(samples: readonly HistorySample[]): Promise<number>;
+  /**
+   * Replaces the traffic of minutes already sampled (requests and first bytes, summed again when
+   * a process published late); load and replicas stay. The number of samples changed.
+   */
+  updateTraffic(samples: ReadonlyArray<Pick<HistorySample, "endpointId" | "at" | "counts" | "firstByte">>): Promise<number>;
   /** The end of the latest minute sampled for any endpoint; null when none was. */
   lastSampleAt(): Promise<Date | null>;
   /** The points of `endpointId` over the window: one per step (aligned to the epoch) that holds samples, oldest first. */
@@ -59,13 +64,21 @@ export class KnexHistoryStore implements HistoryStore {
       held: s.held,
       ready_replicas: s.readyReplicas,
       target_replicas: s.targetReplicas,
-      ...Object.fromEntries(Object.entries(OUTCOME_COLUMNS).map(([outcome, column]) => [column, s.counts[outcome as TrafficOutcome]])),
-      first_byte: s.firstByte.some((n) => n > 0) ? s.firstByte : null,
+      ...trafficColumns(s),
       cost_per_hour: s.costPerHour,
     }));
     // A leader that changed mid-minute, or a sampler that ran twice, never counts a minute twice.
     const written = await this.knex(TABLE).insert(rows).onConflict(["endpoint_id", "at"]).ignore().returning("at");
     return written.length;
+  }
+
+  async updateTraffic(samples: ReadonlyArray<Pick<HistorySample, "endpointId" | "at" | "counts" | "firstByte">>): Promise<number> {
+    if (samples.length === 0) return 0;
+    return this.knex.transaction(async (trx) => {
+      let changed = 0;
+      for (const s of samples) changed += await trx(TABLE).where({ endpoint_id: s.endpointId, at: s.at }).update(trafficColumns(s));
+      return changed;
+    });
   }
 
   async lastSampleAt(): Promise<Date | null> {
@@ -91,6 +104,13 @@ export class KnexHistoryStore implements HistoryStore {
   async prune(before: Date): Promise<number> {
     return this.knex(TABLE).where("at", "<", before).delete();
   }
+}
+
+function trafficColumns(s: Pick<HistorySample, "counts" | "firstByte">): Record<string, unknown> {
+  return {
+    ...Object.fromEntries(Object.entries(OUTCOME_COLUMNS).map(([outcome, column]) => [column, s.counts[outcome as TrafficOutcome]])),
+    first_byte: s.firstByte.some((n) => n > 0) ? s.firstByte : null,
+  };
 }
 
 // Samples in (from, to], grouped by the step they end in (steps aligned to the epoch, so that a
