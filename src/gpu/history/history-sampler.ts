@@ -93,9 +93,10 @@ export function createHistorySampler(deps: HistorySamplerDeps): HistorySampler {
   }
 
   /** Sums again the minutes already sampled (ending by `upTo`) that a process wrote to since they were. */
-  async function resumLate(minutes: readonly Date[], upTo: number, live: readonly EndpointRecord[]): Promise<void> {
+  async function resumLate(minutes: readonly Date[], upTo: number, liveEndpoints: () => Promise<readonly EndpointRecord[]>): Promise<void> {
     const late = minutes.filter((start) => start.getTime() + MINUTE_MS <= upTo);
-    const byName = new Map(live.map((e) => [e.name, e.id]));
+    if (late.length === 0) return;
+    const byName = new Map((await liveEndpoints()).map((e) => [e.name, e.id]));
     let changed = 0;
     for (const start of late) {
       const traffic = await deps.traffic.sumMinute(start);
@@ -122,15 +123,18 @@ export function createHistorySampler(deps: HistorySamplerDeps): HistorySampler {
       const sampledBefore = sampledUpTo;
       // Read before the sums below: whatever is written from here on is read again next round.
       const written = await deps.traffic.minutesWrittenSince(trafficReadAt && new Date(trafficReadAt.getTime() - LATE_OVERLAP_MS));
-      const live = await deps.endpoints.listLive();
+      // Most rounds have nothing to sample and no late traffic: they read no endpoint.
+      let live: EndpointRecord[] | undefined;
+      const liveEndpoints = async () => (live ??= await deps.endpoints.listLive());
       if (end > sampledUpTo) {
-        const observed = await observe(live);
+        const endpoints = await liveEndpoints();
+        const observed = await observe(endpoints);
         for (let minute = Math.max(sampledUpTo + MINUTE_MS, end - CATCH_UP_MS); minute <= end; minute += MINUTE_MS) {
-          await deps.history.record(await sampleMinute(minute, live, observed, minute === end));
+          await deps.history.record(await sampleMinute(minute, endpoints, observed, minute === end));
           sampledUpTo = minute;
         }
       }
-      await resumLate(written.minutes, sampledBefore, live);
+      await resumLate(written.minutes, sampledBefore, liveEndpoints);
       trafficReadAt = written.asOf;
       if (at - prunedAt >= PRUNE_EVERY_MS) await prune(at);
     },
