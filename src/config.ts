@@ -1,5 +1,6 @@
 import { accessSync, constants as fsConstants } from "node:fs";
 import { validate as validateCron } from "node-cron";
+import { DEFAULT_READ_TIMEOUT_MS } from "./db/read-timeout.js";
 
 // Configuration is read from the environment once, validated, and frozen. A bad variable fails
 // start-up with a message naming it.
@@ -71,6 +72,8 @@ export interface GpuConfig {
   readonly maxFleetDph: number | undefined;
   /** HISTORY_DAYS: how long the endpoints' history is kept, and how far back a history read may reach. */
   readonly historyDays: number;
+  /** API_READ_TIMEOUT_MS: statement timeout of the history and spend reads, ms (a slow one answers 503). */
+  readonly apiReadTimeoutMs: number;
   readonly endpoints: EndpointConfig;
 }
 
@@ -221,6 +224,7 @@ export function loadConfig(env: Env = process.env): Config {
       statusCacheMs: integer(env, "GPU_STATUS_CACHE_MS", 2_000, 0, 60_000),
       maxFleetDph: positiveNumber(env, "GPU_MAX_FLEET_DPH"),
       historyDays: integer(env, "HISTORY_DAYS", 7, 1, 366),
+      apiReadTimeoutMs: integer(env, "API_READ_TIMEOUT_MS", DEFAULT_READ_TIMEOUT_MS, 100, 600_000),
       endpoints: Object.freeze({
         probeMs: integer(env, "GPU_ENDPOINT_PROBE_MS", 10_000, 10, 3_600_000),
         readyAfter: integer(env, "GPU_ENDPOINT_READY_AFTER", 2, 1, 100),

@@ -45,6 +45,12 @@ describe("loadConfig", () => {
     expect(loadConfig({ GPU_MAX_FLEET_DPH: "12.5" }).gpu.maxFleetDph).toBe(12.5);
   });
 
+  it("ends the history and spend reads after 5 s unless API_READ_TIMEOUT_MS says otherwise", () => {
+    expect(loadConfig({}).gpu.apiReadTimeoutMs).toBe(5_000);
+    expect(loadConfig({ API_READ_TIMEOUT_MS: "250" }).gpu.apiReadTimeoutMs).toBe(250);
+    expect(() => loadConfig({ API_READ_TIMEOUT_MS: "0" })).toThrow(/API_READ_TIMEOUT_MS must be an integer from 100 to 600000/);
+  });
+
   it("gives a replica 300 s for its first answer byte unless GPU_ENDPOINT_FIRST_BYTE_MS says otherwise", () => {
     expect(loadConfig({}).gpu.endpoints.firstByteMs).toBe(300_000);
     expect(loadConfig({ GPU_ENDPOINT_FIRST_BYTE_MS: "1500" }).gpu.endpoints.firstByteMs).toBe(1500);

@@ -79,8 +79,8 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
   const controlMetrics = registerEndpointMetrics(deps.metrics.registry, { ctx, endpoints });
   // And its answers per minute, which the leader samples into the endpoints' history.
   const traffic = KnexTrafficStore.create({ knex });
-  const history = KnexHistoryStore.create({ knex });
-  const { historyDays } = config.gpu;
+  const { historyDays, apiReadTimeoutMs: readTimeoutMs } = config.gpu;
+  const history = KnexHistoryStore.create({ knex, readTimeoutMs });
   const endpointLoop = createEndpointLoop({
     controller: createEndpointController({
       ctx,
@@ -112,7 +112,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     statistics,
     endpoints,
     events,
-    history: { history, spend: KnexSpendStore.create({ knex }), historyDays },
+    history: { history, spend: KnexSpendStore.create({ knex, readTimeoutMs }), historyDays },
     creationHooks: deps.gpuCreationHooks,
   });
   return {

@@ -1,6 +1,6 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import puppeteer, { type Browser, type Page } from "puppeteer-core";
+import puppeteer, { type Browser, type HTTPRequest, type Page } from "puppeteer-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createElasticsearchClient } from "../../src/elasticsearch-client.js";
 import { EndpointStore } from "../../src/gpu/endpoints/resource/endpoint-store.js";
@@ -31,12 +31,16 @@ let server: TestServer;
 let browser: Browser;
 /** The history this test wrote for endpoint `chat`: 30 minutes, its target moving from 1 to 2. */
 const samples: HistorySample[] = [];
+/** A machine the fleet test ends. */
+let ended: string;
 
 beforeAll(async () => {
   db = await createTestDatabase();
   market = createSimulatedMarketplace({ creatingMs: 100, loadingMs: 100, modelServerStartMs: 100 });
   server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace: market, env: FAST_ENDPOINT_ENV });
-  expect((await rest(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget", {})).status).toBe(200);
+  const first = await rest<{ instance_id: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=budget", {});
+  expect(first.status).toBe(200);
+  ended = first.body.instance_id;
   await createEndpoint(server.url, {
     name: "chat",
     template_name: "budget",
@@ -110,26 +114,83 @@ async function chartData(page: Page, title: string, all = false): Promise<number
   return data.map((line) => kept.map((i) => line[i]!));
 }
 
+/** The time axis a chart shows, seconds. */
+const chartAxis = (page: Page, title: string) =>
+  page.$eval(`.chart[data-title="${title}"]`, (el) => {
+    const { min, max } = (el as unknown as { plot: { scales: { x: { min: number; max: number } } } }).plot.scales.x;
+    return { min, max };
+  });
+
 // Evaluated in the page (strings: this file is compiled without the DOM's types).
 const noSidewaysScroll = (page: Page) => page.evaluate("document.documentElement.scrollWidth <= window.innerWidth");
 
 describe("the dashboard in a browser", () => {
-  it("shows the fleet: its instances, its endpoints and its spend, and a new instance at the next refresh without a reload", async () => {
+  it("shows the fleet: its live machines first and the ended ones folded, its endpoints and its spend, and a new instance at the next refresh without a reload", async () => {
+    // One machine ended: it leaves the live list for the fold.
+    expect((await rest(server.url, "DELETE", `/api/gpu/instances/${ended}`)).status).toBe(200);
     const { page, consoleErrors, foreignRequests } = await open(server.url);
     await page.goto(`${server.url}/dashboard`, { waitUntil: "networkidle0" });
     await page.waitForSelector("#fleet-instances table");
-    const instances = await page.$$eval("#fleet-instances tbody tr", (rows) => rows.map((r) => r.textContent ?? ""));
-    const records = (await db.knex("gpu_instances").select("instance_id")) as Array<{ instance_id: string }>;
-    expect(instances).toHaveLength(records.length);
+    await page.waitForSelector("#fleet-ended-list table");
+    const records = (await db.knex("gpu_instances").select("instance_id", "status")) as Array<{ instance_id: string; status: string }>;
+    const liveIds = records.filter((r) => !["destroyed", "failed"].includes(r.status)).map((r) => r.instance_id);
+    expect(liveIds.length).toBeGreaterThan(1);
+    const rowIds = (selector: string) => page.$$eval(`${selector} tbody tr`, (rows) => rows.map((r) => r.querySelector("td")?.textContent ?? ""));
+    expect((await rowIds("#fleet-instances")).sort()).toEqual(liveIds.sort());
+    expect(await rowIds("#fleet-ended-list")).toEqual([ended]);
+    // The fold is closed until the reader opens it, and stays as the reader left it across refreshes.
+    expect(await page.$eval("#fleet-ended", (n) => (n as unknown as { open: boolean }).open)).toBe(false);
+    expect(await page.$eval("#fleet-ended summary", (n) => n.textContent)).toContain("Ended machines (1");
     expect(await page.$eval("#fleet-endpoints", (n) => n.textContent)).toContain("chat");
     const spend = await chartData(page, "Fleet $/h and its running total", true);
     expect(spend[0]!.length).toBeGreaterThan(1000); // a point a minute over 24 h
     expect(spend[1]!.at(-1)).toBeGreaterThan(0);
+    // The axis spans the window chosen, not only the points.
+    const axis = await chartAxis(page, "Fleet $/h and its running total");
+    expect(axis.max - axis.min).toBeCloseTo(24 * 3600, -2);
+    await page.click("#fleet-ended summary");
 
     await page.evaluate("window.marker = 1");
     const created = await rest<{ instance_id: string }>(server.url, "POST", "/api/gpu/instances/from-template?template_name=research", {});
     await page.waitForFunction(`document.querySelector("#fleet-instances")?.textContent?.includes(${JSON.stringify(created.body.instance_id)})`, { timeout: 12_000 });
     expect(await page.evaluate("window.marker")).toBe(1);
+    expect(await page.$eval("#fleet-ended", (n) => (n as unknown as { open: boolean }).open)).toBe(true);
+    expect(consoleErrors).toEqual([]);
+    expect(foreignRequests).toEqual([]);
+    await page.close();
+  }, 60_000);
+
+  it("tells a part that failed or is slow in its place, and shows the rest of the fleet", async () => {
+    const { page, consoleErrors, foreignRequests } = await open(server.url);
+    await page.setRequestInterception(true);
+    const held: HTTPRequest[] = [];
+    // The spend's reads answer as a read past API_READ_TIMEOUT_MS does; the endpoints' list is slow.
+    const timedOut = "the database took longer than 5000 ms to answer this read (API_READ_TIMEOUT_MS); try again shortly";
+    page.on("request", (r) => {
+      const path = new URL(r.url()).pathname;
+      if (path === "/api/gpu/spend" || path.endsWith("/history")) void r.respond({ status: 503, contentType: "application/json", body: JSON.stringify({ detail: timedOut }) });
+      else if (path === "/api/gpu/endpoints") held.push(r);
+      else void r.continue();
+    });
+    await page.goto(`${server.url}/dashboard`);
+    await page.waitForSelector("#fleet-spend .notice");
+    expect(await page.$eval("#fleet-spend", (n) => n.textContent)).toBe(`The fleet's spend over time cannot be read now (503): ${timedOut}. The page tries again every 5 s.`);
+    expect(await page.$eval("#fleet-figures", (n) => n.textContent)).toContain("cannot be read now (503)");
+    await page.waitForSelector("#fleet-instances table");
+    await page.waitForSelector("#fleet-ended-list table");
+    expect(await page.$eval("#fleet-endpoints", (n) => n.textContent)).toBe("");
+    // The slow call answers: its part fills in.
+    expect(held.length).toBeGreaterThan(0);
+    for (const r of held.splice(0)) await r.continue();
+    await page.waitForSelector("#fleet-endpoints table");
+    expect(await page.$eval("#fleet-endpoints", (n) => n.textContent)).toContain("chat");
+
+    // An endpoint whose history cannot be read still shows its state and its events.
+    await page.click('#fleet-endpoints a[href="/dashboard/endpoints/chat"]');
+    await page.waitForSelector("#ep-empty .notice");
+    expect(await page.$eval("#ep-empty", (n) => n.textContent)).toContain("Its history cannot be read now (503)");
+    await page.waitForSelector("#ep-events table");
+    expect(await page.$eval("#ep-figures", (n) => n.textContent)).toContain("ready");
     expect(consoleErrors).toEqual([]);
     expect(foreignRequests).toEqual([]);
     await page.close();
@@ -147,6 +208,10 @@ describe("the dashboard in a browser", () => {
     expect(requests[3]).toEqual(samples.map((s) => s.counts.serverError));
     const cost = await chartData(page, "Cost");
     expect(cost[1]).toEqual(samples.map((s) => s.costPerHour));
+    // The 1 h window's axis spans the hour, though the samples fill only its last half hour.
+    const axis = await chartAxis(page, "Cost");
+    expect(axis.max - axis.min).toBeCloseTo(3600, -1);
+    expect(axis.max).toBeGreaterThanOrEqual(xs.at(-1)!);
     const latency = await chartData(page, "Time to first byte");
     expect(latency[0]).toEqual(xs);
     expect(latency[1]!.every((ms) => ms > 25 && ms <= 50)).toBe(true);

@@ -1,4 +1,5 @@
 import type { Knex } from "knex";
+import { DEFAULT_READ_TIMEOUT_MS, readWithTimeout } from "../../db/read-timeout.js";
 import type { TrafficOutcome } from "../../module.js";
 import { OUTCOME_COLUMNS, SUM_OUTCOMES, trafficOf, type TrafficCounts } from "../endpoints/load/traffic-store.js";
 import type { HistoryWindow } from "./history-window.js";
@@ -28,6 +29,11 @@ export type HistoryPoint = Omit<HistorySample, "endpointId">;
 export interface HistoryStore {
   /** Writes the samples; a minute already sampled for an endpoint is kept as it is. The number written. */
   record(samples: readonly HistorySample[]): Promise<number>;
+  /**
+   * Replaces the traffic of minutes already sampled (requests and first bytes, summed again when
+   * a process published late); load and replicas stay. The number of samples changed.
+   */
+  updateTraffic(samples: ReadonlyArray<Pick<HistorySample, "endpointId" | "at" | "counts" | "firstByte">>): Promise<number>;
   /** The end of the latest minute sampled for any endpoint; null when none was. */
   lastSampleAt(): Promise<Date | null>;
   /** The points of `endpointId` over the window: one per step (aligned to the epoch) that holds samples, oldest first. */
@@ -39,10 +45,14 @@ export interface HistoryStore {
 const TABLE = "gpu_endpoint_history";
 
 export class KnexHistoryStore implements HistoryStore {
-  private constructor(private readonly knex: Knex) {}
+  private constructor(
+    private readonly knex: Knex,
+    private readonly readTimeoutMs: number,
+  ) {}
 
-  static create({ knex }: { knex: Knex }): KnexHistoryStore {
-    return new KnexHistoryStore(knex);
+  /** `readTimeoutMs`: API_READ_TIMEOUT_MS, the statement timeout of the points' read. */
+  static create({ knex, readTimeoutMs = DEFAULT_READ_TIMEOUT_MS }: { knex: Knex; readTimeoutMs?: number }): KnexHistoryStore {
+    return new KnexHistoryStore(knex, readTimeoutMs);
   }
 
   async record(samples: readonly HistorySample[]): Promise<number> {
@@ -54,13 +64,21 @@ export class KnexHistoryStore implements HistoryStore {
       held: s.held,
       ready_replicas: s.readyReplicas,
       target_replicas: s.targetReplicas,
-      ...Object.fromEntries(Object.entries(OUTCOME_COLUMNS).map(([outcome, column]) => [column, s.counts[outcome as TrafficOutcome]])),
-      first_byte: s.firstByte.some((n) => n > 0) ? s.firstByte : null,
+      ...trafficColumns(s),
       cost_per_hour: s.costPerHour,
     }));
     // A leader that changed mid-minute, or a sampler that ran twice, never counts a minute twice.
     const written = await this.knex(TABLE).insert(rows).onConflict(["endpoint_id", "at"]).ignore().returning("at");
     return written.length;
+  }
+
+  async updateTraffic(samples: ReadonlyArray<Pick<HistorySample, "endpointId" | "at" | "counts" | "firstByte">>): Promise<number> {
+    if (samples.length === 0) return 0;
+    return this.knex.transaction(async (trx) => {
+      let changed = 0;
+      for (const s of samples) changed += await trx(TABLE).where({ endpoint_id: s.endpointId, at: s.at }).update(trafficColumns(s));
+      return changed;
+    });
   }
 
   async lastSampleAt(): Promise<Date | null> {
@@ -69,12 +87,9 @@ export class KnexHistoryStore implements HistoryStore {
   }
 
   async points(endpointId: string, window: HistoryWindow): Promise<HistoryPoint[]> {
-    const { rows } = await this.knex.raw<{ rows: Array<Record<string, unknown>> }>(POINTS_SQL, {
-      endpointId,
-      from: window.from,
-      to: window.to,
-      step: window.stepS,
-    });
+    const { rows } = await readWithTimeout(this.knex, this.readTimeoutMs, (trx) =>
+      trx.raw<{ rows: Array<Record<string, unknown>> }>(POINTS_SQL, { endpointId, from: window.from, to: window.to, step: window.stepS }),
+    );
     return rows.map((row) => ({
       ...trafficOf(row),
       at: row.at as Date,
@@ -89,6 +104,13 @@ export class KnexHistoryStore implements HistoryStore {
   async prune(before: Date): Promise<number> {
     return this.knex(TABLE).where("at", "<", before).delete();
   }
+}
+
+function trafficColumns(s: Pick<HistorySample, "counts" | "firstByte">): Record<string, unknown> {
+  return {
+    ...Object.fromEntries(Object.entries(OUTCOME_COLUMNS).map(([outcome, column]) => [column, s.counts[outcome as TrafficOutcome]])),
+    first_byte: s.firstByte.some((n) => n > 0) ? s.firstByte : null,
+  };
 }
 
 // Samples in (from, to], grouped by the step they end in (steps aligned to the epoch, so that a

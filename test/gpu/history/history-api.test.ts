@@ -140,6 +140,25 @@ describe("GET /api/gpu/spend", () => {
     ]);
   });
 
+  it("answers a read that outlasts API_READ_TIMEOUT_MS with a 503 that says so, and the next read once the database answers", async () => {
+    const c = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), env: { API_READ_TIMEOUT_MS: "200" } });
+    const holder = await db.knex.transaction();
+    try {
+      // Another session holds the records: the read waits, and its statement timeout ends it.
+      await holder.raw("lock table gpu_instances in access exclusive mode");
+      const res = await rest<{ detail: string }>(c.url, "GET", "/api/gpu/spend");
+      expect(res.status).toBe(503);
+      expect(res.body.detail).toBe("the database took longer than 200 ms to answer this read (API_READ_TIMEOUT_MS); try again shortly");
+    } finally {
+      await holder.rollback();
+    }
+    try {
+      expect((await rest(c.url, "GET", "/api/gpu/spend")).status).toBe(200);
+    } finally {
+      await c.close();
+    }
+  });
+
   it("answers a from after to with a 400 naming to", async () => {
     const res = await rest<{ field: string }>(a.url, "GET", "/api/gpu/spend?from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z");
     expect(res.status).toBe(400);

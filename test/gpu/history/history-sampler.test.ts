@@ -133,4 +133,51 @@ describe("the endpoints' history", () => {
     expect(left.filter((age) => age > 86_400_000 - MINUTE)).toHaveLength(1);
     expect(await db.knex("gpu_endpoint_traffic").where("minute", "<", new Date(now - 30 * MINUTE))).toEqual([]);
   });
+
+  // Minutes after every sample above (and after the real clock), so that nothing else fills them.
+  const later = () => Math.floor(Date.now() / MINUTE) * MINUTE + 30 * MINUTE;
+  const publishOk = async (processId: string, minuteStart: number, ok: number) => {
+    const counts = createProxyTraffic(() => minuteStart + 10_000);
+    for (let i = 0; i < ok; i++) counts.count("chat", "ok");
+    await traffic().publish(processId, counts.changedSince(0));
+  };
+  const okByMinute = async (from: number, to: number) =>
+    (await history().points(endpoint.id, { from: new Date(from), to: new Date(to), stepS: 60 })).map((p) => [p.at.getTime() - from, p.counts.ok]);
+
+  it("samples the minutes no round sampled (a leader change, a database away) with each one's own traffic", async () => {
+    const base = later();
+    for (let k = 0; k < 5; k++) await publishOk("process-a", base + k * MINUTE, k + 1);
+
+    await samplerAt(base + MINUTE + 5_000).sampleDue();
+    // Four minutes with no leader; the next one samples all of them.
+    await samplerAt(base + 5 * MINUTE + 5_000).sampleDue();
+
+    expect(await okByMinute(base, base + 5 * MINUTE)).toEqual([
+      [MINUTE, 1],
+      [2 * MINUTE, 2],
+      [3 * MINUTE, 3],
+      [4 * MINUTE, 4],
+      [5 * MINUTE, 5],
+    ]);
+  });
+
+  it("sums again a minute a process published after it was sampled, keeping its load and replicas", async () => {
+    const minute = later() + 10 * MINUTE;
+    await publishOk("process-a", minute, 2);
+    const leader = samplerAt(minute + MINUTE + 5_000);
+    await leader.sampleDue();
+    expect(await okByMinute(minute, minute + MINUTE)).toEqual([[MINUTE, 2]]);
+    const [before] = await history().points(endpoint.id, { from: new Date(minute), to: new Date(minute + MINUTE), stepS: 60 });
+
+    // A process held up (its database calls failing) publishes the minute's last requests late.
+    await publishOk("process-b", minute, 3);
+    await leader.sampleDue();
+    expect(await okByMinute(minute, minute + MINUTE)).toEqual([[MINUTE, 5]]);
+
+    // And a new leader, which has not read the traffic yet, sums what it finds once.
+    await publishOk("process-c", minute, 1);
+    await samplerAt(minute + 2 * MINUTE + 5_000).sampleDue();
+    const [after] = await history().points(endpoint.id, { from: new Date(minute), to: new Date(minute + MINUTE), stepS: 60 });
+    expect(after).toEqual({ ...before, counts: { ...zero, ok: 6 } });
+  });
 });

@@ -17,6 +17,12 @@ export interface TrafficStore {
   publish(processId: string, entries: readonly TrafficEntry[]): Promise<void>;
   /** The minute that starts at `minute`, summed over every process, by endpoint name. */
   sumMinute(minute: Date): Promise<Map<string, TrafficCounts>>;
+  /**
+   * The minutes (their starts) any process wrote since `since` (every minute held when undefined),
+   * and `asOf`, the database's clock as this read began: the next read's `since`, on the clock
+   * the writes are stamped with.
+   */
+  minutesWrittenSince(since: Date | undefined): Promise<{ asOf: Date; minutes: Date[] }>;
   /** Deletes the minutes that started before `before`; the number deleted. */
   prune(before: Date): Promise<number>;
 }
@@ -76,6 +82,14 @@ export class KnexTrafficStore implements TrafficStore {
       { minute },
     );
     return new Map(rows.map((row) => [String(row.endpoint_name), trafficOf(row)]));
+  }
+
+  async minutesWrittenSince(since: Date | undefined): Promise<{ asOf: Date; minutes: Date[] }> {
+    const { rows } = await this.knex.raw<{ rows: Array<{ as_of: Date }> }>("select now() as as_of");
+    const query = this.knex(TABLE).distinct("minute").orderBy("minute");
+    if (since !== undefined) query.where("updated_at", ">=", since);
+    const minutes = (await query) as Array<{ minute: Date }>;
+    return { asOf: rows[0]!.as_of, minutes: minutes.map((m) => m.minute) };
   }
 
   async prune(before: Date): Promise<number> {

@@ -3,6 +3,8 @@
 // on every call, and an error that says what went wrong in words a reader can act on.
 
 const TOKEN_KEY = "dashboard-token";
+/** How long one call may take before the page tells it failed. */
+const CALL_TIMEOUT_MS = 20_000;
 
 export function token() {
   return sessionStorage.getItem(TOKEN_KEY) ?? "";
@@ -31,9 +33,11 @@ export async function get(path) {
   const headers = token() ? { authorization: `Bearer ${token()}` } : undefined;
   let res;
   try {
-    res = await fetch(path, { headers, cache: "no-store" });
-  } catch {
-    throw new ApiError(0, "The service did not answer. Is it running? The page tries again every 5 s.");
+    // A call that hangs would hold the page's next refresh: past this, it is told as failed.
+    res = await fetch(path, { headers, cache: "no-store", signal: AbortSignal.timeout(CALL_TIMEOUT_MS) });
+  } catch (error) {
+    if (error instanceof DOMException && error.name === "TimeoutError") throw new ApiError(0, `The service did not answer within ${CALL_TIMEOUT_MS / 1000} s.`);
+    throw new ApiError(0, "The service did not answer. Is it running?");
   }
   const body = await res.json().catch(() => ({}));
   if (!res.ok) throw new ApiError(res.status, typeof body.detail === "string" ? body.detail : `${res.status} ${res.statusText}`);

@@ -1,14 +1,19 @@
 // @ts-check
 // Time-series charts on uPlot (served from the service, loaded before the page's modules as the
-// global `uPlot`): one time axis in the browser's time zone, a legend that names each line (dashes
-// tell lines apart besides their colour), the width of the page. Each chart element keeps its
-// uPlot as `plot`, so that a test can read the points it shows.
+// global `uPlot`): one time axis in the browser's time zone spanning the window asked for (not
+// only the points there are), a legend that names each line (dashes tell lines apart besides
+// their colour), the width of the page. A point stands for the step that ends at it: lines are
+// drawn as steps (a slope between two samples would invent the values between them), and the
+// points themselves are drawn while they are few. Each chart element keeps its uPlot as `plot`,
+// so that a test can read the points it shows.
 
 import { escape } from "./format.js";
 
-/** @typedef {{ label: string, stroke: string, dash?: number[], scale?: "y" | "y2" }} Line */
+/** @typedef {{ label: string, stroke: string, dash?: number[], scale?: "y" | "y2", linear?: boolean }} Line linear: a running total, which grows in between */
 
 const HEIGHT = 220;
+/** Points are drawn while each has at least this many pixels of the plot's width. */
+const POINT_SPACE_PX = 8;
 
 /**
  * @param {HTMLElement} parent
@@ -24,14 +29,30 @@ export function timeChart(parent, spec) {
   // @ts-ignore: the global of uPlot's IIFE build
   const UPlot = /** @type {any} */ (window).uPlot;
   const axis = { stroke: "currentColor", grid: { stroke: "rgba(128,128,128,.2)" }, ticks: { stroke: "rgba(128,128,128,.3)" } };
+  /** @type {[number, number] | undefined} the window's start and end, seconds */
+  let span;
+  const steps = UPlot.paths.stepped({ align: -1 });
+  const sparse = (/** @type {any} */ u, /** @type {number} */ seriesIdx) =>
+    /** @type {Array<number | null>} */ (u.data[seriesIdx]).filter((v) => v !== null).length * POINT_SPACE_PX <= u.bbox.width / devicePixelRatio;
   const plot = new UPlot(
     {
       width: width(),
       height: HEIGHT,
-      scales: { x: { time: true }, y: { range: (/** @type {any} */ _u, /** @type {number} */ min, /** @type {number} */ max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1] } },
+      scales: {
+        x: { time: true, range: (/** @type {any} */ _u, /** @type {number} */ min, /** @type {number} */ max) => span ?? [min, max] },
+        y: { range: (/** @type {any} */ _u, /** @type {number} */ min, /** @type {number} */ max) => [Math.min(0, min), max > 0 ? max * 1.1 : 1] },
+      },
       series: [
         {},
-        ...spec.lines.map((l) => ({ label: l.label, stroke: l.stroke, dash: l.dash, width: 2, scale: l.scale ?? "y", points: { show: false } })),
+        ...spec.lines.map((l) => ({
+          label: l.label,
+          stroke: l.stroke,
+          dash: l.dash,
+          width: 2,
+          scale: l.scale ?? "y",
+          ...(l.linear ? {} : { paths: steps }),
+          points: { show: sparse, size: 6, fill: l.stroke },
+        })),
       ],
       axes: [
         { ...axis },
@@ -45,8 +66,12 @@ export function timeChart(parent, spec) {
   Object.defineProperty(box, "plot", { value: plot });
   new ResizeObserver(() => plot.setSize({ width: width(), height: HEIGHT })).observe(box);
   return {
-    /** @param {number[]} xs seconds @param {Array<Array<number | null>>} ys one array per line */
-    update(xs, ys) {
+    /**
+     * @param {number[]} xs seconds @param {Array<Array<number | null>>} ys one array per line
+     * @param {[number, number]} [window] the axis's start and end, seconds: the window asked for
+     */
+    update(xs, ys, window) {
+      span = window;
       plot.setData([xs, ...ys]);
     },
   };

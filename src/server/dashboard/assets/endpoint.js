@@ -5,7 +5,7 @@
 
 import { ApiError, get } from "./api.js";
 import { series, timeChart } from "./charts.js";
-import { escape, figures, onWindowChosen, windowButtons, notice, perHour, state, table, time } from "./format.js";
+import { escape, failure, figures, onWindowChosen, windowButtons, notice, perHour, state, table, time } from "./format.js";
 
 const WINDOWS = { "1 h": { ms: 3_600_000, step: 60 }, "24 h": { ms: 86_400_000, step: 60 }, "7 d": { ms: 604_800_000, step: 420 } };
 const OUTCOMES = [
@@ -61,20 +61,28 @@ export function mountEndpoint(main, name, shell) {
     const { ms, step } = WINDOWS[window];
     const path = `/api/gpu/endpoints/${encodeURIComponent(name)}`;
     const answers = await Promise.allSettled([get(path), get(`${path}/history?from=${new Date(Date.now() - ms).toISOString()}&step_s=${step}`), get(`${path}/events?limit=50`)]);
-    const failed = answers.find((r) => r.status === "rejected");
-    shell.report(`endpoint ${name}`, failed?.reason);
-    if (failed) {
-      const error = failed.reason;
-      const why =
-        error instanceof ApiError && error.status === 404
-          ? `There is no endpoint named ${escape(name)}. <a href="/dashboard" data-link>See the fleet's endpoints.</a>`
-          : error instanceof ApiError && error.status === 503
-            ? "The database is not reachable: the page tries again every 5 s."
-            : escape(String(error.message ?? error));
-      $("ep-figures").innerHTML = notice(why, "bad");
+    const reasons = answers.flatMap((r) => (r.status === "rejected" ? [r.reason] : []));
+    shell.report(`endpoint ${name}`, reasons[0]);
+    if (reasons.some((error) => error instanceof ApiError && error.status === 404)) {
+      $("ep-figures").innerHTML = notice(`There is no endpoint named ${escape(name)}. <a href="/dashboard" data-link>See the fleet's endpoints.</a>`, "bad");
       return;
     }
-    const [endpoint, history, events] = /** @type {any[]} */ (answers.map((r) => /** @type {PromiseFulfilledResult<any>} */ (r).value));
+    // Each part that failed is told in its place; the others still show.
+    const [endpoint, history, events] = /** @type {any[]} */ (answers.map((r) => (r.status === "fulfilled" ? r.value : undefined)));
+    const told = (/** @type {number} */ i, /** @type {string} */ id, /** @type {string} */ what) => {
+      const answer = answers[i];
+      if (answer?.status === "rejected") $(id).innerHTML = failure(what, answer.reason);
+    };
+    told(0, "ep-figures", "The endpoint");
+    told(1, "ep-empty", "Its history");
+    told(2, "ep-events", "Its events");
+    if (endpoint) drawFigures(endpoint);
+    if (history) drawHistory(history, endpoint?.url ?? `/endpoints/${name}/v1`);
+    if (events) drawEvents(events);
+  };
+
+  /** @param {any} endpoint */
+  const drawFigures = (endpoint) => {
     $("ep-figures").innerHTML = figures([
       ["State", state(endpoint.state)],
       ["Ready / target", `${endpoint.ready_replicas} / ${endpoint.replicas}`],
@@ -82,23 +90,33 @@ export function mountEndpoint(main, name, shell) {
       ["Now", perHour(endpoint.cost_per_hour)],
       ["Budget", perHour(endpoint.max_cost_per_hour)],
     ]);
+  };
+
+  /** @param {any} history @param {string} url the endpoint's model URL, for the empty state */
+  const drawHistory = (history, url) => {
     const points = history.points;
     $("ep-empty").innerHTML =
       points.length === 0
         ? notice(
-            `No samples in this window yet. The service keeps one sample a minute per endpoint; send requests to <code>${escape(location.origin)}${escape(endpoint.url)}/chat/completions</code> and the charts fill in within a minute or two.`,
+            `No samples in this window yet. The service keeps one sample a minute per endpoint; send requests to <code>${escape(location.origin)}${escape(url)}/chat/completions</code> and the charts fill in within a minute or two.`,
           )
         : "";
     const perMinute = 60 / history.step_s;
     const at = (/** @type {any} */ p) => p.at;
+    /** @type {[number, number]} the window asked for, whatever points it holds */
+    const span = [Date.parse(history.from) / 1000, Date.parse(history.to) / 1000];
     const draw = (/** @type {{update: Function}} */ chart, /** @type {Array<(p: any) => number | null>} */ values) => {
       const { xs, ys } = series(points, at, history.step_s, values);
-      chart.update(xs, ys);
+      chart.update(xs, ys, span);
     };
     draw(load, [(p) => p.load, (p) => p.held, (p) => p.target_replicas, (p) => p.ready_replicas]);
     draw(requests, OUTCOMES.map(([key]) => (/** @type {any} */ p) => p.requests[/** @type {string} */ (key)] * perMinute));
     draw(latency, [(p) => p.first_byte_p50_ms ?? null, (p) => p.first_byte_p99_ms ?? null]);
     draw(cost, [(p) => p.cost_per_hour]);
+  };
+
+  /** @param {any} events */
+  const drawEvents = (events) => {
     $("ep-events").innerHTML = table(
       ["When", "Event", "Replica", "Detail", "By"],
       events.events,

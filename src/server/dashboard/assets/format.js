@@ -2,6 +2,8 @@
 // Numbers, money and times as the page shows them: money with its unit, times in the browser's
 // time zone, states as words (with a mark whose colour only repeats the word).
 
+import { ApiError } from "./api.js";
+
 /** @param {number | undefined} n */
 export const money = (n) => `$${(n ?? 0).toFixed((n ?? 0) !== 0 && Math.abs(n ?? 0) < 0.1 ? 4 : 2)}`;
 /** @param {number | undefined} n */
@@ -47,6 +49,18 @@ export function figures(pairs) {
 
 /** @param {string} html @param {"warn" | "bad"} [kind] */
 export const notice = (html, kind = "warn") => `<div class="notice ${kind}" role="status">${html}</div>`;
+
+/**
+ * A part of a page that could not be read, told in its place: the service's own words (a 503
+ * says whether the database is away or too slow), and that the page tries again.
+ * @param {string} what @param {unknown} error
+ */
+export function failure(what, error) {
+  const said = error instanceof Error ? error.message : String(error);
+  const detail = /[.!?]$/.test(said) ? said : `${said}.`;
+  const status = error instanceof ApiError && error.status > 0 ? ` (${error.status})` : "";
+  return notice(`${escape(what)} cannot be read now${status}: ${escape(detail)} The page tries again every 5 s.`, "bad");
+}
 
 /** The window buttons (1 h, 24 h, 7 d...): `chosen` pressed. @param {string[]} names @param {string} chosen */
 export const windowButtons = (names, chosen) =>
