@@ -94,7 +94,7 @@ describe("a bid-only creation on vast.ai", () => {
   it("rents a bid under both the on-demand offers and 90% of the fallback, even on a machine it would rather avoid", async () => {
     const [cheapest, next] = await fittingBids();
     expect(next!.dphTotal).toBeGreaterThan(cheapest!.dphTotal);
-    const replacing = next!.dphTotal / 0.9; // only the cheapest bid is under 90% of it
+    const replacing = (cheapest!.dphTotal + next!.dphTotal) / 2 / 0.9; // only the cheapest bid is within 90% of it
     const puts = bidsPut();
     const created = await bidOnly({ replacing }, [cheapest!.machineId!]);
     const record = (await ctx.instances.get(created.instanceId))!;

@@ -114,7 +114,8 @@ describe("interruptible replicas on vast.ai under streaming load", () => {
       (e) => e.ready_replicas === 2 && instancesOf(e).filter((i) => i.state === "ready" && !i.interruptible).length === 2,
       30_000,
     );
-    expect(kinds(await eventsOf(url, "loaded")).filter((k) => k === "fallback")).toHaveLength(2);
+    // Two rented on-demand (the wait for a bid, below, is a fallback event too).
+    expect((await eventsOf(url, "loaded")).filter((e) => e.kind === "fallback" && e.detail.includes("rented on-demand"))).toHaveLength(2);
     // A try to return finds no bid: a wait (one event), no failure.
     const waits = async () => (await eventsOf(url, "loaded")).filter((e) => e.detail.includes("stays until a bid takes its place"));
     const waiting = await waitFor("a return found no bid", async () => (await waits())[0], 15_000);

@@ -81,7 +81,8 @@ describe("interruptible replicas", () => {
       30_000,
     );
     expect(fallen.on_demand_replicas).toBeGreaterThanOrEqual(2);
-    expect(kinds(await eventsOf(svc.server.url, "falls-back")).filter((k) => k === "fallback")).toHaveLength(2);
+    const rentedOnDemand = (events: EventJson[]) => events.filter((e) => e.kind === "fallback" && e.detail.includes("rented on-demand"));
+    expect(rentedOnDemand(await eventsOf(svc.server.url, "falls-back"))).toHaveLength(2);
     // A try to return finds no bid: it waits, a wait and no failure.
     await waitFor("a return found no bid", async () => ((await eventsOf(svc.server.url, "falls-back")).some((e) => e.detail.includes("stays until a bid takes its place")) ? true : undefined), 10_000);
     const wayBack = watchFewestReady(svc.server.url, "falls-back");
