@@ -62,7 +62,10 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
     const actions = planEndpoint(endpoint, facts, new Date(), deps.settings, load);
     const round = newRound(facts);
     const launches = actions.filter((a): a is Launch => a.kind === "launch");
-    if (!(await carryOut(rd, endpoint, round, actions.filter((a) => a.kind !== "launch")))) return;
+    // A launch under way reports its own failure (in the marketplace's words): its failed record waits for it.
+    const launching = lanes.has(endpoint.id);
+    const reportedByLane = (a: Action) => launching && a.kind === "remove" && round.byId.get(a.instanceId)?.record?.status === "failed";
+    if (!(await carryOut(rd, endpoint, round, actions.filter((a) => a.kind !== "launch" && !reportedByLane(a))))) return;
     // Launches of an earlier round are under way: they fill what this round would.
     if (lanes.has(endpoint.id)) return;
     if (launches.length === 0) return settleBudgetHold(rd, endpoint, round, launches);

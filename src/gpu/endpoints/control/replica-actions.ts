@@ -40,8 +40,9 @@ export async function remove(deps: RoundDeps, endpoint: EndpointRecord, round: R
   // never against the launches that fill a gap: the replica it was to replace still serves.
   const move = facts?.row.replaces ? { replaces: facts.row.replaces } : undefined;
   if (record?.status === "failed") {
-    // Nothing to destroy: a failed creation's machine is the creation's to release.
-    await deps.endpoints.replicas.remove(instanceId);
+    // Nothing to destroy: a failed creation's machine is the creation's to release. The launch
+    // that saw it fail may have removed the replica and counted the failure meanwhile: once only.
+    if (!(await deps.endpoints.replicas.remove(instanceId))) return;
     return launchFailed(deps, endpoint, `${instanceId}: ${reason}`, instanceId, move);
   }
   if (action.preempted) {

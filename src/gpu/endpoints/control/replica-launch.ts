@@ -127,7 +127,8 @@ async function failedLaunch(
     return { kind: "failed" };
   }
   if (record === null) await endpoints.replicas.forget(instanceId);
-  else await endpoints.replicas.remove(instanceId);
+  // A round that saw the failed record meanwhile removed the replica and counted the failure: once only.
+  else if (!(await endpoints.replicas.remove(instanceId))) return { kind: "failed" };
   const templateMax = findTemplate(endpoint.templateName)?.config?.maxPrice ?? 0;
   // A bid-only launch (a move to a bid, a slot without fallback) that rents no bid failed: no budget hold.
   const bidOnly = request.interruptible && !request.fallback;

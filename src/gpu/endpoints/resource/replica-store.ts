@@ -188,9 +188,10 @@ export class ReplicaStore {
     await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).whereNull("condemned_at").update({ condemned_at: this.knex.fn.now() });
   }
 
-  /** The replica is gone from the endpoint; its row stays for the endpoint's total cost. */
-  async remove(instanceId: string, trx?: Knex.Transaction): Promise<void> {
-    await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).whereNull("removed_at").update({ removed_at: this.knex.fn.now() });
+  /** The replica is gone from the endpoint; its row stays for the endpoint's total cost. False: it was gone already. */
+  async remove(instanceId: string, trx?: Knex.Transaction): Promise<boolean> {
+    const removed = await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).whereNull("removed_at").update({ removed_at: this.knex.fn.now() });
+    return removed > 0;
   }
 
   /** Forgets a launch that wrote no record (nothing was rented): no row is kept for it. */
