@@ -68,6 +68,9 @@ export function nothingToRentText(none: NothingToRent): string {
       return "no offer of the bid market fits, and this launch may not rent on-demand";
     case "bids-too-dear":
       if (none.of === "on-demand") return `no bid costs less than the on-demand $${none.ceiling}/h (the cheapest fitting bid: $${none.cheapestBid}/h)`;
-      return `no bid costs $${none.ceiling}/h or less, ${Math.round(MOVE_PRICE_SHARE * 100)}% of the $${none.replacing}/h machine it would replace (the cheapest fitting bid: $${none.cheapestBid}/h)`;
+      return (
+        `no bid costs $${none.ceiling}/h or less, ${Math.round(MOVE_PRICE_SHARE * 100)}% of the $${none.replacing}/h machine it would replace ` +
+        `(the cheapest fitting bid: $${none.cheapestBid}/h)`
+      );
   }
 }
