@@ -89,6 +89,8 @@ export interface EndpointConfig {
   readonly startTimeoutMs: number;
   /** GPU_ENDPOINT_DRAIN_MS: how long a replica scaled away keeps its in-flight requests, ms. */
   readonly drainMs: number;
+  /** GPU_ENDPOINT_MIX_RECHECK_MS: while no bid is cheap enough to take a fallback's place, how often one is looked for again, ms (at most a minute). */
+  readonly mixRecheckMs: number;
   /** GPU_ENDPOINT_FIRST_BYTE_MS: how long the proxy waits for a replica's answer headers before a 504, ms (a slow first token is normal). */
   readonly firstByteMs: number;
   /** GPU_ENDPOINT_HOLD_MS: how long a request waits in the proxy for a replica to become ready before a 503, ms; 0: never held. */
@@ -231,6 +233,7 @@ export function loadConfig(env: Env = process.env): Config {
         unhealthyMs: integer(env, "GPU_ENDPOINT_UNHEALTHY_MS", 180_000, 0, 86_400_000),
         startTimeoutMs: integer(env, "GPU_ENDPOINT_START_TIMEOUT_MS", 1_200_000, 1_000, 86_400_000),
         drainMs: integer(env, "GPU_ENDPOINT_DRAIN_MS", 30_000, 0, 3_600_000),
+        mixRecheckMs: integer(env, "GPU_ENDPOINT_MIX_RECHECK_MS", 60_000, 10, 60_000),
         firstByteMs: integer(env, "GPU_ENDPOINT_FIRST_BYTE_MS", ENDPOINT_PROXY_DEFAULTS.firstByteMs, 1, 3_600_000),
         holdMs: integer(env, "GPU_ENDPOINT_HOLD_MS", ENDPOINT_PROXY_DEFAULTS.holdMs, 0, 3_600_000),
         holdMax: integer(env, "GPU_ENDPOINT_HOLD_MAX", ENDPOINT_PROXY_DEFAULTS.holdMax, 0, 100_000),

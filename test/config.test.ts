@@ -57,6 +57,12 @@ describe("loadConfig", () => {
     expect(() => loadConfig({ GPU_ENDPOINT_FIRST_BYTE_MS: "0" })).toThrow(/GPU_ENDPOINT_FIRST_BYTE_MS must be an integer/);
   });
 
+  it("looks for a bid worth a fallback's place every minute, never less often, unless GPU_ENDPOINT_MIX_RECHECK_MS says sooner", () => {
+    expect(loadConfig({}).gpu.endpoints.mixRecheckMs).toBe(60_000);
+    expect(loadConfig({ GPU_ENDPOINT_MIX_RECHECK_MS: "1000" }).gpu.endpoints.mixRecheckMs).toBe(1000);
+    expect(() => loadConfig({ GPU_ENDPOINT_MIX_RECHECK_MS: "60001" })).toThrow(/GPU_ENDPOINT_MIX_RECHECK_MS must be an integer from 10 to 60000/);
+  });
+
   it("holds requests for a coming replica up to 300 s, 1000 per endpoint, unless GPU_ENDPOINT_HOLD_MS and _MAX say otherwise", () => {
     expect(loadConfig({}).gpu.endpoints).toMatchObject({ holdMs: 300_000, holdMax: 1000 });
     expect(loadConfig({ GPU_ENDPOINT_HOLD_MS: "0", GPU_ENDPOINT_HOLD_MAX: "5" }).gpu.endpoints).toMatchObject({ holdMs: 0, holdMax: 5 });

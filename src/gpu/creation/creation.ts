@@ -13,7 +13,7 @@ import { asMarketplaceError, rentOffer, type CreationFence } from "./offer-renta
 import { autoPickTemplate, candidateFilter, checkTemplateLimits, fittingOffers, noOfferMatches, offerCandidates } from "./offer-choice.js";
 import { findTemplate } from "./templates.js";
 import { asBids, spreadOver, type Candidate } from "./bid-choice.js";
-import { nothingToRentText, slotOffers, type NothingToRent } from "./slot-offers.js";
+import { nothingToRentText, slotOffers, type NothingToRent, type SlotChoice } from "./slot-offers.js";
 
 // Crash-safe creation: the record (its instance_id is the label the marketplace instance
 // carries) is written before the marketplace call and completed after it. A crash in between
@@ -40,12 +40,14 @@ export interface CreationRequest {
   /**
    * Rent an interruptible machine (an automatic pick only; a named offer is rented on-demand): the
    * cheapest fitting offer of the bid market at its minimum bid x (1 + bidMargin), if it costs
-   * less than every fitting on-demand offer and than `cheaperThan` ($/h: the cost of the fallback
-   * it would replace); else a fitting on-demand offer, unless `onDemand` is false; else nothing
-   * (a NotFoundError saying why). slot-offers.ts chooses. Only where the marketplace rents
+   * less than every fitting on-demand offer and at most 90% of `replacing` ($/h: the cost of the
+   * fallback it would replace); else a fitting on-demand offer, unless `onDemand` is false; else
+   * nothing (a NotFoundError saying why). slot-offers.ts chooses. Only where the marketplace rents
    * interruptible machines; elsewhere a 400 naming `interruptible`.
    */
-  interruptible?: { bidMargin: number; onDemand?: boolean; cheaperThan?: number };
+  interruptible?: { bidMargin: number; onDemand?: boolean; replacing?: number };
+  /** The offers to try, chosen beforehand by chooseInterruptible for this very request: no second search. */
+  chosen?: readonly Candidate[];
   /** Machines to keep off while offers on others fit (an endpoint's other replicas): they come last. */
   avoidMachineIds?: readonly string[];
 }
@@ -116,6 +118,18 @@ export async function anyOfferFits(ctx: GpuContext, templateName: string, custom
   return fittingOffers(await offersFor(ctx, template, undefined, plan.diskGb), autoPickTemplate(template)).length > 0;
 }
 
+/**
+ * What an interruptible creation would rent, searched now (slot-offers.ts), for a caller that acts
+ * on "nothing to rent" before it creates anything (the way back from a fallback: no cheaper bid is
+ * a wait, not a failed creation), within `priceCap` as a replica's creation would be; the
+ * candidates go back in as `chosen`.
+ */
+export async function chooseInterruptible(ctx: GpuContext, request: CreationRequest, priceCap?: number): Promise<SlotChoice> {
+  const template = capped(templateOf(request.templateName), priceCap ?? request.replicaOf?.priceCap);
+  const plan = launchPlanOf(template, parseCustomConfig(request.customConfig, template !== undefined), undefined);
+  return slotChoice(ctx, request, template, plan.diskGb);
+}
+
 function templateOf(name: string | undefined): Template | undefined {
   if (!name) return undefined;
   const template = findTemplate(name);
@@ -144,8 +158,18 @@ async function candidatesFor(
   offerId: string | undefined,
   diskGb: number,
 ): Promise<Candidate[]> {
-  const interruptible = offerId === undefined ? request.interruptible : undefined;
-  if (!interruptible) return spreadOver(offerCandidates(await offersFor(ctx, template, offerId, diskGb), template, offerId, diskGb), request.avoidMachineIds);
+  if (offerId === undefined && request.interruptible && request.chosen) return [...request.chosen];
+  if (offerId !== undefined || !request.interruptible) {
+    return spreadOver(offerCandidates(await offersFor(ctx, template, offerId, diskGb), template, offerId, diskGb), request.avoidMachineIds);
+  }
+  const choice = await slotChoice(ctx, request, template, diskGb);
+  if (choice.none) throw nothingToRent(choice.none, autoPickTemplate(template));
+  return choice.candidates;
+}
+
+/** An interruptible creation's offers: both markets searched once each, fitted, chosen between by slot-offers.ts, spread. */
+async function slotChoice(ctx: GpuContext, request: CreationRequest, template: Template | undefined, diskGb: number): Promise<SlotChoice> {
+  const interruptible = request.interruptible!;
   if (!ctx.marketplace.interruptible) {
     throw new InvalidInputError("This marketplace rents no interruptible machines", { extra: { field: "interruptible" } });
   }
@@ -156,10 +180,9 @@ async function candidatesFor(
     // Searched and fitted even when it may not be rented: every bid is compared with it.
     onDemand: fittingOffers(onDemandMarket, fitted),
     onDemandAllowed: interruptible.onDemand !== false,
-    cheaperThan: interruptible.cheaperThan,
+    replacing: interruptible.replacing,
   });
-  if (choice.none) throw nothingToRent(choice.none, fitted);
-  return spreadOver(choice.candidates, request.avoidMachineIds);
+  return choice.none ? choice : { candidates: spreadOver(choice.candidates, request.avoidMachineIds) };
 }
 
 /** The creation's answer when nothing may be rented (a launch that counts as failed): it says why. */

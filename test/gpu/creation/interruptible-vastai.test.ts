@@ -84,21 +84,22 @@ describe("a bid-only creation on vast.ai", () => {
     );
   });
 
-  it("rents nothing when no bid costs strictly less than the fallback it would replace", async () => {
+  it("rents nothing when no bid costs at most 90% of the fallback it would replace", async () => {
     const [cheapest] = await fittingBids();
-    const err = await rentsNothing(() => bidOnly({ cheaperThan: cheapest!.dphTotal }));
-    expect(err.message).toMatch(/no bid costs less than the fallback's \$[\d.]+\/h/);
+    // The cheapest bid saves 5% of it: not worth a move.
+    const err = await rentsNothing(() => bidOnly({ replacing: cheapest!.dphTotal / 0.95 }));
+    expect(err.message).toMatch(/no bid costs \$[\d.]+\/h or less, 90% of the \$[\d.]+\/h machine it would replace/);
   });
 
-  it("rents a bid cheaper than both the on-demand offers and the fallback, even on a machine it would rather avoid", async () => {
+  it("rents a bid under both the on-demand offers and 90% of the fallback, even on a machine it would rather avoid", async () => {
     const [cheapest, next] = await fittingBids();
     expect(next!.dphTotal).toBeGreaterThan(cheapest!.dphTotal);
-    const cheaperThan = next!.dphTotal; // only the cheapest bid is under it
+    const replacing = (cheapest!.dphTotal + next!.dphTotal) / 2 / 0.9; // only the cheapest bid is within 90% of it
     const puts = bidsPut();
-    const created = await bidOnly({ cheaperThan }, [cheapest!.machineId!]);
+    const created = await bidOnly({ replacing }, [cheapest!.machineId!]);
     const record = (await ctx.instances.get(created.instanceId))!;
     expect(record).toMatchObject({ interruptible: true, offerId: cheapest!.id, bidPerHour: cheapest!.bidPerHour, costPerHour: cheapest!.dphTotal });
-    expect(record.costPerHour).toBeLessThan(cheaperThan);
+    expect(record.costPerHour).toBeLessThanOrEqual(replacing * 0.9);
     expect(bidsPut()).toBe(puts + 1);
   });
 });

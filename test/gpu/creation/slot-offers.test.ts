@@ -5,15 +5,15 @@ import type { MarketOffer } from "../../../src/gpu/marketplace/port.js";
 
 // What an interruptible slot rents, as SPEC.md section 2 says it: an offer whose bid would reach
 // the price of an on-demand offer that fits is rented on-demand instead, on every launch; the way
-// back from a fallback rents only a bid that costs less than the fallback it replaces; with
+// back from a fallback rents only a bid that costs at most 90% of the fallback it replaces; with
 // `fallback` false a slot whose bids all reach the on-demand price waits rather than bid above it.
 // Each row: the fitting bids (id, billed $/h), the fitting on-demand prices, whether on-demand may be
-// rented, the fallback's cost a return must stay under; out: what is rented, best first, or why not.
+// rented, the cost of the fallback a return replaces; out: what is rented, best first, or why not.
 
 const offer = (id: string, dphTotal: number): MarketOffer => ({ id, gpuName: "RTX 4090", numGpus: 1, gpuRam: 24, dphTotal, rentable: true, location: "" });
 const bid = ([id, price]: readonly [string, number]): Candidate => ({ ...offer(id, price), bidPerHour: price });
 
-type Row = [what: string, bids: Array<[string, number]>, onDemand: number[], onDemandAllowed: boolean, cheaperThan: number | undefined, outcome: string];
+type Row = [what: string, bids: Array<[string, number]>, onDemand: number[], onDemandAllowed: boolean, replacing: number | undefined, outcome: string];
 
 function outcomeOf(markets: SlotMarkets): string {
   const choice = slotOffers(markets);
@@ -50,15 +50,23 @@ describe("what an interruptible slot rents", () => {
       undefined,
       "nothing: no offer of the bid market fits, and this launch may not rent on-demand",
     ],
-    // The way back from a fallback: a bid that costs less than the fallback it replaces, or nothing.
-    ["back from a $0.6/h fallback: a bid under both it and on-demand", [["b1", 0.3], ["b2", 0.55]], [0.8], false, 0.6, "bids b1, b2"],
+    // The way back from a fallback: a bid that costs at most 90% of the fallback it replaces, or nothing.
+    ["back from a $0.6/h fallback: bids at most 90% of it and under on-demand", [["b1", 0.3], ["b2", 0.54]], [0.8], false, 0.6, "bids b1, b2"],
     [
-      "back from a $0.6/h fallback: a bid at or above it is not made, though on-demand costs more",
-      [["b1", 0.6], ["b2", 0.7]],
+      "back from a $0.6/h fallback: a bid that saves less than 10% is not made, though on-demand costs more",
+      [["b1", 0.55], ["b2", 0.7]],
       [0.8],
       false,
       0.6,
-      "nothing: no bid costs less than the fallback's $0.6/h (the cheapest fitting bid: $0.6/h)",
+      "nothing: no bid costs $0.54/h or less, 90% of the $0.6/h machine it would replace (the cheapest fitting bid: $0.55/h)",
+    ],
+    [
+      "back from a $0.6/h fallback: a bid at its price is not made",
+      [["b1", 0.6]],
+      [0.8],
+      false,
+      0.6,
+      "nothing: no bid costs $0.54/h or less, 90% of the $0.6/h machine it would replace (the cheapest fitting bid: $0.6/h)",
     ],
     [
       "back from a fallback, with on-demand now cheaper than the fallback: on-demand is the bar",
@@ -69,7 +77,7 @@ describe("what an interruptible slot rents", () => {
       "nothing: no bid costs less than the on-demand $0.5/h (the cheapest fitting bid: $0.55/h)",
     ],
     ["back from a fallback, no on-demand offer fits: the fallback is the bar", [["b1", 0.5], ["b2", 0.7]], [], false, 0.6, "bids b1"],
-  ])("%s", (_what, bids, onDemand, onDemandAllowed, cheaperThan, outcome) => {
-    expect(outcomeOf({ bids: bids.map(bid), onDemand: onDemand.map((p) => offer(`od-${p}`, p)), onDemandAllowed, cheaperThan })).toBe(outcome);
+  ])("%s", (_what, bids, onDemand, onDemandAllowed, replacing, outcome) => {
+    expect(outcomeOf({ bids: bids.map(bid), onDemand: onDemand.map((p) => offer(`od-${p}`, p)), onDemandAllowed, replacing })).toBe(outcome);
   });
 });

@@ -35,6 +35,9 @@ type Instance = NonNullable<EndpointJson["instances"]>[number] & { interruptible
 const instancesOf = (e: EndpointJson) => (e.instances ?? []) as Instance[];
 const readyBids = (e: EndpointJson) => instancesOf(e).filter((i) => i.state === "ready" && i.interruptible);
 const kinds = (events: EventJson[]) => events.map((e) => e.kind);
+const instanceSequence = async () => Number(((await svc.db.knex.raw("select last_value from gpu_instance_id_seq")) as { rows: Array<{ last_value: string }> }).rows[0]!.last_value);
+const controlRow = async (name: string) =>
+  (await svc.db.knex("gpu_endpoints").where({ name }).whereNot({ phase: "deleted" }).first()) as { mix_failures: number; launch_failures: number; next_mix_at: Date | null; mix_wait_since: Date | null };
 const marketIdOf = async (instanceId: string) =>
   ((await svc.db.knex("gpu_instances").where({ instance_id: instanceId }).first()) as { market_instance_id: string }).market_instance_id;
 
@@ -78,9 +81,10 @@ describe("interruptible replicas", () => {
       30_000,
     );
     expect(fallen.on_demand_replicas).toBeGreaterThanOrEqual(2);
-    expect(kinds(await eventsOf(svc.server.url, "falls-back")).filter((k) => k === "fallback")).toHaveLength(2);
-    // A try to return finds no bid and backs off like any launch.
-    await waitFor("a return found no bid", async () => (kinds(await eventsOf(svc.server.url, "falls-back")).includes("launch_failed") ? true : undefined), 10_000);
+    const rentedOnDemand = (events: EventJson[]) => events.filter((e) => e.kind === "fallback" && e.detail.includes("rented on-demand"));
+    expect(rentedOnDemand(await eventsOf(svc.server.url, "falls-back"))).toHaveLength(2);
+    // A try to return finds no bid: it waits, a wait and no failure.
+    await waitFor("a return found no bid", async () => ((await eventsOf(svc.server.url, "falls-back")).some((e) => e.detail.includes("stays until a bid takes its place")) ? true : undefined), 10_000);
     const wayBack = watchFewestReady(svc.server.url, "falls-back");
     svc.market.setBidsOpen(true);
     const back = await waitForEndpoint(svc.server.url, "falls-back", "two bids again, fallbacks gone", (e) => readyBids(e).length === 2 && instancesOf(e).length === 2, 60_000);
@@ -92,6 +96,7 @@ describe("interruptible replicas", () => {
     const events = kinds(await eventsOf(svc.server.url, "falls-back"));
     expect(events.filter((k) => k === "preempted")).toHaveLength(2);
     expect(events.filter((k) => k === "drained")).toHaveLength(2); // each fallback drained once its bid was ready
+    expect(events).not.toContain("launch_failed");
     await deleteAndWait(svc.server.url, "falls-back", svc.db.knex);
   }, 120_000);
 
@@ -109,17 +114,34 @@ describe("interruptible replicas", () => {
     await deleteAndWait(svc.server.url, "based", svc.db.knex);
   }, 60_000);
 
-  it("backs the moves back to bids off on their own: a full-strength endpoint is never budget_held, and a machine that ends is replaced at once", async () => {
+  it("waits for bids without failing: nothing rented, one event per wait, a look again each recheck; never budget_held, and a machine that ends is replaced at once", async () => {
     const url = svc.server.url;
-    svc.market.setBidsOpen(false); // no bid anywhere: both replicas fall back, and every move back fails
+    svc.market.setBidsOpen(false); // no bid anywhere: both replicas fall back, and every return waits
     try {
       await createEndpoint(url, { name: "apart", template_name: "budget", replicas: 2, max_cost_per_hour: BUDGET, capacity: CAPACITY });
       const fallbacks = await waitForEndpoint(url, "apart", "two fallbacks ready", (e) => e.ready_replicas === 2, 30_000);
-      // Two moves failed: the move's backoff is 20 s now, the launches' none.
-      await waitFor("two failed moves", async () => ((await eventsOf(url, "apart")).filter((e) => e.kind === "launch_failed").length >= 2 ? true : undefined), 30_000);
-      const state = await waitForEndpoint(url, "apart", "ready", (e) => e.state === "ready", 5_000);
-      expect(kinds(await eventsOf(url, "apart"))).not.toContain("budget_held");
-      expect(state.state).toBe("ready");
+      await waitFor("the wait for a bid", async () => ((await eventsOf(url, "apart")).some((e) => e.detail.includes("stays until a bid takes its place")) ? true : undefined), 10_000);
+      const sequence = await instanceSequence();
+      // Ten rechecks (GPU_ENDPOINT_MIX_RECHECK_MS 1000 here: ten minutes at the default): each one
+      // rents nothing, takes no instance id, writes nothing but the next look, never past the recheck.
+      const looks = new Set<number>();
+      const until = Date.now() + 10_000;
+      while (Date.now() < until) {
+        const row = await controlRow("apart");
+        expect(row.next_mix_at!.getTime() - Date.now()).toBeLessThanOrEqual(1000);
+        expect(row).toMatchObject({ mix_failures: 0, launch_failures: 0 });
+        looks.add(row.next_mix_at!.getTime());
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      expect(looks.size).toBeGreaterThanOrEqual(8);
+      expect(await instanceSequence()).toBe(sequence);
+      expect(await svc.db.knex("gpu_instances").where({ endpoint: "apart" }).count({ n: "*" })).toEqual([{ n: "2" }]);
+      const events = await eventsOf(url, "apart");
+      expect(events.filter((e) => e.detail.includes("stays until a bid takes its place"))).toHaveLength(1);
+      expect(events.filter((e) => e.kind === "fallback" && e.detail.includes("rented on-demand"))).toHaveLength(2);
+      expect(kinds(events)).not.toContain("launch_failed");
+      expect(kinds(events)).not.toContain("budget_held");
+      expect((await waitForEndpoint(url, "apart", "ready", (e) => e.state === "ready", 5_000)).state).toBe("ready");
 
       const victim = instancesOf(fallbacks)[0]!.instance_id;
       const endedAt = Date.now();
@@ -129,7 +151,7 @@ describe("interruptible replicas", () => {
         async () => (await eventsOf(url, "apart")).find((e) => e.kind === "launched" && Date.parse(e.at) >= endedAt),
         15_000,
       );
-      // Within a few probe rounds and the status sync, not after the moves' backoff.
+      // Within a few probe rounds and the status sync.
       expect(Date.parse(replaced.at) - endedAt).toBeLessThan(8_000);
     } finally {
       svc.market.setBidsOpen(true);

@@ -32,6 +32,7 @@ function endpoint(fields: Partial<EndpointRecord> = {}): EndpointRecord {
     nextLaunchAt: null,
     mixFailures: 0,
     nextMixAt: null,
+    mixWaitSince: null,
     createdAt: ago(3_600_000),
     deletedAt: null,
     ...fields,
@@ -65,6 +66,7 @@ function replica(id: string, kind: Kind): ReplicaFacts {
     drainingSince: null,
     interruptible: false,
     fallback: false,
+    replaces: null,
     condemnedAt: null,
     recordClaimedAt: ago(600_000),
     destroyingAt: null,
@@ -256,6 +258,17 @@ describe("endpoint plan", () => {
       const replicas = [replica("a", "ready"), slot("f1", "ready", "fallback")];
       expect(launches(planEndpoint(endpoint({ replicas: 1, capacity }), replicas, NOW, SETTINGS))).toEqual(["drain f1"]);
     });
+    it("starts the moves' backoff and wait over once nothing is left to move, and not before", () => {
+      const backedOff = endpoint({ replicas: 2, capacity: { ...capacity, onDemandBase: 0 }, mixFailures: 6, nextMixAt: ago(-600_000), mixWaitSince: ago(300_000) });
+      const moved = [slot("b1", "ready", "bid"), slot("b2", "ready", "bid")];
+      expect(launches(planEndpoint(backedOff, moved, NOW, SETTINGS))).toEqual(["mix_settled"]);
+      // The fallback that drains once its bid is ready is out of the mix already.
+      const draining = [slot("b1", "ready", "bid"), slot("b2", "ready", "bid"), slot("f", "draining", "fallback")];
+      expect(launches(planEndpoint(backedOff, draining, NOW, SETTINGS))).toEqual(["mix_settled"]);
+      const fallbackLeft = [slot("b1", "ready", "bid"), slot("f", "ready", "fallback")];
+      expect(launches(planEndpoint(backedOff, fallbackLeft, NOW, SETTINGS))).toEqual(["launch bid only"]);
+      expect(launches(planEndpoint({ ...backedOff, mixFailures: 0, nextMixAt: null, mixWaitSince: null }, moved, NOW, SETTINGS))).toEqual([]);
+    });
 
     describe("a PATCH of the capacity moves the running replicas, the new one first", () => {
       const off = { ...capacity, interruptible: false };
@@ -275,12 +288,12 @@ describe("endpoint plan", () => {
         expect(launches(planEndpoint(endpoint({ replicas: 2, capacity: settings }), facts, NOW, SETTINGS))).toEqual(expected);
       });
 
-      it("names the replica a move replaces, and a bid must cost less than the on-demand machine it replaces", () => {
+      it("names the replica a move replaces, and the cost of the on-demand machine a bid must save 10% of", () => {
         const [o1, o2] = [replica("o1", "ready"), replica("o2", "ready")];
         o2.record = { ...o2.record!, costPerHour: 0.6 };
         o2.row.createdAt = ago(1000);
         const actions = planEndpoint(endpoint({ replicas: 2, capacity: { ...capacity, onDemandBase: 0 } }), [o1, o2], NOW, SETTINGS);
-        expect(actions).toEqual([{ kind: "launch", interruptible: true, fallback: false, replaces: "o2", cheaperThan: 0.6 }]);
+        expect(actions).toEqual([{ kind: "launch", interruptible: true, fallback: false, replaces: "o2", replacing: 0.6 }]);
       });
     });
   });

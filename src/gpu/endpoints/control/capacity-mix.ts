@@ -10,8 +10,8 @@ import { billedCost, replicaState, type ReplicaFacts } from "../replicas/replica
 // - a gap (a replica missing) is filled first, each launch of the kind still short: on-demand up
 //   to the base, then bids that may fall back to on-demand when no bid fits;
 // - then one launch at a time takes a misplaced replica's place, beside it (a surge within
-//   replicas + 1): a bid, or nothing, that costs less than the on-demand machine it replaces; or
-//   an on-demand machine for a bid;
+//   replicas + 1): a bid, or nothing, that costs at most 90% of the on-demand machine it replaces
+//   (slot-offers.ts); or an on-demand machine for a bid;
 // - a misplaced replica goes once the replicas left keep at least the target ready (never fewer
 //   ready than before), so on a scale-down the misplaced ones go first (fallbacks first: they
 //   cost more than the bids that replace them).
@@ -26,10 +26,10 @@ export interface LaunchKind {
   fallback: boolean;
 }
 
-/** A launch that takes a misplaced replica's place: a bid must cost less than `cheaperThan` ($/h). */
+/** A launch that takes a misplaced replica's place: a bid must cost at most 90% of `replacing` ($/h, what the replaced machine bills). */
 export interface MixLaunch extends LaunchKind {
   replaces: string;
-  cheaperThan?: number;
+  replacing?: number;
 }
 
 export function isFallback({ row, record }: ReplicaFacts): boolean {
@@ -92,9 +92,9 @@ export function goingNow(target: number, serving: readonly ReplicaFacts[], out: 
 /**
  * The one launch that takes a misplaced replica's place, when the others are fewer than the
  * target and every serving replica is ready (none on its way, not even a fallback that is still
- * starting: the move waits for it rather than replace it before it served): a bid only, cheaper
- * than the on-demand machine it replaces, or an on-demand machine for a bid. Undefined when none
- * is wanted now.
+ * starting: the move waits for it rather than replace it before it served): a bid only, worth
+ * the move from the on-demand machine it replaces, or an on-demand machine for a bid. Undefined
+ * when none is wanted now.
  */
 export function mixLaunch(target: number, serving: readonly ReplicaFacts[], out: readonly ReplicaFacts[]): MixLaunch | undefined {
   const first = out[0];
@@ -104,7 +104,7 @@ export function mixLaunch(target: number, serving: readonly ReplicaFacts[], out:
   const replaces = first.row.instanceId;
   if (!isOnDemand(first)) return { interruptible: false, fallback: false, replaces };
   const cost = billedCost(first);
-  return { interruptible: true, fallback: false, replaces, ...(cost > 0 ? { cheaperThan: cost } : {}) };
+  return { interruptible: true, fallback: false, replaces, ...(cost > 0 ? { replacing: cost } : {}) };
 }
 
 /** Why a misplaced replica goes, for its event. */

@@ -62,7 +62,10 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
     const actions = planEndpoint(endpoint, facts, new Date(), deps.settings, load);
     const round = newRound(facts);
     const launches = actions.filter((a): a is Launch => a.kind === "launch");
-    if (!(await carryOut(rd, endpoint, round, actions.filter((a) => a.kind !== "launch")))) return;
+    // A launch under way reports its own failure (in the marketplace's words): its failed record waits for it.
+    const launching = lanes.has(endpoint.id);
+    const reportedByLane = (a: Action) => launching && a.kind === "remove" && round.byId.get(a.instanceId)?.record?.status === "failed";
+    if (!(await carryOut(rd, endpoint, round, actions.filter((a) => a.kind !== "launch" && !reportedByLane(a))))) return;
     // Launches of an earlier round are under way: they fill what this round would.
     if (lanes.has(endpoint.id)) return;
     if (launches.length === 0) return settleBudgetHold(rd, endpoint, round, launches);
@@ -118,6 +121,9 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
       case "remember":
         if (!(await endpoints.setAutoscaleMemory(endpoint.id, endpoint, action.memory))) throw new EndpointChanged();
         return;
+      case "mix_settled":
+        // Nothing left to move: the next wave of moves starts from the first backoff step.
+        return endpoints.setControl(endpoint.id, { mixFailures: 0, nextMixAt: null, mixWaitSince: null });
       case "hold_budget":
         round.held = action.detail;
         round.blocked = true;
@@ -153,18 +159,19 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
 
   async function launch(rd: RoundDeps, endpoint: EndpointRecord, round: Round, action: Launch): Promise<void> {
     const { makeRoom } = action;
-    // A move of the mix has a backoff of its own; a preempted replica's replacement ignores the backoff.
-    const gate = action.replaces !== undefined ? endpoint.nextMixAt : round.urgent ? null : endpoint.nextLaunchAt;
-    if (round.blocked || round.held || (gate !== null && gate.getTime() > Date.now())) return;
+    if (round.blocked || round.held || closed(endpoint, round, action)) return;
     // A change made since the round began (a PATCH, a DELETE) is seen before anything is rented.
     const current = await endpoints.get(endpoint.id);
     if (!current || changedSince(endpoint, current)) {
       round.blocked = true;
       return;
     }
+    // The backoffs as they are now: a launch of an earlier round may have moved them since this round read them.
+    Object.assign(endpoint, backoffsOf(current));
+    if (closed(endpoint, round, action)) return;
     // The machines its other replicas run on, this round's launches included: a new one goes
     // elsewhere while offers there fit.
-    const request = { interruptible: action.interruptible, fallback: action.fallback, avoidMachineIds: round.machineIds, cheaperThan: action.cheaperThan, replaces: action.replaces };
+    const request = { interruptible: action.interruptible, fallback: action.fallback, avoidMachineIds: round.machineIds, replacing: action.replacing, replaces: action.replaces };
     const outcome = await launchReplica(rd, endpoint, endpoint.maxCostPerHour - round.spend, request);
     if (outcome.kind === "launched") {
       round.spend += outcome.costPerHour;
@@ -172,6 +179,8 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
       round.launched = true;
     } else if (outcome.kind === "failed") {
       round.blocked = true;
+    } else if (outcome.kind === "waiting") {
+      // A move found no bid worth it: nothing rented, nothing held back; looked at again later.
     } else if (makeRoom) {
       // No surge fits the budget: the condemned one goes first, its replacement next round.
       await retire(rd, endpoint, round, makeRoom, "no room in the budget for a replacement beside it");
@@ -219,6 +228,16 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
       await Promise.all(lanes.values());
     },
   };
+}
+
+/** Whether the launch's gate is closed: a move of the mix has a backoff of its own; a preempted replica's replacement ignores the backoff. */
+function closed(endpoint: EndpointRecord, round: Round, action: Launch): boolean {
+  const gate = action.replaces !== undefined ? endpoint.nextMixAt : round.urgent ? null : endpoint.nextLaunchAt;
+  return gate !== null && gate.getTime() > Date.now();
+}
+
+function backoffsOf(e: EndpointRecord): Pick<EndpointRecord, "launchFailures" | "nextLaunchAt" | "mixFailures" | "nextMixAt" | "mixWaitSince"> {
+  return { launchFailures: e.launchFailures, nextLaunchAt: e.nextLaunchAt, mixFailures: e.mixFailures, nextMixAt: e.nextMixAt, mixWaitSince: e.mixWaitSince };
 }
 
 /** Whether what the caller sets (target, budget, capacity, phase) changed since the round read it. */

@@ -30,7 +30,8 @@ import { goingNow, launchKinds, misplaced, mixLaunch, whyMisplaced, type LaunchK
 //   replicas + 1 machines; the executor checks the budget against the prices actually rented;
 // - each launch's kind (on-demand, or interruptible with or without fallback), and the way the mix
 //   moves to the capacity (a fallback's way back to a bid, a PATCH of the capacity), come from
-//   the endpoint's capacity (capacity-mix.ts): the misplaced replicas go first on a scale-down.
+//   the endpoint's capacity (capacity-mix.ts): the misplaced replicas go first on a scale-down;
+//   once none is left, the moves' backoff and wait start over (a converged mix).
 
 export interface PlanSettings {
   unhealthyMs: number;
@@ -68,7 +69,9 @@ export type Action =
   /** The autoscaler moves the target (events scaled, woke, idle). */
   | { kind: "retarget"; change: TargetChange }
   /** What the autoscaler remembers of the load until the next round. */
-  | { kind: "remember"; memory: AutoscaleMemory };
+  | { kind: "remember"; memory: AutoscaleMemory }
+  /** Nothing is left to move in the mix: its backoff and its wait for a bid start over. */
+  | { kind: "mix_settled" };
 
 /** The load of an endpoint as the proxies published it; none: nothing in flight, nothing held. */
 export const NO_LOAD: EndpointLoad = { inFlight: 0, held: 0, byReplica: new Map(), lastRequestAt: null };
@@ -134,6 +137,7 @@ export function planEndpoint(
   const target = endpoint.replicas;
   // Replicas of a kind the capacity no longer wants go once enough others are ready.
   const out = misplaced(endpoint.capacity, target, inScaleInOrder(serving, load));
+  if (out.length === 0 && mixUnsettled(stored)) actions.push({ kind: "mix_settled" });
   const surplus = serving.length > target;
   const outNow = goingNow(target, serving, out.filter(canDestroy));
   for (const f of outNow) actions.push(goes(f, surplus ? `scale down to ${target}` : whyMisplaced(endpoint.capacity, f)));
@@ -172,6 +176,11 @@ export function planEndpoint(
     machines++;
   }
   return deficit > 0 ? actions : [...actions, ...moveMix(target, kept, stillOut, machines)];
+}
+
+/** Whether the moves of the mix still carry a backoff or a wait from an earlier wave. */
+function mixUnsettled(endpoint: EndpointRecord): boolean {
+  return endpoint.mixFailures > 0 || endpoint.nextMixAt !== null || endpoint.mixWaitSince !== null;
 }
 
 /** One launch that takes a misplaced replica's place, when one may go beside them (replicas + 1). */

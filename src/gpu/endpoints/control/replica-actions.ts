@@ -36,10 +36,14 @@ export async function remove(deps: RoundDeps, endpoint: EndpointRecord, round: R
   // A launch whose record never came is given up only if its record is not being written now.
   if (record === null && !(await deps.endpoints.replicas.removeUnclaimed(instanceId))) return;
   round.spend -= round.costOf(instanceId);
+  // A launch that moved the mix (a bid back from a fallback) counts against the moves' backoff,
+  // never against the launches that fill a gap: the replica it was to replace still serves.
+  const move = facts?.row.replaces ? { replaces: facts.row.replaces } : undefined;
   if (record?.status === "failed") {
-    // Nothing to destroy: a failed creation's machine is the creation's to release.
-    await deps.endpoints.replicas.remove(instanceId);
-    return launchFailed(deps, endpoint, `${instanceId}: ${reason}`, instanceId);
+    // Nothing to destroy: a failed creation's machine is the creation's to release. The launch
+    // that saw it fail may have removed the replica and counted the failure meanwhile: once only.
+    if (!(await deps.endpoints.replicas.remove(instanceId))) return;
+    return launchFailed(deps, endpoint, `${instanceId}: ${reason}`, instanceId, move);
   }
   if (action.preempted) {
     // Outbid, not failed: out of routing already, its storage stops billing, replaced at once.
@@ -47,7 +51,7 @@ export async function remove(deps: RoundDeps, endpoint: EndpointRecord, round: R
     return destroyReplica(deps, endpoint, facts, instanceId, "preempted", `${instanceId} preempted: ${reason}; replaced at once`);
   }
   await destroyReplica(deps, endpoint, facts, instanceId, "ended", `${instanceId} ended: ${reason}`);
-  if (action.neverReady) await launchFailed(deps, endpoint, `${instanceId} ended before it was ready`, instanceId);
+  if (action.neverReady) await launchFailed(deps, endpoint, `${instanceId} ended before it was ready`, instanceId, move);
 }
 
 /** A condemned replica goes: its replacement is ready, or it must make room. */

@@ -1,7 +1,10 @@
 import type { Knex } from "knex";
 import { ACTOR_SYSTEM } from "../../../actor.js";
 import { messageOf, NotFoundError, UnavailableError } from "../../../errors.js";
-import { anyOfferFits, createInstance } from "../../creation/creation.js";
+import type { EndpointConfig } from "../../../config.js";
+import type { Candidate } from "../../creation/bid-choice.js";
+import { anyOfferFits, chooseInterruptible, createInstance, type CreationRequest } from "../../creation/creation.js";
+import { nothingToRentText } from "../../creation/slot-offers.js";
 import { findTemplate } from "../../creation/templates.js";
 import type { GpuContext } from "../../gpu-context.js";
 import { roundMoney } from "../../money/cost.js";
@@ -16,7 +19,10 @@ import type { EndpointRecord, EndpointStore } from "../resource/endpoint-store.j
 // the budget holds back, back off alike, so that neither loops on the marketplace's offer search.
 // A launch that moves the mix of machines (`replaces`: a fallback's way back to a bid, a PATCH of
 // the capacity) backs off on its own: it never delays the launch of a missing replica, and the
-// budget holding it back is no `budget_held` (the endpoint is at full strength).
+// budget holding it back is no `budget_held` (the endpoint is at full strength). A move to a bid
+// looks at the market before it writes anything: no bid cheap enough is an observation, not a
+// failure (SPEC.md, "Back from fallback"): nothing rented, no row, no instance id, one event when
+// the wait starts, and a look again GPU_ENDPOINT_MIX_RECHECK_MS (at most a minute) later.
 
 /** Launch failures back off from 10 s, doubling, to 10 min (SPEC.md: nothing loops faster). */
 export const LAUNCH_BACKOFF_MS = { first: 10_000, max: 600_000 } as const;
@@ -30,12 +36,15 @@ export type LaunchOutcome =
   /** The budget leaves no room: nothing rented, the launch backs off. */
   | { kind: "held"; detail: string }
   /** Failed (event launch_failed, backoff), or its outcome is unknown (the reconciler settles it): the round launches no more. */
-  | { kind: "failed" };
+  | { kind: "failed" }
+  /** A move to a bid found none cheap enough: nothing rented; looked at again after GPU_ENDPOINT_MIX_RECHECK_MS. */
+  | { kind: "waiting" };
 
 export interface LaunchDeps {
   ctx: GpuContext;
   endpoints: EndpointStore;
   events: EndpointEventStore;
+  settings: Pick<EndpointConfig, "mixRecheckMs">;
   /** Whether this process still leads; false stops the rental before the marketplace is asked. */
   confirmLead(): Promise<boolean>;
 }
@@ -43,8 +52,8 @@ export interface LaunchDeps {
 /** What to rent: its slot's kind (capacity-mix.ts), and the machines its siblings are on (spread). */
 export interface LaunchRequest extends LaunchKind {
   avoidMachineIds: readonly string[];
-  /** The way back from a fallback: the fallback's cost_per_hour, which the bid must cost less than. */
-  cheaperThan?: number;
+  /** The way back from a fallback: the fallback's cost_per_hour; the bid must cost at most 90% of it. */
+  replacing?: number;
   /** The misplaced replica this launch takes the place of (capacity-mix.ts): its own backoff. */
   replaces?: string;
 }
@@ -53,9 +62,22 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
   const { ctx, endpoints } = deps;
   const budgetText = `$${roundMoney(priceCap)}/h left of its $${endpoint.maxCostPerHour}/h budget`;
   if (priceCap <= 0) return holdBack(deps, endpoint, `one replica held back: ${budgetText}`, request);
+  const creation: CreationRequest = {
+    templateName: endpoint.templateName,
+    customConfig: endpoint.customConfig,
+    actor: ACTOR_SYSTEM,
+    ...(request.interruptible ? { interruptible: { bidMargin: endpoint.capacity.bidMargin, onDemand: request.fallback, replacing: request.replacing } } : {}),
+    avoidMachineIds: request.avoidMachineIds,
+  };
+  let chosen: Candidate[] | undefined;
+  if (request.replaces !== undefined && request.interruptible && !request.fallback) {
+    const looked = await lookForBids(deps, endpoint, creation, priceCap, request, budgetText);
+    if (!Array.isArray(looked)) return looked;
+    chosen = looked;
+  }
   const instanceId = await ctx.instances.nextInstanceId();
   // The intent first (with its slot): should this process die from here on, the next round finds the row.
-  await endpoints.replicas.insert(endpoint.id, instanceId, undefined, { interruptible: request.interruptible, fallback: false });
+  await endpoints.replicas.insert(endpoint.id, instanceId, undefined, { interruptible: request.interruptible, fallback: false, replaces: request.replaces });
   const fence = {
     claimRecord: (trx: Knex.Transaction) => endpoints.replicas.claimRecord(instanceId, trx),
     async beforeRent() {
@@ -63,16 +85,7 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
     },
   };
   try {
-    await createInstance(ctx, {
-      templateName: endpoint.templateName,
-      customConfig: endpoint.customConfig,
-      actor: ACTOR_SYSTEM,
-      replicaOf: { instanceId, endpoint: endpoint.name, priceCap, fence },
-      ...(request.interruptible
-        ? { interruptible: { bidMargin: endpoint.capacity.bidMargin, onDemand: request.fallback, cheaperThan: request.cheaperThan } }
-        : {}),
-      avoidMachineIds: request.avoidMachineIds,
-    });
+    await createInstance(ctx, { ...creation, replicaOf: { instanceId, endpoint: endpoint.name, priceCap, fence }, ...(chosen ? { chosen } : {}) });
   } catch (err) {
     return failedLaunch(deps, endpoint, instanceId, err, priceCap, budgetText, request);
   }
@@ -82,7 +95,8 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
   const machine = record ? `${record.gpuInfo.numGpus}x ${record.gpuInfo.gpuName} at $${costPerHour}/h (${rented})` : "a machine";
   const takesPlace = request.replaces ? ` to take ${request.replaces}'s place` : "";
   await note(deps, endpoint, "launched", `${instanceId} launched on ${machine}${takesPlace}`, instanceId);
-  if (request.replaces && endpoint.mixFailures > 0) await endpoints.setControl(endpoint.id, { mixFailures: 0, nextMixAt: null });
+  // A wait for a cheaper bid is over; the moves' failures count on until nothing is left to move.
+  if (request.replaces) await endpoints.setControl(endpoint.id, { mixWaitSince: null });
   if (request.interruptible && record && !record.interruptible) {
     await endpoints.replicas.markFallback(instanceId);
     await note(deps, endpoint, "fallback", `${instanceId} rented on-demand in an interruptible slot: no bid fits for less than an on-demand machine`, instanceId);
@@ -113,9 +127,10 @@ async function failedLaunch(
     return { kind: "failed" };
   }
   if (record === null) await endpoints.replicas.forget(instanceId);
-  else await endpoints.replicas.remove(instanceId);
+  // A round that saw the failed record meanwhile removed the replica and counted the failure: once only.
+  else if (!(await endpoints.replicas.remove(instanceId))) return { kind: "failed" };
   const templateMax = findTemplate(endpoint.templateName)?.config?.maxPrice ?? 0;
-  // A bid-only launch (the way back from a fallback) that finds no bid is a launch that failed.
+  // A bid-only launch (a move to a bid, a slot without fallback) that rents no bid failed: no budget hold.
   const bidOnly = request.interruptible && !request.fallback;
   if (err instanceof NotFoundError && record === null && priceCap < templateMax && !bidOnly) {
     // Nothing fits what is left of the budget: a hold, unless nothing fits the template at all.
@@ -125,6 +140,43 @@ async function failedLaunch(
   }
   await launchFailed(deps, endpoint, `launch of ${instanceId}${request.replaces ? ` to take ${request.replaces}'s place` : ""} failed: ${failureText(err)}`, instanceId, request);
   return { kind: "failed" };
+}
+
+/**
+ * A move to a bid looks at the market first, with nothing written yet: the offers to rent, or, with
+ * none cheap enough, a wait; a search that fails, or no offer within the budget, is a failed move.
+ */
+async function lookForBids(
+  deps: LaunchDeps,
+  endpoint: EndpointRecord,
+  creation: CreationRequest,
+  priceCap: number,
+  request: LaunchRequest,
+  budgetText: string,
+): Promise<Candidate[] | LaunchOutcome> {
+  const move = `the move of ${request.replaces}`;
+  try {
+    const choice = await chooseInterruptible(deps.ctx, creation, priceCap);
+    if (!choice.none) return choice.candidates;
+    if (choice.none.kind !== "nothing-fits") return await waitForBids(deps, endpoint, request, nothingToRentText(choice.none));
+    await launchFailed(deps, endpoint, `${move} waits: no offer fits the ${budgetText}`, undefined, request);
+  } catch (err) {
+    await launchFailed(deps, endpoint, `${move} failed: ${failureText(err)}`, undefined, request);
+  }
+  return { kind: "failed" };
+}
+
+/** No bid cheap enough for a move: it is looked at again a recheck later; the event only when the wait starts. */
+async function waitForBids(deps: LaunchDeps, endpoint: EndpointRecord, request: LaunchRequest, why: string): Promise<LaunchOutcome> {
+  const nextMixAt = new Date(Date.now() + deps.settings.mixRecheckMs);
+  const starts = await deps.endpoints.waitForBids(endpoint.id, nextMixAt);
+  endpoint.nextMixAt = nextMixAt;
+  if (starts) {
+    endpoint.mixWaitSince = new Date();
+    const every = `looked at again every ${deps.settings.mixRecheckMs / 1000} s until one does`;
+    await note(deps, endpoint, "fallback", `${request.replaces} stays until a bid takes its place: ${why}; ${every}`, request.replaces);
+  }
+  return { kind: "waiting" };
 }
 
 /** A launch failed: an event, and the next launch (of its kind: a move of the mix, or any other) waits (exponential backoff). */

@@ -61,10 +61,15 @@ export interface EndpointRecord {
   launchFailures: number;
   /** No launch before this instant (backoff); null: now. */
   nextLaunchAt: Date | null;
-  /** Launches that move the mix of machines (capacity-mix.ts) that did not go through in a row: their own backoff. */
+  /**
+   * Launches that move the mix of machines (capacity-mix.ts) that failed in a row: their own
+   * backoff; reset by a PATCH of the capacity and once nothing is left to move.
+   */
   mixFailures: number;
   /** No such launch before this instant; null: now. */
   nextMixAt: Date | null;
+  /** Since when the moves wait for a bid cheap enough (looked at again every GPU_ENDPOINT_MIX_RECHECK_MS); null: not waiting. */
+  mixWaitSince: Date | null;
   createdAt: Date;
   deletedAt: Date | null;
 }
@@ -114,6 +119,7 @@ interface EndpointRow {
   next_launch_at: Date | null;
   mix_failures: number;
   next_mix_at: Date | null;
+  mix_wait_since: Date | null;
   created_at: Date;
   deleted_at: Date | null;
 }
@@ -141,6 +147,7 @@ function toEndpoint(row: EndpointRow): EndpointRecord {
     nextLaunchAt: row.next_launch_at,
     mixFailures: row.mix_failures,
     nextMixAt: row.next_mix_at,
+    mixWaitSince: row.mix_wait_since,
     createdAt: row.created_at,
     deletedAt: row.deleted_at,
   };
@@ -239,7 +246,8 @@ export class EndpointStore {
    * A PATCH: replicas, the budget, autoscaling on (the target kept within its new [min, max],
    * in the same statement so that a target the controller moved meanwhile is the one clamped),
    * changed, or off (the target stays as the fixed count), the capacity settings. It opens the
-   * launch gates at once, as a caller who changes an endpoint expects to see it act.
+   * launch gates at once, as a caller who changes an endpoint expects to see it act; new capacity
+   * settings also start the moves' backoff and wait over.
    */
   async update(id: string, change: EndpointChange, trx?: Knex.Transaction): Promise<EndpointRecord | null> {
     const { autoscale } = change;
@@ -251,7 +259,7 @@ export class EndpointStore {
         // New settings: the autoscaler's memory of the load starts over.
         ...(autoscale !== undefined ? { ...autoscaleColumns(autoscale), scale_direction: null, scale_since: null, scale_bound: null } : {}),
         ...(autoscale ? { replicas: this.knex.raw("least(greatest(replicas, ?), ?)", [autoscale.minReplicas, autoscale.maxReplicas]) } : {}),
-        ...(change.capacity !== undefined ? capacityColumns(change.capacity) : {}),
+        ...(change.capacity !== undefined ? { ...capacityColumns(change.capacity), mix_failures: 0, mix_wait_since: null } : {}),
         next_launch_at: null,
         next_mix_at: null,
         updated_at: this.knex.fn.now(),
@@ -314,7 +322,7 @@ export class EndpointStore {
   /** The controller's bookkeeping on the endpoint: readiness seen, budget held, the launch backoffs. */
   async setControl(
     id: string,
-    fields: Partial<Pick<EndpointRecord, "everReady" | "budgetHeld" | "launchFailures" | "nextLaunchAt" | "mixFailures" | "nextMixAt">>,
+    fields: Partial<Pick<EndpointRecord, "everReady" | "budgetHeld" | "launchFailures" | "nextLaunchAt" | "mixFailures" | "nextMixAt" | "mixWaitSince">>,
     trx?: Knex.Transaction,
   ): Promise<void> {
     const columns = {
@@ -324,8 +332,22 @@ export class EndpointStore {
       ...(fields.nextLaunchAt !== undefined ? { next_launch_at: fields.nextLaunchAt } : {}),
       ...(fields.mixFailures !== undefined ? { mix_failures: fields.mixFailures } : {}),
       ...(fields.nextMixAt !== undefined ? { next_mix_at: fields.nextMixAt } : {}),
+      ...(fields.mixWaitSince !== undefined ? { mix_wait_since: fields.mixWaitSince } : {}),
     };
     if (Object.keys(columns).length > 0) await (trx ?? this.knex)(ENDPOINTS).where({ id }).update(columns);
+  }
+
+  /**
+   * The moves of the mix wait for a cheaper bid: the next look at `nextMixAt`. True when this
+   * starts the wait (none was under way), in the same statement, so that one wait writes one
+   * event whichever round or process looks.
+   */
+  async waitForBids(id: string, nextMixAt: Date, trx?: Knex.Transaction): Promise<boolean> {
+    const { rows } = await (trx ?? this.knex).raw<{ rows: Array<{ started: boolean }> }>(
+      `update ${ENDPOINTS} set next_mix_at = ?, mix_wait_since = coalesce(mix_wait_since, now()) where id = ? returning mix_wait_since = now() as started`,
+      [nextMixAt, id],
+    );
+    return rows[0]?.started === true;
   }
 
   /** What every machine the endpoint ever had has cost, in dollars (a record's cost ends at destroyed_at). */

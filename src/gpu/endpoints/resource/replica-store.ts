@@ -16,6 +16,8 @@ export interface ReplicaKind {
   interruptible: boolean;
   /** On-demand, rented in an interruptible slot because no bid fitted (never interruptible itself). */
   fallback: boolean;
+  /** Launched to take this replica's place (a move of the mix: capacity-mix.ts); absent: an ordinary launch. */
+  replaces?: string;
 }
 
 /** What the controller wrote down and observed about one replica. */
@@ -40,6 +42,8 @@ export interface ReplicaRow {
   interruptible: boolean;
   /** On-demand, rented in an interruptible slot because no bid fitted. */
   fallback: boolean;
+  /** Launched to take this replica's place (a move of the mix); null: an ordinary launch. */
+  replaces: string | null;
   createdAt: Date;
 }
 
@@ -61,6 +65,7 @@ interface ReplicaDbRow {
   destroy_detail: string | null;
   interruptible: boolean;
   fallback: boolean;
+  replaces: string | null;
   created_at: Date;
   db_now: Date;
 }
@@ -84,6 +89,7 @@ function toReplica(row: ReplicaDbRow, readAt: number): ReplicaRow {
     destroyEvent: row.destroy_event ? { kind: row.destroy_event, detail: row.destroy_detail ?? "" } : null,
     interruptible: row.interruptible,
     fallback: row.fallback,
+    replaces: row.replaces,
     createdAt: local(row.created_at)!,
   };
 }
@@ -100,7 +106,7 @@ export class ReplicaStore {
 
   /**
    * Writes down a replica about to be launched, before its instance record exists, with the kind
-   * of machine it is to be rented as (on-demand when not given).
+   * of machine it is to be rented as (on-demand when not given) and the replica it takes the place of.
    */
   async insert(endpointId: string, instanceId: string, trx?: Knex.Transaction, kind?: ReplicaKind): Promise<void> {
     await (trx ?? this.knex)(REPLICAS).insert({
@@ -108,6 +114,7 @@ export class ReplicaStore {
       instance_id: instanceId,
       interruptible: kind?.interruptible ?? false,
       fallback: kind?.fallback ?? false,
+      replaces: kind?.replaces ?? null,
     });
   }
 
@@ -181,9 +188,10 @@ export class ReplicaStore {
     await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).whereNull("condemned_at").update({ condemned_at: this.knex.fn.now() });
   }
 
-  /** The replica is gone from the endpoint; its row stays for the endpoint's total cost. */
-  async remove(instanceId: string, trx?: Knex.Transaction): Promise<void> {
-    await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).whereNull("removed_at").update({ removed_at: this.knex.fn.now() });
+  /** The replica is gone from the endpoint; its row stays for the endpoint's total cost. False: it was gone already. */
+  async remove(instanceId: string, trx?: Knex.Transaction): Promise<boolean> {
+    const removed = await (trx ?? this.knex)(REPLICAS).where({ instance_id: instanceId }).whereNull("removed_at").update({ removed_at: this.knex.fn.now() });
+    return removed > 0;
   }
 
   /** Forgets a launch that wrote no record (nothing was rented): no row is kept for it. */
