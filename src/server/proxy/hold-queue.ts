@@ -357,10 +357,8 @@ export function closeUnread(req: NodeRequest, res: NodeResponse): Record<string,
   if (req.httpVersionMajor !== 1 || req.complete) return {};
   const socket = req.socket;
   req.pause();
-  res.once("finish", () => {
-    // node:http ends the socket after an answer with Connection: close; destroyed once that is flushed.
-    if (socket.writableFinished) socket.destroy();
-    else socket.once("finish", () => socket.destroy());
-  });
+  // 'finish': the answer is written to the system. node:http would read (and drop) the body until
+  // the connection's end is sent too; destroyed at once, it reads no more.
+  res.once("finish", () => socket.destroy());
   return { connection: "close" };
 }
