@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEndpoint } from "../../gpu/endpoints/helpers.js";
-import { callEndpoint, metricValue, MODEL, recordingReplica, startProxy, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
+import { CALLER_TOKEN, callEndpoint, metricValue, MODEL, recordingReplica, startProxy, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
 import { elasticsearchUrl } from "../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
 import { spawnService, type ServiceProcess } from "../../support/spawn-service.js";
@@ -81,6 +81,22 @@ function post(url: string, body: Buffer): { answered: Promise<Outcome>; cancel()
   answered.catch(() => undefined);
   req.end(body);
   return { answered, cancel: () => req.destroy() };
+}
+
+/** A request whose body is sent by the test, part by part (never ended here), with the caller's token. */
+function upload(url: string, headers: Record<string, string>) {
+  const req = httpRequest(url, { method: "POST", agent: false, headers: { authorization: `Bearer ${CALLER_TOKEN}`, "content-type": "application/json", ...headers } });
+  req.on("error", () => undefined);
+  req.flushHeaders();
+  const answered = new Promise<Outcome>((resolve) =>
+    req.once("response", (res) => {
+      res.resume();
+      resolve({ status: res.statusCode!, retryAfter: res.headers["retry-after"], connection: res.headers.connection });
+    }),
+  );
+  // The body is never ended: only the server's close ends the connection.
+  const closed = new Promise((resolve) => req.once("close", resolve));
+  return { req, answered, closed };
 }
 
 describe("the bytes the endpoint proxy keeps, in one service process", () => {
@@ -170,6 +186,37 @@ describe("the count of kept bytes, in the proxy", () => {
     // Held past GPU_ENDPOINT_HOLD_MS.
     expect((await callEndpoint(proxy, "/endpoints/slow/v1/chat/completions", chat)).status).toBe(503);
     expect(proxy.kept.bytes).toBe(0);
+  });
+
+  it("refuses from its headers a body declared past what is left, and a chunked one as it crosses the bound: neither read further, their connections closed", async () => {
+    const proxy = await startProxy({ keptBodyBytes: FITS_IN_PROXY * size, hold: { ms: 30_000, max: 100 } });
+    closing.push(() => proxy.close());
+    proxy.endpoints.set("half", []);
+    proxy.coming.set("half", { coming: true });
+    const path = "/endpoints/half/v1/chat/completions";
+    const holders = [new AbortController(), new AbortController()];
+    const held = holders.map((caller) => callEndpoint(proxy, path, chat, { signal: caller.signal }).catch(() => undefined));
+    await kept(proxy, 2 * size);
+
+    // Declared past what is left: answered before a byte of it is sent, and the connection closed.
+    const declared = upload(proxy.url + path, { "content-length": String(3 * size) });
+    expect(await declared.answered).toEqual({ status: 503, retryAfter: "10", connection: "close" });
+    await declared.closed;
+    expect(proxy.kept.bytes).toBe(2 * size);
+
+    // Chunked: held while it fits, answered as it crosses the bound; the rest is never sent.
+    const chunked = upload(proxy.url + path, { "transfer-encoding": "chunked" });
+    chunked.req.write(Buffer.alloc(size, " "));
+    await kept(proxy, 3 * size);
+    chunked.req.write(Buffer.alloc(2 * size, " "));
+    expect(await chunked.answered).toEqual({ status: 503, retryAfter: "10", connection: "close" });
+    await chunked.closed;
+    await kept(proxy, 2 * size);
+    expect(await metricValue(proxy, "gpu_endpoint_refused_total", 'endpoint="half",reason="kept_bytes"')).toBe(2);
+
+    for (const caller of holders) caller.abort();
+    await Promise.all(held);
+    await kept(proxy, 0);
   });
 
   it("refuses a request that would be held 503 at once past the bound, and sends one to a ready replica without a copy (no retry)", async () => {
