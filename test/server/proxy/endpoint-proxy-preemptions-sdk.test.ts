@@ -78,7 +78,11 @@ describe("the OpenAI SDK through frequent preemptions", () => {
     await Promise.all(Array.from({ length: STREAMS }, () => streamFor(client, model, until, tally)));
 
     const preempted = (await eventsOf(service.url, "churn")).filter((e) => e.kind === "preempted").length;
-    const figures = `${preempted} preemptions in ${RUN_MS / 1000} s; ${tally.whole} answers whole, ${tally.endedWithError} ended with the proxy's error`;
+    const metrics = await (await fetch(`${service.url}/metrics`)).text();
+    const count = (series: string) => Number(metrics.split("\n").find((l) => l.startsWith(`${series} `))?.split(" ").pop() ?? 0);
+    const retried = count('gpu_endpoint_retries_total{endpoint="churn"}');
+    const held = count('gpu_endpoint_hold_seconds_count{endpoint="churn"}');
+    const figures = `${preempted} preemptions in ${RUN_MS / 1000} s; ${tally.whole} answers whole, ${tally.endedWithError} ended with the proxy's error; ${retried} retries before a first byte, ${held} stays in the hold queue`;
     console.log(figures);
     expect(tally.beforeFirstByte, figures).toEqual([]);
     expect(preempted, figures).toBeGreaterThanOrEqual(3);
