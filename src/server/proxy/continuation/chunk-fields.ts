@@ -9,6 +9,9 @@ export interface ChoiceScan {
   index: number;
   /** Chat `delta.content` or completions `text`; undefined when the choice has none. */
   text: string | undefined;
+  /** A chat delta's `reasoning_content` (vLLM's reasoning parsers) and `reasoning` (its newer name), kept apart from the text. */
+  reasoningContent: string | undefined;
+  reasoning: string | undefined;
   /** A chat delta's `role` is present (the opening chunk). */
   role: boolean;
   /** null while the choice goes on; undefined when the chunk does not say. */

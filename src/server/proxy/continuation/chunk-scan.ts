@@ -1,8 +1,10 @@
 import type { ChoiceScan, ChunkScan } from "./chunk-fields.js";
 import { skipSpace, skipValue, stringEnd, stringValue } from "./json-cursor.js";
+import { readVllmChunk } from "./vllm-chunk.js";
 
-// One pass over a streamed chunk's JSON (`{"id":...,"choices":[...],"usage":{...}}`) for the few
-// fields continuation needs, without building it as objects: each key is found with one indexOf
+// A streamed chunk's JSON (`{"id":...,"choices":[...],"usage":{...}}`) read for the few fields
+// continuation needs, without building it as objects. A chunk laid out as vLLM writes it takes the
+// fast path (vllm-chunk.ts); any other goes through the full scan below: each key is found with one indexOf
 // for its closing quote and told by its length, values not kept are jumped over (strings with
 // indexOf again), and a string is decoded only when it is a field kept. No callbacks, and nothing
 // allocated but the kept fields: this runs for every chunk of every streamed answer.
@@ -18,6 +20,18 @@ const CLOSE_BRACKET = 93;
 
 /** What a chunk holds, or undefined when it is not a JSON object. */
 export function scanChunk(s: string): ChunkScan | undefined {
+  try {
+    return readVllmChunk(s) ?? scanChunkFully(s);
+  } catch {
+    return undefined; // a string kept holds a bad escape: JSON.parse, decoding it, threw
+  }
+}
+
+/**
+ * The full scan: what any chunk holds, whatever its layout, or undefined when it is not a JSON
+ * object. Throws a SyntaxError when a string it keeps holds a bad escape (as the fast path does).
+ */
+export function scanChunkFully(s: string): ChunkScan | undefined {
   // Every field set at once, in one order: one shape for every chunk keeps the reader's reads fast.
   const scan: ChunkScan = {
     id: undefined,
@@ -73,7 +87,7 @@ function readChoices(s: string, i: number, choices: ChoiceScan[]): number {
   i = skipSpace(s, i + 1);
   if (s.charCodeAt(i) === CLOSE_BRACKET) return i + 1;
   for (;;) {
-    const choice: ChoiceScan = { index: choices.length, text: undefined, role: false, finishReason: undefined };
+    const choice: ChoiceScan = { index: choices.length, text: undefined, reasoningContent: undefined, reasoning: undefined, role: false, finishReason: undefined };
     const end = readFields(s, i, CHOICE, choice, undefined);
     if (end < 0) return -1;
     choices.push(choice);
@@ -90,7 +104,7 @@ const DELTA = 1;
 const USAGE = 2;
 
 /**
- * Reads the fields kept of a choice (index, text, finish reason; its delta's content and role) or
+ * Reads the fields kept of a choice (index, text, finish reason; its delta's content, reasoning and role) or
  * of usage (prompt and completion tokens). Returns the index after the object (after any other
  * value, `null` included, for a delta or usage), or -1.
  */
@@ -112,6 +126,8 @@ function readFields(s: string, i: number, inside: number, choice: ChoiceScan | u
     } else if (inside === DELTA && choice !== undefined) {
       if (key === 9 && s.startsWith('"content"', i)) choice.text = stringValue(s, { start, end });
       else if (key === 6 && s.startsWith('"role"', i)) choice.role = true;
+      else if (key === 19 && s.startsWith('"reasoning_content"', i)) choice.reasoningContent = stringValue(s, { start, end });
+      else if (key === 11 && s.startsWith('"reasoning"', i)) choice.reasoning = stringValue(s, { start, end });
     } else if (inside === USAGE && scan !== undefined) {
       if (key === 15 && s.startsWith('"prompt_tokens"', i)) scan.promptTokens = numberAt(s, start, end);
       else if (key === 19 && s.startsWith('"completion_tokens"', i)) scan.completionTokens = numberAt(s, start, end);
