@@ -1,5 +1,5 @@
 import type { ChoiceScan, ChunkScan } from "./chunk-fields.js";
-import { skipSpace, skipValue, stringEnd, stringValue } from "./json-cursor.js";
+import { skipSpace, skipValue, stringEnd, stringValue, textAt } from "./json-cursor.js";
 import { readVllmChunk } from "./vllm-chunk.js";
 
 // A streamed chunk's JSON (`{"id":...,"choices":[...],"usage":{...}}`) read for the few fields
@@ -55,19 +55,19 @@ export function scanChunkFully(s: string): ChunkScan | undefined {
     if (start < 0) return undefined;
     const key = keyEnd - i;
     let end: number;
-    if (key === 9 && s.startsWith('"choices"', i)) {
+    if (key === 9 && textAt(s, i, '"choices"')) {
       scan.choices = [];
       end = readChoices(s, start, scan.choices);
-    } else if (key === 7 && s.startsWith('"usage"', i)) {
+    } else if (key === 7 && textAt(s, i, '"usage"')) {
       end = readFields(s, start, USAGE, undefined, scan);
       scan.usageValue = { start, end };
     } else end = skipValue(s, start);
     if (end < 0) return undefined;
-    if (key === 4 && s.startsWith('"id"', i)) scan.id = { start, end };
-    else if (key === 9 && s.startsWith('"created"', i)) scan.created = { start, end };
-    else if (key === 7 && s.startsWith('"model"', i)) scan.model = { start, end };
-    else if (key === 7 && s.startsWith('"error"', i)) scan.error = true;
-    else if (key === 8 && s.startsWith('"object"', i) && s.startsWith('"error"', start)) scan.error = true;
+    if (key === 4 && textAt(s, i, '"id"')) scan.id = { start, end };
+    else if (key === 9 && textAt(s, i, '"created"')) scan.created = { start, end };
+    else if (key === 7 && textAt(s, i, '"model"')) scan.model = { start, end };
+    else if (key === 7 && textAt(s, i, '"error"')) scan.error = true;
+    else if (key === 8 && textAt(s, i, '"object"') && textAt(s, start, '"error"')) scan.error = true;
     const after = skipSpace(s, end);
     const closed = s.charCodeAt(after) === CLOSE_BRACE;
     if (!closed && s.charCodeAt(after) !== COMMA) return undefined;
@@ -117,20 +117,20 @@ function readFields(s: string, i: number, inside: number, choice: ChoiceScan | u
     const start = valueAfter(s, keyEnd);
     if (start < 0) return -1;
     const key = keyEnd - i;
-    const end = inside === CHOICE && key === 7 && s.startsWith('"delta"', i) ? readFields(s, start, DELTA, choice, scan) : skipValue(s, start);
+    const end = inside === CHOICE && key === 7 && textAt(s, i, '"delta"') ? readFields(s, start, DELTA, choice, scan) : skipValue(s, start);
     if (end < 0) return -1;
     if (inside === CHOICE && choice !== undefined) {
-      if (key === 7 && s.startsWith('"index"', i)) choice.index = numberAt(s, start, end);
-      else if (key === 6 && s.startsWith('"text"', i)) choice.text = stringValue(s, { start, end });
-      else if (key === 15 && s.startsWith('"finish_reason"', i)) choice.finishReason = stringValue(s, { start, end }) ?? null;
+      if (key === 7 && textAt(s, i, '"index"')) choice.index = numberAt(s, start, end);
+      else if (key === 6 && textAt(s, i, '"text"')) choice.text = stringValue(s, { start, end });
+      else if (key === 15 && textAt(s, i, '"finish_reason"')) choice.finishReason = stringValue(s, { start, end }) ?? null;
     } else if (inside === DELTA && choice !== undefined) {
-      if (key === 9 && s.startsWith('"content"', i)) choice.text = stringValue(s, { start, end });
-      else if (key === 6 && s.startsWith('"role"', i)) choice.role = true;
-      else if (key === 19 && s.startsWith('"reasoning_content"', i)) choice.reasoningContent = stringValue(s, { start, end });
-      else if (key === 11 && s.startsWith('"reasoning"', i)) choice.reasoning = stringValue(s, { start, end });
+      if (key === 9 && textAt(s, i, '"content"')) choice.text = stringValue(s, { start, end });
+      else if (key === 6 && textAt(s, i, '"role"')) choice.role = true;
+      else if (key === 19 && textAt(s, i, '"reasoning_content"')) choice.reasoningContent = stringValue(s, { start, end });
+      else if (key === 11 && textAt(s, i, '"reasoning"')) choice.reasoning = stringValue(s, { start, end });
     } else if (inside === USAGE && scan !== undefined) {
-      if (key === 15 && s.startsWith('"prompt_tokens"', i)) scan.promptTokens = numberAt(s, start, end);
-      else if (key === 19 && s.startsWith('"completion_tokens"', i)) scan.completionTokens = numberAt(s, start, end);
+      if (key === 15 && textAt(s, i, '"prompt_tokens"')) scan.promptTokens = numberAt(s, start, end);
+      else if (key === 19 && textAt(s, i, '"completion_tokens"')) scan.completionTokens = numberAt(s, start, end);
     }
     const after = skipSpace(s, end);
     if (s.charCodeAt(after) === CLOSE_BRACE) return after + 1;

@@ -1,5 +1,5 @@
 import type { ChoiceScan, ChunkScan } from "./chunk-fields.js";
-import { stringEnd, stringValue } from "./json-cursor.js";
+import { stringEnd, stringValue, textAt } from "./json-cursor.js";
 
 // The fast path of the chunk reader: a streamed chunk laid out exactly as vLLM writes it (pydantic's
 // `model_dump_json(exclude_unset=True)` of its chunk models: no spaces, members in the models'
@@ -28,23 +28,23 @@ const CHOICE_GOES_ON = ',"logprobs":null,"finish_reason":null}';
 
 /** The chunk's fields when it is laid out as vLLM writes it, else undefined. */
 export function readVllmChunk(s: string): ChunkScan | undefined {
-  if (!s.startsWith('{"id":"')) return undefined;
+  if (!textAt(s, 0, '{"id":"')) return undefined;
   const idEnd = stringEnd(s, 6);
   if (idEnd < 0) return undefined;
   let createdStart: number;
-  if (s.startsWith(CHAT_OBJECT, idEnd)) createdStart = idEnd + CHAT_OBJECT.length;
-  else if (s.startsWith(COMPLETION_OBJECT, idEnd)) createdStart = idEnd + COMPLETION_OBJECT.length;
+  if (textAt(s, idEnd, CHAT_OBJECT)) createdStart = idEnd + CHAT_OBJECT.length;
+  else if (textAt(s, idEnd, COMPLETION_OBJECT)) createdStart = idEnd + COMPLETION_OBJECT.length;
   else {
-    if (!s.startsWith(',"object":"', idEnd)) return undefined;
+    if (!textAt(s, idEnd, ',"object":"')) return undefined;
     const objectEnd = stringEnd(s, idEnd + 10);
-    if (objectEnd < 0 || !s.startsWith(',"created":', objectEnd)) return undefined;
-    if (objectEnd - idEnd === 17 && s.startsWith('"error"', idEnd + 10)) return undefined; // an error event
+    if (objectEnd < 0 || !textAt(s, objectEnd, ',"created":')) return undefined;
+    if (objectEnd - idEnd === 17 && textAt(s, idEnd + 10, '"error"')) return undefined; // an error event
     createdStart = objectEnd + 11;
   }
   const createdEnd = digitsEnd(s, createdStart);
-  if (createdEnd < 0 || !s.startsWith(',"model":"', createdEnd)) return undefined;
+  if (createdEnd < 0 || !textAt(s, createdEnd, ',"model":"')) return undefined;
   const modelEnd = stringEnd(s, createdEnd + 9);
-  if (modelEnd < 0 || !s.startsWith(',"choices":[', modelEnd)) return undefined;
+  if (modelEnd < 0 || !textAt(s, modelEnd, ',"choices":[')) return undefined;
   const choices: ChoiceScan[] = [];
   let i = modelEnd + 12;
   if (s.charCodeAt(i) === CLOSE_BRACKET) i += 1;
@@ -72,18 +72,18 @@ export function readVllmChunk(s: string): ChunkScan | undefined {
   if (i === last && s.charCodeAt(i) === CLOSE_BRACE) return scan;
   const start = i + 9; // after ',"usage":'
   let end: number;
-  if (s.startsWith(USAGE_OPEN, i)) {
+  if (textAt(s, i, USAGE_OPEN)) {
     const promptStart = i + USAGE_OPEN.length;
     const promptEnd = digitsEnd(s, promptStart);
-    if (promptEnd < 0 || !s.startsWith(',"total_tokens":', promptEnd)) return undefined;
+    if (promptEnd < 0 || !textAt(s, promptEnd, ',"total_tokens":')) return undefined;
     const totalEnd = digitsEnd(s, promptEnd + 16);
-    if (totalEnd < 0 || !s.startsWith(',"completion_tokens":', totalEnd)) return undefined;
+    if (totalEnd < 0 || !textAt(s, totalEnd, ',"completion_tokens":')) return undefined;
     const completionEnd = digitsEnd(s, totalEnd + 21);
     if (completionEnd < 0 || s.charCodeAt(completionEnd) !== CLOSE_BRACE) return undefined;
     end = completionEnd + 1;
     scan.promptTokens = digitsValue(s, promptStart, promptEnd);
     scan.completionTokens = digitsValue(s, totalEnd + 21, completionEnd);
-  } else if (s.startsWith(',"usage":null', i)) end = start + 4;
+  } else if (textAt(s, i, ',"usage":null')) end = start + 4;
   else return undefined;
   if (end !== last || s.charCodeAt(end) !== CLOSE_BRACE) return undefined;
   scan.usageValue = { start, end };
@@ -93,27 +93,27 @@ export function readVllmChunk(s: string): ChunkScan | undefined {
 
 /** Reads one choice at `i` into `choices`; returns the index after it, or -1 when it is laid out otherwise. */
 function readChoice(s: string, i: number, choices: ChoiceScan[]): number {
-  if (!s.startsWith('{"index":', i)) return -1;
+  if (!textAt(s, i, '{"index":')) return -1;
   const indexEnd = digitsEnd(s, i + 9);
   if (indexEnd < 0) return -1;
   const choice: ChoiceScan = { index: digitsValue(s, i + 9, indexEnd), text: undefined, reasoningContent: undefined, reasoning: undefined, role: false, finishReason: undefined };
-  if (s.startsWith(',"delta":{', indexEnd)) i = readDelta(s, indexEnd + 10, choice);
-  else if (s.startsWith(',"text":"', indexEnd)) {
+  if (textAt(s, indexEnd, ',"delta":{')) i = readDelta(s, indexEnd + 10, choice);
+  else if (textAt(s, indexEnd, ',"text":"')) {
     const end = stringEnd(s, indexEnd + 8);
     if (end < 0) return -1;
     choice.text = stringValue(s, { start: indexEnd + 8, end });
     i = end;
   } else return -1;
   if (i < 0) return -1;
-  if (s.startsWith(CHOICE_GOES_ON, i)) {
+  if (textAt(s, i, CHOICE_GOES_ON)) {
     choice.finishReason = null;
     choices.push(choice);
     return i + CHOICE_GOES_ON.length;
   }
-  if (s.startsWith(',"logprobs":null', i)) i += 16;
-  if (s.startsWith(',"finish_reason":', i)) {
+  if (textAt(s, i, ',"logprobs":null')) i += 16;
+  if (textAt(s, i, ',"finish_reason":')) {
     i += 17;
-    if (s.startsWith("null", i)) {
+    if (textAt(s, i, "null")) {
       choice.finishReason = null;
       i += 4;
     } else {
@@ -123,9 +123,9 @@ function readChoice(s: string, i: number, choices: ChoiceScan[]): number {
       i = end;
     }
   }
-  if (s.startsWith(',"stop_reason":', i)) {
+  if (textAt(s, i, ',"stop_reason":')) {
     i += 15;
-    if (s.startsWith("null", i)) i += 4;
+    if (textAt(s, i, "null")) i += 4;
     else i = s.charCodeAt(i) === QUOTE ? stringEnd(s, i) : digitsEnd(s, i);
     if (i < 0) return -1;
   }
@@ -139,10 +139,10 @@ function readDelta(s: string, i: number, choice: ChoiceScan): number {
   if (s.charCodeAt(i) === CLOSE_BRACE) return i + 1;
   for (;;) {
     let field: number;
-    if (s.startsWith('"content":', i)) field = CONTENT;
-    else if (s.startsWith('"role":"', i)) field = ROLE;
-    else if (s.startsWith('"reasoning_content":', i)) field = REASONING_CONTENT;
-    else if (s.startsWith('"reasoning":', i)) field = REASONING;
+    if (textAt(s, i, '"content":')) field = CONTENT;
+    else if (textAt(s, i, '"role":"')) field = ROLE;
+    else if (textAt(s, i, '"reasoning_content":')) field = REASONING_CONTENT;
+    else if (textAt(s, i, '"reasoning":')) field = REASONING;
     else return -1;
     const start = i + KEY_LENGTH[field]!;
     let end: number;
@@ -151,7 +151,7 @@ function readDelta(s: string, i: number, choice: ChoiceScan): number {
       end = stringEnd(s, start);
       if (end < 0) return -1;
       value = field === ROLE ? undefined : stringValue(s, { start, end });
-    } else if (field !== ROLE && s.startsWith("null", start)) end = start + 4;
+    } else if (field !== ROLE && textAt(s, start, "null")) end = start + 4;
     else return -1;
     if (field === CONTENT) choice.text = value;
     else if (field === ROLE) choice.role = true;
