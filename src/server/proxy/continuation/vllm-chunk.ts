@@ -6,7 +6,7 @@ import { stringEnd, stringValue, textAt } from "./json-cursor.js";
 // order), read as a run of expected literals, with no general JSON walk:
 //
 //   {"id":S,"object":S,"created":N,"model":S,"choices":[C,...](,"usage":(null|U))?}
-//   C (chat)        {"index":N,"delta":{D},("logprobs":null,)?("finish_reason":(null|S))(,"stop_reason":(null|S|N))?}
+//   C (chat)        {"index":N,"delta":{D}(,"logprobs":null)?(,"finish_reason":(null|S))?(,"stop_reason":(null|S|N))?}
 //   C (completions) {"index":N,"text":S,(same tail)}
 //   D               "role", "content", "reasoning_content", "reasoning" (string or null), any order
 //   U               {"prompt_tokens":N,"total_tokens":N,"completion_tokens":N}
@@ -20,7 +20,7 @@ const COMMA = 44;
 const CLOSE_BRACE = 125;
 const CLOSE_BRACKET = 93;
 
-// Literals met in a row in nearly every chunk, compared at once: each comparison is a call.
+// Literals met in a row in nearly every chunk, compared at once: each comparison costs a call.
 const CHAT_OBJECT = ',"object":"chat.completion.chunk","created":';
 const COMPLETION_OBJECT = ',"object":"text_completion","created":';
 const USAGE_OPEN = ',"usage":{"prompt_tokens":';
