@@ -9,10 +9,11 @@ export interface ChoiceScan {
   index: number;
   /** Chat `delta.content` or completions `text`; undefined when the choice has none. */
   text: string | undefined;
+  /** A chat delta's `reasoning_content` (vLLM's reasoning parsers) and `reasoning` (its newer name), kept apart from the text. */
+  reasoningContent: string | undefined;
+  reasoning: string | undefined;
   /** A chat delta's `role` is present (the opening chunk). */
   role: boolean;
-  /** A chat delta carries reasoning text (`reasoning_content`, or `reasoning` in newer vLLM). */
-  reasoning: boolean;
   /** null while the choice goes on; undefined when the chunk does not say. */
   finishReason: string | null | undefined;
 }

@@ -1,8 +1,10 @@
 import type { ChoiceScan, ChunkScan } from "./chunk-fields.js";
-import { skipSpace, skipValue, stringEnd, stringValue } from "./json-cursor.js";
+import { skipSpace, skipValue, stringEnd, stringValue, textAt } from "./json-cursor.js";
+import { readVllmChunk } from "./vllm-chunk.js";
 
-// One pass over a streamed chunk's JSON (`{"id":...,"choices":[...],"usage":{...}}`) for the few
-// fields continuation needs, without building it as objects: each key is found with one indexOf
+// A streamed chunk's JSON (`{"id":...,"choices":[...],"usage":{...}}`) read for the few fields
+// continuation needs, without building it as objects. A chunk laid out as vLLM writes it takes the
+// fast path (vllm-chunk.ts); any other goes through the full scan below: each key is found with one indexOf
 // for its closing quote and told by its length, values not kept are jumped over (strings with
 // indexOf again), and a string is decoded only when it is a field kept. No callbacks, and nothing
 // allocated but the kept fields: this runs for every chunk of every streamed answer.
@@ -18,6 +20,18 @@ const CLOSE_BRACKET = 93;
 
 /** What a chunk holds, or undefined when it is not a JSON object. */
 export function scanChunk(s: string): ChunkScan | undefined {
+  try {
+    return readVllmChunk(s) ?? scanChunkFully(s);
+  } catch {
+    return undefined; // a string kept holds a bad escape: JSON.parse, decoding it, threw
+  }
+}
+
+/**
+ * The full scan: what any chunk holds, whatever its layout, or undefined when it is not a JSON
+ * object. Throws a SyntaxError when a string it keeps holds a bad escape (as the fast path does).
+ */
+export function scanChunkFully(s: string): ChunkScan | undefined {
   // Every field set at once, in one order: one shape for every chunk keeps the reader's reads fast.
   const scan: ChunkScan = {
     id: undefined,
@@ -41,19 +55,19 @@ export function scanChunk(s: string): ChunkScan | undefined {
     if (start < 0) return undefined;
     const key = keyEnd - i;
     let end: number;
-    if (key === 9 && s.startsWith('"choices"', i)) {
+    if (key === 9 && textAt(s, i, '"choices"')) {
       scan.choices = [];
       end = readChoices(s, start, scan.choices);
-    } else if (key === 7 && s.startsWith('"usage"', i)) {
+    } else if (key === 7 && textAt(s, i, '"usage"')) {
       end = readFields(s, start, USAGE, undefined, scan);
       scan.usageValue = { start, end };
     } else end = skipValue(s, start);
     if (end < 0) return undefined;
-    if (key === 4 && s.startsWith('"id"', i)) scan.id = { start, end };
-    else if (key === 9 && s.startsWith('"created"', i)) scan.created = { start, end };
-    else if (key === 7 && s.startsWith('"model"', i)) scan.model = { start, end };
-    else if (key === 7 && s.startsWith('"error"', i)) scan.error = true;
-    else if (key === 8 && s.startsWith('"object"', i) && s.startsWith('"error"', start)) scan.error = true;
+    if (key === 4 && textAt(s, i, '"id"')) scan.id = { start, end };
+    else if (key === 9 && textAt(s, i, '"created"')) scan.created = { start, end };
+    else if (key === 7 && textAt(s, i, '"model"')) scan.model = { start, end };
+    else if (key === 7 && textAt(s, i, '"error"')) scan.error = true;
+    else if (key === 8 && textAt(s, i, '"object"') && textAt(s, start, '"error"')) scan.error = true;
     const after = skipSpace(s, end);
     const closed = s.charCodeAt(after) === CLOSE_BRACE;
     if (!closed && s.charCodeAt(after) !== COMMA) return undefined;
@@ -73,7 +87,7 @@ function readChoices(s: string, i: number, choices: ChoiceScan[]): number {
   i = skipSpace(s, i + 1);
   if (s.charCodeAt(i) === CLOSE_BRACKET) return i + 1;
   for (;;) {
-    const choice: ChoiceScan = { index: choices.length, text: undefined, role: false, reasoning: false, finishReason: undefined };
+    const choice: ChoiceScan = { index: choices.length, text: undefined, reasoningContent: undefined, reasoning: undefined, role: false, finishReason: undefined };
     const end = readFields(s, i, CHOICE, choice, undefined);
     if (end < 0) return -1;
     choices.push(choice);
@@ -90,8 +104,8 @@ const DELTA = 1;
 const USAGE = 2;
 
 /**
- * Reads the fields kept of a choice (index, text, finish reason; its delta's content, role and
- * whether it reasons) or of usage (prompt and completion tokens). Returns the index after the object (after any other
+ * Reads the fields kept of a choice (index, text, finish reason; its delta's content, reasoning and role) or
+ * of usage (prompt and completion tokens). Returns the index after the object (after any other
  * value, `null` included, for a delta or usage), or -1.
  */
 function readFields(s: string, i: number, inside: number, choice: ChoiceScan | undefined, scan: ChunkScan | undefined): number {
@@ -103,22 +117,20 @@ function readFields(s: string, i: number, inside: number, choice: ChoiceScan | u
     const start = valueAfter(s, keyEnd);
     if (start < 0) return -1;
     const key = keyEnd - i;
-    const end = inside === CHOICE && key === 7 && s.startsWith('"delta"', i) ? readFields(s, start, DELTA, choice, scan) : skipValue(s, start);
+    const end = inside === CHOICE && key === 7 && textAt(s, i, '"delta"') ? readFields(s, start, DELTA, choice, scan) : skipValue(s, start);
     if (end < 0) return -1;
     if (inside === CHOICE && choice !== undefined) {
-      if (key === 7 && s.startsWith('"index"', i)) choice.index = numberAt(s, start, end);
-      else if (key === 6 && s.startsWith('"text"', i)) choice.text = stringValue(s, { start, end });
-      else if (key === 15 && s.startsWith('"finish_reason"', i)) choice.finishReason = stringValue(s, { start, end }) ?? null;
+      if (key === 7 && textAt(s, i, '"index"')) choice.index = numberAt(s, start, end);
+      else if (key === 6 && textAt(s, i, '"text"')) choice.text = stringValue(s, { start, end });
+      else if (key === 15 && textAt(s, i, '"finish_reason"')) choice.finishReason = stringValue(s, { start, end }) ?? null;
     } else if (inside === DELTA && choice !== undefined) {
-      if (key === 9 && s.startsWith('"content"', i)) choice.text = stringValue(s, { start, end });
-      else if (key === 6 && s.startsWith('"role"', i)) choice.role = true;
-      else if ((key === 19 && s.startsWith('"reasoning_content"', i)) || (key === 11 && s.startsWith('"reasoning"', i))) {
-        // Only a non-empty string is reasoning passed on (vLLM writes `null` in content chunks).
-        if (s.charCodeAt(start) === QUOTE && end - start > 2) choice.reasoning = true;
-      }
+      if (key === 9 && textAt(s, i, '"content"')) choice.text = stringValue(s, { start, end });
+      else if (key === 6 && textAt(s, i, '"role"')) choice.role = true;
+      else if (key === 19 && textAt(s, i, '"reasoning_content"')) choice.reasoningContent = stringValue(s, { start, end });
+      else if (key === 11 && textAt(s, i, '"reasoning"')) choice.reasoning = stringValue(s, { start, end });
     } else if (inside === USAGE && scan !== undefined) {
-      if (key === 15 && s.startsWith('"prompt_tokens"', i)) scan.promptTokens = numberAt(s, start, end);
-      else if (key === 19 && s.startsWith('"completion_tokens"', i)) scan.completionTokens = numberAt(s, start, end);
+      if (key === 15 && textAt(s, i, '"prompt_tokens"')) scan.promptTokens = numberAt(s, start, end);
+      else if (key === 19 && textAt(s, i, '"completion_tokens"')) scan.completionTokens = numberAt(s, start, end);
     }
     const after = skipSpace(s, end);
     if (s.charCodeAt(after) === CLOSE_BRACE) return after + 1;

@@ -15,6 +15,14 @@ const CLOSE_BRACE = 125;
 const OPEN_BRACKET = 91;
 const CLOSE_BRACKET = 93;
 
+/**
+ * `text` is at `i` in `s`. A slice compared whole: V8's startsWith compares character by character,
+ * several times slower on the literals a chunk is read by.
+ */
+export function textAt(s: string, i: number, text: string): boolean {
+  return s.slice(i, i + text.length) === text;
+}
+
 /** `span` is the JSON string `"name"`. */
 export function isKey(s: string, span: Span, name: string): boolean {
   return span.end - span.start === name.length + 2 && s.startsWith(name, span.start + 1) && s.charCodeAt(span.start) === QUOTE;

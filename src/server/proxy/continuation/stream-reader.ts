@@ -204,7 +204,7 @@ export class AnswerReader {
         }
         this.replicaPassedText = true;
       }
-      if (choice.reasoning) soFar.reasoned = true;
+      if (choice.reasoningContent || choice.reasoning) soFar.reasoned = true;
       if (choice.finishReason) soFar.finishReason = choice.finishReason;
     }
     const edits = this.edits(data, scan, continuation);

@@ -6,7 +6,7 @@
 // reads only completions, so that path measures its plain pass-through of the same bytes.
 import { createServer, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { MODEL } from "./parts.js";
+import { MODEL } from "./processes.js";
 import { answerChunks } from "./stream-reader-cost.js";
 
 export const STREAM_TOKENS = 64;

@@ -6,7 +6,7 @@ import { accessSync, constants, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
-import { childPids, processCpuSeconds } from "./support.js";
+import { childPids, processCpuSeconds } from "../../shared/support.js";
 
 export interface Nginx {
   port: number;

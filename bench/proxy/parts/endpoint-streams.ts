@@ -6,10 +6,10 @@
 // difference, and the reader alone (stream-reader-cost.ts) for reference.
 import { checkStream, fmt, type Route } from "./http-timing.js";
 import { startLoad } from "./load-process.js";
-import { spawnPart, targetOf, TOKEN } from "./parts.js";
+import { spawnPart, targetOf, TOKEN } from "./processes.js";
 import { PASS_THROUGH_PATH, STREAM_CHUNKS, STREAM_TOKENS, STREAMED_64 } from "./sse-replica.js";
 import { streamReaderCost } from "./stream-reader-cost.js";
-import { printTable, processCpuSeconds } from "./support.js";
+import { printTable, processCpuSeconds } from "../../shared/support.js";
 
 const ROUNDS = 2;
 

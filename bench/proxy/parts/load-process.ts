@@ -1,9 +1,9 @@
-// The load generator in a process of its own (parts.ts, role "load"): the bench sends it one job a
+// The load generator in a process of its own (processes.ts, role "load"): the bench sends it one job a
 // line on stdin and reads one answer a line on stdout, so that the load's CPU is never the
 // proxy's, nor its event loop the bench's.
 import { createInterface } from "node:readline";
 import { alternateCalls, throughput, type Route, type Throughput } from "./http-timing.js";
-import { spawnPart, type Part } from "./parts.js";
+import { spawnPart, type Part } from "./processes.js";
 
 type Job =
   | { kind: "throughput"; route: Route; body: string; connections: number; durationS: number }

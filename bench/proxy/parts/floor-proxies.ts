@@ -7,7 +7,7 @@
 import http from "node:http";
 import { Pool } from "undici";
 // The product's list of the headers that stay on the replica's hop, the one thing taken from it.
-import { HOP_BY_HOP } from "../src/server/proxy/forward-headers.js";
+import { HOP_BY_HOP } from "../../../src/server/proxy/forward-headers.js";
 
 export type Floor = "node-http" | "undici";
 

@@ -8,7 +8,7 @@
 // first token; latency added one request at a time (p50/p99, microseconds); the streamed first
 // byte; the proxy's CPU per request. Then its CPU per streamed chunk, a streamed completion read
 // through its continuation reader against the same stream passed on untouched
-// (endpoint-streams.ts). Then the faults: under steady streaming load over two
+// (parts/endpoint-streams.ts). Then the faults: under steady streaming load over two
 // replicas one replica's process is killed (requests failed before and after their answer
 // started); and on the real service (its controller, directory and proxy, on the simulated
 // marketplace) one replica's machine exits (failed requests, the time back to full strength, the
@@ -16,14 +16,14 @@
 // zero), held through the rental and the model's start, all answered. The machine may be shared: every figure is noisy, and each pair is taken
 // alternately, direct then proxy, so that both see the same conditions.
 import { Agent, request } from "node:http";
-import { createElasticsearchClient } from "../src/elasticsearch-client.js";
-import { createSimulatedMarketplace } from "../src/gpu/marketplace/simulated/simulated.js";
-import { createTestDatabase } from "../test/support/postgres.js";
-import { startTestServer } from "../test/support/server.js";
-import { compareStreamReading } from "./endpoint-streams.js";
-import { alternateCalls, fmt, signed, throughput, type Route, type Throughput } from "./http-timing.js";
-import { MODEL, ONE_TOKEN, spawnPart, targetOf, TOKEN, type Part } from "./parts.js";
-import { adminDatabaseUrl, printTable, processCpuSeconds } from "./support.js";
+import { createElasticsearchClient } from "../../src/elasticsearch-client.js";
+import { createSimulatedMarketplace } from "../../src/gpu/marketplace/simulated/simulated.js";
+import { createTestDatabase } from "../../test/support/postgres.js";
+import { startTestServer } from "../../test/support/server.js";
+import { compareStreamReading } from "./parts/endpoint-streams.js";
+import { alternateCalls, fmt, signed, throughput, type Route, type Throughput } from "./parts/http-timing.js";
+import { MODEL, ONE_TOKEN, spawnPart, targetOf, TOKEN, type Part } from "./parts/processes.js";
+import { adminDatabaseUrl, printTable, processCpuSeconds } from "../shared/support.js";
 
 const IN_FLIGHT = Number(process.env.BENCH_IN_FLIGHT ?? 32);
 const SLOW_FIRST_TOKEN_MS = 10;

@@ -5,13 +5,13 @@ import { parseArgs } from "node:util";
 import { Client } from "@elastic/elasticsearch";
 import pg from "pg";
 import QueryStream from "pg-query-stream";
-import { createKnex, migrateToLatest } from "../src/db/knex.js";
-import { generateGoods } from "../src/indexing/goods/goods-generator.js";
-import { goodsMapping, OPTIMIZED, restoreBuildIndex } from "../src/indexing/goods/goods-index.js";
-import { DOCUMENT_FIELDS, goodsQuery } from "../src/indexing/goods/goods-rows.js";
-import { BULK_RESULT_FIELDS } from "../src/indexing/pipeline/bulk-sender.js";
-import { buildService, spawnService } from "../test/support/spawn-service.js";
-import { admin, databaseUrl, printTable, startCpuMeter, wholeNumber, type CpuUse } from "./support.js";
+import { createKnex, migrateToLatest } from "../../src/db/knex.js";
+import { generateGoods } from "../../src/indexing/goods/goods-generator.js";
+import { goodsMapping, OPTIMIZED, restoreBuildIndex } from "../../src/indexing/goods/goods-index.js";
+import { DOCUMENT_FIELDS, goodsQuery } from "../../src/indexing/goods/goods-rows.js";
+import { BULK_RESULT_FIELDS } from "../../src/indexing/pipeline/bulk-sender.js";
+import { buildService, spawnService } from "../../test/support/spawn-service.js";
+import { admin, databaseUrl, printTable, startCpuMeter, wholeNumber, type CpuUse } from "../shared/support.js";
 
 // npm run bench:index [-- --rows N] [--heap-mb M] [--fetch-size F]
 //

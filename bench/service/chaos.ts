@@ -3,10 +3,10 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
 import { Client } from "@elastic/elasticsearch";
 import pg from "pg";
-import { spawnService, type ServiceProcess } from "../test/support/spawn-service.js";
-import { startTcpProxy, type TcpProxy } from "../test/support/tcp-proxy.js";
-import { deleteGoodsIndices } from "../test/indexing/helpers.js";
-import { admin, createInstances, databaseUrl, printTable, seedGoods, wholeNumber } from "./support.js";
+import { spawnService, type ServiceProcess } from "../../test/support/spawn-service.js";
+import { startTcpProxy, type TcpProxy } from "../../test/support/tcp-proxy.js";
+import { deleteGoodsIndices } from "../../test/indexing/helpers.js";
+import { admin, createInstances, databaseUrl, printTable, seedGoods, wholeNumber } from "../shared/support.js";
 
 // npm run bench:chaos [-- --rows N --rounds R --fault-s F --calm-s C --clients K --max-s M]
 //

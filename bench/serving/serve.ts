@@ -13,15 +13,15 @@
 // minutes of the day (default 10).
 import { Agent } from "node:http";
 import { loadavg } from "node:os";
-import { createElasticsearchClient } from "../src/elasticsearch-client.js";
-import { createSimulatedMarketplace } from "../src/gpu/marketplace/simulated/simulated.js";
-import { createTestDatabase } from "../test/support/postgres.js";
-import { startTestServer } from "../test/support/server.js";
-import { clock, DAY_S, expectedArrivals, mulberry32, poissonArrivals, PROFILE_TEXT, quantile, rateShare } from "./serve-day.js";
-import { newTally, streamOnce, type Tally } from "./serve-load.js";
-import { continuationsOf, eventsByHour, heldOf, machinesOf, moneyOf, TIMELINE_KINDS, type DayWindow, type Money } from "./serve-report.js";
-import { ANSWER_TOKENS, BID_MARGIN, setupFor } from "./serve-setup.js";
-import { adminDatabaseUrl, printTable, wholeNumber } from "./support.js";
+import { createElasticsearchClient } from "../../src/elasticsearch-client.js";
+import { createSimulatedMarketplace } from "../../src/gpu/marketplace/simulated/simulated.js";
+import { createTestDatabase } from "../../test/support/postgres.js";
+import { startTestServer } from "../../test/support/server.js";
+import { clock, DAY_S, expectedArrivals, mulberry32, poissonArrivals, PROFILE_TEXT, quantile, rateShare } from "./parts/serve-day.js";
+import { newTally, streamOnce, type Tally } from "./parts/serve-load.js";
+import { continuationsOf, eventsByHour, heldOf, machinesOf, moneyOf, TIMELINE_KINDS, type DayWindow, type Money } from "./parts/serve-report.js";
+import { ANSWER_TOKENS, BID_MARGIN, setupFor } from "./parts/serve-setup.js";
+import { adminDatabaseUrl, printTable, wholeNumber } from "../shared/support.js";
 
 const POLICIES = ["fixed", "ondemand", "spot"] as const;
 type Policy = (typeof POLICIES)[number];

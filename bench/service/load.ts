@@ -2,9 +2,9 @@ import { randomBytes } from "node:crypto";
 import { parseArgs } from "node:util";
 import { Client } from "@elastic/elasticsearch";
 import autocannon from "autocannon";
-import { spawnService, type ServiceProcess } from "../test/support/spawn-service.js";
-import { deleteGoodsIndices } from "../test/indexing/helpers.js";
-import { admin, createInstances, databaseUrl, printTable, seedGoods, wholeNumber } from "./support.js";
+import { spawnService, type ServiceProcess } from "../../test/support/spawn-service.js";
+import { deleteGoodsIndices } from "../../test/indexing/helpers.js";
+import { admin, createInstances, databaseUrl, printTable, seedGoods, wholeNumber } from "../shared/support.js";
 
 // npm run bench:load [-- --rows N]
 //

@@ -3,12 +3,12 @@ import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { Client } from "@elastic/elasticsearch";
 import type { Knex } from "knex";
-import { createKnex, migrateToLatest } from "../src/db/knex.js";
-import { generateGoods } from "../src/indexing/goods/goods-generator.js";
-import { measureBacklog } from "../src/indexing/live/live-feed.js";
-import { commitChanges, feedSize, goodsNo, pickKind, type CommittedChange, type PlannedChange } from "../test/support/live-changes.js";
-import { buildService, spawnService } from "../test/support/spawn-service.js";
-import { admin, databaseUrl, printTable, startCpuMeter, wholeNumber, type CpuUse } from "./support.js";
+import { createKnex, migrateToLatest } from "../../src/db/knex.js";
+import { generateGoods } from "../../src/indexing/goods/goods-generator.js";
+import { measureBacklog } from "../../src/indexing/live/live-feed.js";
+import { commitChanges, feedSize, goodsNo, pickKind, type CommittedChange, type PlannedChange } from "../../test/support/live-changes.js";
+import { buildService, spawnService } from "../../test/support/spawn-service.js";
+import { admin, databaseUrl, printTable, startCpuMeter, wholeNumber, type CpuUse } from "../shared/support.js";
 
 // npm run bench:live [-- --goods N] [--seconds S] [--rates R,R] [--steps R,R] [--step-seconds S]
 //

@@ -1,8 +1,8 @@
 // npm run bench:proxy: the endpoint proxy against nginx in front of the same replica, in one run.
 //
-// One replica (sse-replica.ts: answers at once, a one-token answer or a 64-token stream), the
-// service's endpoint proxy (the product's app handler over a fixed directory), nginx (nginx.ts:
-// one worker, keep-alive upstream), the floors of a Node proxy (floor-proxies.ts: node:http's
+// One replica (parts/sse-replica.ts: answers at once, a one-token answer or a 64-token stream), the
+// service's endpoint proxy (the product's app handler over a fixed directory), nginx (parts/nginx.ts:
+// one worker, keep-alive upstream), the floors of a Node proxy (parts/floor-proxies.ts: node:http's
 // server passing requests on with node:http's client or with undici's, nothing else) and the load
 // (autocannon) each run in a process of their own.
 // For one-token answers and for streamed ones (real `stream: true` chat completions, which the
@@ -13,12 +13,12 @@
 // process alone, from /proc/<pid>/stat. The machine may be shared: read the ratios, taken within
 // the run, rather than the absolute figures.
 import { loadavg } from "node:os";
-import { checkStream, fmt, signed, type Route, type Throughput } from "./http-timing.js";
-import { startLoad, type Load } from "./load-process.js";
-import { findNginx, NGINX_MISSING, startNginx } from "./nginx.js";
-import { ONE_TOKEN, spawnPart, targetOf, TOKEN } from "./parts.js";
-import { STREAM_CHUNKS, STREAMED_64 } from "./sse-replica.js";
-import { printTable, processCpuSeconds } from "./support.js";
+import { checkStream, fmt, signed, type Route, type Throughput } from "./parts/http-timing.js";
+import { startLoad, type Load } from "./parts/load-process.js";
+import { findNginx, NGINX_MISSING, startNginx } from "./parts/nginx.js";
+import { ONE_TOKEN, spawnPart, targetOf, TOKEN } from "./parts/processes.js";
+import { STREAM_CHUNKS, STREAMED_64 } from "./parts/sse-replica.js";
+import { printTable, processCpuSeconds } from "../shared/support.js";
 
 const IN_FLIGHT = Number(process.env.BENCH_IN_FLIGHT ?? 32);
 const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 5);

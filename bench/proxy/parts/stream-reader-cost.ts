@@ -1,9 +1,9 @@
-import { AnswerReader, type UsageAsked } from "../src/server/proxy/continuation/stream-reader.js";
+import { AnswerReader, type UsageAsked } from "../../../src/server/proxy/continuation/stream-reader.js";
 
 // The continuation reader's CPU per streamed chunk: 64-token chat answers as vLLM streams them
 // when the proxy asks for continuous usage (one event per network chunk), read and passed on as
 // a caller that asked `usage` would get them. `bench:endpoint` can report it beside the proxy's
-// CPU per request; `npx tsx bench/stream-reader-cost.ts` prints it alone.
+// CPU per request; `npm run bench:reader` (reader-cost.ts) prints it alone.
 
 /** One answer's network chunks: a role chunk, `tokens` tokens, the finish, the usage chunk, [DONE] (the bench replica sends them too). */
 export function answerChunks(tokens: number): Buffer[] {
@@ -34,8 +34,20 @@ export function streamReaderCost(answers = 20_000, usage: UsageAsked = "none"): 
   return ((used.user + used.system) * 1000) / (answers * chunks.length);
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
-  for (const usage of ["none", "continuous"] as const) {
-    console.log(`stream reader, 64-token answers, usage ${usage}: ${streamReaderCost(20_000, usage).toFixed(0)} ns of CPU per chunk`);
-  }
+/** Nanoseconds of CPU per chunk for `read` over each chunk's JSON (the `data:` of the same answers), `answers` times. */
+export function chunkReadCost(read: (json: string) => unknown, answers = 20_000): number {
+  // The JSON as the reader gets it: a slice of the event's text.
+  const jsons = answerChunks(64)
+    .map((chunk) => chunk.toString("utf8").slice(6, -2))
+    .filter((json) => json !== "[DONE]");
+  const run = (n: number) => {
+    let kept = 0;
+    for (let a = 0; a < n; a++) for (const json of jsons) if (read(json) !== undefined) kept++;
+    return kept;
+  };
+  run(Math.ceil(answers / 10));
+  const started = process.cpuUsage();
+  run(answers);
+  const used = process.cpuUsage(started);
+  return ((used.user + used.system) * 1000) / (answers * jsons.length);
 }

@@ -1,8 +1,8 @@
 // Shared by the benches: the throwaway database each one creates and drops, its goods, and their result tables.
 import { readdirSync, readFileSync } from "node:fs";
 import pg from "pg";
-import { createKnex, migrateToLatest } from "../src/db/knex.js";
-import { generateGoods } from "../src/indexing/goods/goods-generator.js";
+import { createKnex, migrateToLatest } from "../../src/db/knex.js";
+import { generateGoods } from "../../src/indexing/goods/goods-generator.js";
 
 /** The server the benches create their databases on: DATABASE_URL, or a local server. */
 export function adminDatabaseUrl(): string {

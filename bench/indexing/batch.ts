@@ -1,10 +1,10 @@
 import { randomBytes } from "node:crypto";
 import { parseArgs } from "node:util";
 import { Client } from "@elastic/elasticsearch";
-import { createKnex, migrateToLatest } from "../src/db/knex.js";
-import { generateSources } from "../src/indexing/batch/source-generator.js";
-import { buildService, spawnService } from "../test/support/spawn-service.js";
-import { admin, databaseUrl, printTable } from "./support.js";
+import { createKnex, migrateToLatest } from "../../src/db/knex.js";
+import { generateSources } from "../../src/indexing/batch/source-generator.js";
+import { buildService, spawnService } from "../../test/support/spawn-service.js";
+import { admin, databaseUrl, printTable } from "../shared/support.js";
 
 // npm run bench:batch [-- --goods N] [--rounds N]
 //
