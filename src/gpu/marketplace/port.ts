@@ -195,6 +195,8 @@ export interface MarketListing<T> {
   ok: boolean;
   items: T[];
   error?: string;
+  /** The failure itself, for the caller to answer as it would for one market; never sent. */
+  cause?: unknown;
 }
 
 /** A configured market as GET /api/gpu/markets shows it. */

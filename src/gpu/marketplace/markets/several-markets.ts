@@ -59,7 +59,7 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
 
   async function eachMarket<T>(marketNames: readonly string[], run: (name: string, signal?: AbortSignal) => Promise<T[]>, signal?: AbortSignal) {
     return Promise.all(
-      marketNames.map(async (market): Promise<MarketListing<T> & { cause?: unknown }> => {
+      marketNames.map(async (market): Promise<MarketListing<T>> => {
         try {
           return { market, ok: true, items: await call(market, "read", (s) => run(market, s), signal, true) };
         } catch (err) {
@@ -71,7 +71,7 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
   }
 
   /** The items of the markets that answered; when none did, the first market's failure as it was. */
-  function answered<T>(listings: Array<MarketListing<T> & { cause?: unknown }>): T[] {
+  function answered<T>(listings: MarketListing<T>[]): T[] {
     if (listings.length > 0 && listings.every((l) => !l.ok)) throw listings[0]!.cause;
     return listings.flatMap((l) => l.items);
   }
@@ -86,10 +86,9 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
 
   const directory: MarketDirectory = {
     names,
-    listOffersEach: async (signal) =>
-      strip(await eachMarket(names, async (name, s) => (await adapter(name).listOffers(s)).map(offerOf(name)), signal)),
-    listInstancesEach: async (labelPrefix, signal) =>
-      strip(await eachMarket(names, async (name, s) => (await adapter(name).listInstances(labelPrefix, s)).map(instanceOf(name)), signal)),
+    listOffersEach: (signal) => eachMarket(names, async (name, s) => (await adapter(name).listOffers(s)).map(offerOf(name)), signal),
+    listInstancesEach: (labelPrefix, signal) =>
+      eachMarket(names, async (name, s) => (await adapter(name).listInstances(labelPrefix, s)).map(instanceOf(name)), signal),
     states: () => names.map((market) => ({ market, health: tracker.health(market, reported(market)), interruptible: adapter(market).interruptible === true })),
     marketOfInstance: (id) => ids.ofInstance(id).market,
   };
@@ -158,10 +157,6 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
       await Promise.all(names.map((n) => adapter(n).close()));
     },
   };
-}
-
-function strip<T>(listings: Array<MarketListing<T> & { cause?: unknown }>): MarketListing<T>[] {
-  return listings.map(({ cause: _cause, ...listing }) => listing);
 }
 
 /** Runs a market's call under its own timeout: the call is aborted, and its answer no longer awaited, past it. */
