@@ -1,4 +1,4 @@
-import { ConflictError, InvalidInputError, MarketBlockedError, messageOf, NotFoundError } from "../../../errors.js";
+import { ConflictError, DomainError, InvalidInputError, MarketBlockedError, messageOf, NotFoundError } from "../../../errors.js";
 import type { MarketHealth } from "../port.js";
 
 // What each market's last calls said, for GET /api/gpu/markets and for auto-picks: a market
@@ -6,6 +6,14 @@ import type { MarketHealth } from "../port.js";
 // no balance: MarketBlockedError) is `blocked` until a create succeeds there, and meanwhile gets
 // at most one create per probe interval. An answer about an offer (taken, unknown, refused as
 // input) is the market working, not failing. The counts feed the per-market metrics.
+
+/**
+ * The market refused the account itself: MarketBlockedError, or an adapter's refused key (which a
+ * market alone answers as a configuration error naming its variable, MARKETPLACE_AUTH_REFUSED).
+ */
+export function refusesAccount(err: unknown): boolean {
+  return err instanceof MarketBlockedError || (err instanceof DomainError && err.extra?.code === "MARKETPLACE_AUTH_REFUSED");
+}
 
 /** How often a blocked market is tried with a create, as a probe of whether it was unblocked. */
 export const BLOCKED_PROBE_MS = 60_000;
@@ -54,7 +62,7 @@ export function createHealthTracker(names: readonly string[], now: () => number 
       }
       s.counts.errors++;
       const error = messageOf(err);
-      if (err instanceof MarketBlockedError) s.blocked = { error, since: s.blocked?.since ?? new Date(now()) };
+      if (refusesAccount(err)) s.blocked = { error, since: s.blocked?.since ?? new Date(now()) };
       else s.failing = { error, since: s.failing?.since ?? new Date(now()) };
     },
     health(market, reported) {

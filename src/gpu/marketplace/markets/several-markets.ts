@@ -1,5 +1,5 @@
 import type { Logger } from "pino";
-import { MarketBlockedError, messageOf, UnavailableError } from "../../../errors.js";
+import { DomainError, MarketBlockedError, messageOf, UnavailableError, type DomainErrorOptions } from "../../../errors.js";
 import { MAX_LIMIT, searchOffers as sortOffers } from "../offers.js";
 import type {
   CreateMarketInstanceRequest,
@@ -10,7 +10,7 @@ import type {
   Marketplace,
   OfferFilter,
 } from "../port.js";
-import { createHealthTracker, type HealthTracker } from "./market-health.js";
+import { createHealthTracker, refusesAccount, type HealthTracker } from "./market-health.js";
 import { createMarketIds } from "./market-ids.js";
 
 // The configured markets behind the one port (SPEC.md section 2, "Several marketplaces"). A
@@ -125,8 +125,16 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
         const health = tracker.health(market, reported(market));
         throw new MarketBlockedError(`The market '${market}' refuses this account (${health.error ?? "blocked"}); it is tried again once a minute`);
       }
-      const created = await call(market, "create", (s) => adapter(market).createInstance({ ...request, offerId: id }, s), signal);
-      return instanceOf(market)(created);
+      try {
+        const created = await call(market, "create", (s) => adapter(market).createInstance({ ...request, offerId: id }, s), signal);
+        return instanceOf(market)(created);
+      } catch (err) {
+        // With several markets a refused account is that market's trouble, not the service's: the creation goes on elsewhere.
+        if (several && refusesAccount(err) && !(err instanceof MarketBlockedError)) {
+          throw new MarketBlockedError(`The market '${market}' refuses this account: ${messageOf(err)}`, { cause: err });
+        }
+        throw several ? saidBy(market, err) : err;
+      }
     },
 
     async getInstance(instanceId, signal, getOptions) {
@@ -157,6 +165,13 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
       await Promise.all(names.map((n) => adapter(n).close()));
     },
   };
+}
+
+/** A market's refusal in its own words, prefixed with its name (its ids inside are its own, unprefixed). */
+function saidBy(market: string, err: unknown): unknown {
+  if (!(err instanceof DomainError)) return err;
+  const Same = err.constructor as new (message: string, options: DomainErrorOptions) => DomainError;
+  return new Same(`${market}: ${err.message}`, { cause: err, extra: err.extra });
 }
 
 /** Runs a market's call under its own timeout: the call is aborted, and its answer no longer awaited, past it. */
