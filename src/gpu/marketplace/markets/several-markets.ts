@@ -1,6 +1,5 @@
 import type { Logger } from "pino";
 import { DomainError, MarketBlockedError, messageOf, UnavailableError, type DomainErrorOptions } from "../../../errors.js";
-import { MAX_LIMIT, searchOffers as sortOffers } from "../offers.js";
 import type {
   CreateMarketInstanceRequest,
   MarketDirectory,
@@ -12,6 +11,7 @@ import type {
 } from "../port.js";
 import { createHealthTracker, refusesAccount, type HealthTracker } from "./market-health.js";
 import { createMarketIds } from "./market-ids.js";
+import { mergedOffers } from "./merged-offers.js";
 
 // The configured markets behind the one port (SPEC.md section 2, "Several marketplaces"). A
 // search asks every market at once, each under its own timeout, and answers with what the
@@ -116,7 +116,7 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
       const asked = names.filter((n) => tracker.mayOffer(n, reported(n)) && (!filter.interruptible || adapter(n).interruptible === true));
       const offers = answered(await eachMarket(asked, async (name, s) => (await adapter(name).searchOffers(filter, s)).map(offerOf(name)), signal));
       if (!several) return offers;
-      return sortOffers(offers, { sortBy: filter.order, limit: filter.limit ?? MAX_LIMIT }).offers;
+      return mergedOffers(offers, filter.order, filter.limit);
     },
 
     async createInstance(request: CreateMarketInstanceRequest, signal) {
