@@ -89,7 +89,13 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
     listOffersEach: (signal) => eachMarket(names, async (name, s) => (await adapter(name).listOffers(s)).map(offerOf(name)), signal),
     listInstancesEach: (labelPrefix, signal) =>
       eachMarket(names, async (name, s) => (await adapter(name).listInstances(labelPrefix, s)).map(instanceOf(name)), signal),
-    states: () => names.map((market) => ({ market, health: tracker.health(market, reported(market)), interruptible: adapter(market).interruptible === true })),
+    states: () =>
+      names.map((market) => ({
+        market,
+        health: tracker.health(market, reported(market)),
+        interruptible: adapter(market).interruptible === true,
+        ...tracker.counts(market),
+      })),
     marketOfInstance: (id) => ids.ofInstance(id).market,
   };
 

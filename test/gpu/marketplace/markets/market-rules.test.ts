@@ -57,14 +57,19 @@ describe("a market's health", () => {
     const health = createHealthTracker(["vastai"], () => now);
     health.failed("vastai", new MarketBlockedError("no balance"));
     expect(health.health("vastai")).toMatchObject({ state: "blocked", error: "no balance" });
-    expect(health.mayOffer("vastai")).toBe(true);
-    expect(health.mayRent("vastai")).toBe(true); // the probe
     expect(health.mayOffer("vastai")).toBe(false);
     expect(health.mayRent("vastai")).toBe(false);
     now = BLOCKED_PROBE_MS - 1;
     expect(health.mayRent("vastai")).toBe(false);
     now = BLOCKED_PROBE_MS;
-    expect(health.mayRent("vastai")).toBe(true);
+    expect(health.mayOffer("vastai")).toBe(true);
+    expect(health.mayRent("vastai")).toBe(true); // the probe
+    expect(health.mayOffer("vastai")).toBe(false);
+    expect(health.mayRent("vastai")).toBe(false);
+    health.failed("vastai", new MarketBlockedError("no balance"));
+    now = 2 * BLOCKED_PROBE_MS - 1;
+    expect(health.mayRent("vastai")).toBe(false);
+    now = 2 * BLOCKED_PROBE_MS;
     health.succeeded("vastai", "read");
     expect(health.health("vastai").state).toBe("blocked");
     health.succeeded("vastai", "create");
@@ -76,6 +81,7 @@ describe("a market's health", () => {
     const health = createHealthTracker(["vastai", "simulated"], at(0));
     health.failed("vastai", new OperationFailedError("vast.ai refused the API key", { extra: { code: "MARKETPLACE_AUTH_REFUSED" } }));
     expect(health.health("vastai").state).toBe("blocked");
+    expect(health.mayRent("vastai")).toBe(false);
     const until = new Date(5_000);
     expect(health.health("simulated", { state: "rate_limited", until })).toEqual({ state: "rate_limited", until });
     expect(health.mayRent("simulated", { state: "blocked", error: "402" })).toBe(true); // its probe
