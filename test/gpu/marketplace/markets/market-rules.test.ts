@@ -26,6 +26,17 @@ describe("offer and instance ids over markets", () => {
     expect(ids.ofInstance("5")).toEqual({ market: "vastai", id: "5" });
   });
 
+  it("never sends an instance of a market MARKETPLACE no longer names to another, and takes its own prefix back when alone", () => {
+    const known = ["simulated", "remote", "vastai", "runpod"];
+    const several = createMarketIds(["vastai", "simulated"], known);
+    expect(() => several.ofInstance("runpod:pod-1")).toThrow(UnavailableError);
+    expect(() => several.ofInstance("runpod:pod-1")).toThrow(/market 'runpod', which MARKETPLACE does not name now/);
+    const alone = createMarketIds(["vastai"], known);
+    expect(alone.ofInstance("vastai:77")).toEqual({ market: "vastai", id: "77" });
+    expect(() => alone.ofInstance("simulated:5")).toThrow(UnavailableError);
+    expect(alone.ofInstance("host:5")).toEqual({ market: "vastai", id: "host:5" });
+  });
+
   it.each(["12", "runpod:1", ":1", "aws:x"])("refuses offer_id %s with a 400 naming the field", (id) => {
     const ids = createMarketIds(["vastai", "simulated"]);
     expect(() => ids.ofOffer(id)).toThrow(InvalidInputError);
