@@ -6,6 +6,7 @@
 
 import { get } from "./api.js";
 import { series, timeChart } from "./charts.js";
+import { mountFleetMarkets } from "./fleet-markets.js";
 import { escape, failure, figures, onWindowChosen, windowButtons, money, notice, perHour, state, table, time } from "./format.js";
 
 const HOUR = 3_600_000;
@@ -23,6 +24,7 @@ export function mountFleet(main, shell) {
   main.innerHTML = `<h1>Fleet</h1><div id="fleet-figures"></div>
     <h2>Spend</h2>${windowButtons(Object.keys(WINDOWS), window)}<div id="fleet-spend"></div><div class="charts" id="fleet-charts"></div>
     <h2>Endpoints</h2><div id="fleet-endpoints"></div>
+    <h2>Markets</h2><div id="fleet-markets"></div>
     <h2>Machines</h2><div id="fleet-instances"><p class="muted">Loading…</p></div>
     <details id="fleet-ended"><summary>Ended machines</summary><div id="fleet-ended-list"></div></details>`;
   // A refresh that ends after the reader moved on writes into nothing.
@@ -36,6 +38,7 @@ export function mountFleet(main, shell) {
       { label: "total $", stroke: "#bf8700", dash: [6, 4], scale: "y2", linear: true },
     ],
   });
+  const markets = mountFleetMarkets($("fleet-markets"));
   let refresh = async () => {};
   onWindowChosen(main, (name) => {
     window = /** @type {keyof typeof WINDOWS} */ (name);
@@ -139,7 +142,7 @@ export function mountFleet(main, shell) {
   }
 
   refresh = async () => {
-    await Promise.all([figuresPart(), spendPart(), endpointsPart(), livePart(), endedPart()]);
+    await Promise.all([figuresPart(), spendPart(), endpointsPart(), markets.refresh(), livePart(), endedPart()]);
   };
   return { refresh: () => refresh() };
 }
@@ -150,11 +153,12 @@ const newestFirst = (instances) => [...instances].sort((a, b) => Date.parse(b.cr
 /** @param {any[]} instances @param {string} empty */
 function instanceTable(instances, empty) {
   return table(
-    ["Instance", "Endpoint", "GPU", "State", "Interruptible", "$/h", "Uptime", "Total", "Auto-destroy", "Created"],
+    ["Instance", "Endpoint", "Market", "GPU", "State", "Interruptible", "$/h", "Uptime", "Total", "Auto-destroy", "Created"],
     instances,
     (/** @type {any} */ i) => [
       escape(i.instance_id),
       i.endpoint ? `<a href="/dashboard/endpoints/${escape(i.endpoint)}" data-link>${escape(i.endpoint)}</a>` : "",
+      escape(i.market ?? ""),
       escape(`${i.gpu_info?.num_gpus ?? 1}× ${i.gpu_info?.gpu_name ?? "?"}`),
       state(i.status),
       i.interruptible ? `yes${i.bid_per_hour ? ` (bid ${perHour(i.bid_per_hour)})` : ""}` : "no",
