@@ -1,0 +1,219 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { LLM_DISK_GB } from "../../../../src/gpu/creation/launch-plan.js";
+import { findTemplate } from "../../../../src/gpu/creation/templates.js";
+import { startVastRunpodService, type VastRunpodService } from "../../../support/markets/vast-and-runpod.js";
+import { dphTotal, fitsTemplate, type VastAsk } from "../../../support/vastai/catalogue.js";
+import { createEndpoint, deleteAndWait, FAST_ENDPOINT_ENV, readyIds, waitForEndpoint } from "../../endpoints/helpers.js";
+import { rest, waitFor } from "../../helpers.js";
+
+// GpuService with MARKETPLACE=vastai,runpod against both emulators at once, on the real
+// PostgreSQL, through its REST API and its endpoint proxy: a RunPod offer named by its id rented
+// and serving, an endpoint's replica rented where it is cheapest, an auto-pick refused in one
+// market and rented in the other, RunPod down (5xx, then hanging) while vast.ai answers, and an
+// endpoint healed on RunPod while vast.ai has nothing that fits.
+
+interface Offer {
+  id: string;
+  market: string;
+  dph_total: number;
+}
+interface MarketAnswer {
+  market: string;
+  ok: boolean;
+  offers: number;
+  error?: string;
+}
+interface Market {
+  name: string;
+  state: string;
+  error?: string;
+  instances: Array<{ instance_id: string; status: string }>;
+}
+
+let service: VastRunpodService;
+const url = () => service.server.url;
+const record = (id: string) => service.db.knex("gpu_instances").where({ instance_id: id }).first();
+/** The market's own id of an instance (its record keeps `<market>:<id>`). */
+const ownId = async (id: string) => ((await record(id)).market_instance_id as string).replace(/^\w+:/, "");
+const markets = async () => (await rest<{ markets: Market[] }>(url(), "GET", "/api/gpu/markets")).body.markets;
+const marketOf = async (name: string) => (await markets()).find((m) => m.name === name)!;
+const statusIs = (id: string, status: string) => async () => ((await record(id)).status === status ? true : undefined);
+
+beforeAll(async () => {
+  service = await startVastRunpodService({ ...FAST_ENDPOINT_ENV, GPU_STATUS_SYNC_MS: "100" });
+});
+
+afterAll(async () => {
+  await service?.close();
+  expect(service.runpod.breaches).toEqual([]);
+});
+
+/** Every vast.ai ask as it was before a test changed the catalogue. */
+let saved: VastAsk[] = [];
+afterEach(async () => {
+  for (const [i, ask] of saved.entries()) Object.assign(service.vast.asks[i]!, ask);
+  saved = [];
+  service.vast.onCreate(undefined);
+  service.runpod.onCreate(undefined);
+  service.runpod.failNext(0, 503);
+  service.runpod.delay(0);
+  // Nothing a test rented outlives it.
+  const live = await service.db.knex("gpu_instances").whereIn("status", ["creating", "loading", "running", "running_llm"]).select("instance_id");
+  for (const { instance_id } of live) await rest(url(), "DELETE", `/api/gpu/instances/${instance_id}`);
+});
+
+const fitting = (template: string) => service.vast.asks.filter((a) => a.rentable && a.verified && fitsTemplate(a, findTemplate(template)!, LLM_DISK_GB));
+
+/** vast.ai's offers for the template dearer than RunPod's cheapest ($0.34/h), still under the template's cap. */
+function makeVastDearer(template: string): void {
+  saved = service.vast.asks.map((a) => ({ ...a }));
+  for (const ask of fitting(template)) ask.dph_base += 0.2;
+}
+
+/** vast.ai has no offer that fits the template. */
+function makeVastDry(template: string): void {
+  saved = service.vast.asks.map((a) => ({ ...a }));
+  for (const ask of fitting(template)) ask.rentable = false;
+}
+
+async function chat(path: string, key?: string): Promise<Response> {
+  return fetch(`${path}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...(key ? { authorization: `Bearer ${key}` } : {}) },
+    body: JSON.stringify({ model: findTemplate("budget")!.config!.llmModelName, messages: [{ role: "user", content: "hello" }], max_tokens: 8 }),
+  });
+}
+
+describe("MARKETPLACE=vastai,runpod: the service on both emulators at once", () => {
+  it("rents an explicit RunPod offer that serves its model with its key on the direct port", async () => {
+    const offerId = "runpod:community-1x-NVIDIA_GeForce_RTX_4090";
+    const search = await rest<{ offers: Offer[]; markets: MarketAnswer[] }>(url(), "POST", "/api/gpu/search-offers", { market: "runpod", limit: 100 });
+    expect(search.body.offers.map((o) => o.id)).toContain(offerId);
+
+    const created = await rest<{ instance_id: string; model_api_key: string }>(url(), "POST", "/api/gpu/instances", { offer_id: offerId, template_name: "budget" });
+    expect(created.status).toBe(200);
+    const { instance_id: id, model_api_key: key } = created.body;
+    expect(await record(id)).toMatchObject({ market: "runpod", offer_id: offerId });
+    const create = service.runpod.requests.find((r) => r.method === "POST" && r.path === "/v2/pods" && (r.body as { name: string }).name.includes(id))!;
+    expect(create.body).toMatchObject({ cloud: "COMMUNITY", gpu: { id: "NVIDIA GeForce RTX 4090", count: 1 }, ports: ["8000/tcp"], env: { VLLM_API_KEY: key } });
+    // vast.ai was not asked to rent anything.
+    expect(service.vast.requests.filter((r) => r.method === "PUT")).toEqual([]);
+
+    await waitFor("running_llm on RunPod", statusIs(id, "running_llm"), 20_000);
+    const enhanced = await rest<{ data: { llm_status: { port: number }; basic_status: { public_ip: string } } }>(url(), "GET", `/api/gpu/instances/${id}/enhanced`);
+    const direct = `http://${enhanced.body.data.basic_status.public_ip}:${enhanced.body.data.llm_status.port}`;
+    // The direct TCP port of the pod's model server, not RunPod's HTTPS proxy.
+    const pod = service.runpod.pods.get(await ownId(id))!;
+    expect(enhanced.body.data.llm_status.port).toBe(pod.server!.port);
+    expect((await chat(direct)).status).toBe(401);
+    const answer = await chat(direct, key);
+    expect(answer.status).toBe(200);
+    expect(((await answer.json()) as { choices: unknown[] }).choices).toHaveLength(1);
+    expect((await marketOf("runpod")).instances.map((i) => i.instance_id)).toContain(id);
+
+    expect((await rest(url(), "DELETE", `/api/gpu/instances/${id}`)).status).toBe(200);
+    expect(service.runpod.pods.has(pod.id)).toBe(false);
+  });
+
+  it("serves an endpoint from a replica rented on RunPod, where its template is cheapest", async () => {
+    makeVastDearer("budget");
+    // vast.ai still has offers the template may rent, each dearer than RunPod's $0.34/h.
+    expect(fitting("budget").length).toBeGreaterThan(0);
+    expect(Math.min(...fitting("budget").map((a) => dphTotal(a, LLM_DISK_GB)))).toBeGreaterThan(0.34);
+
+    await createEndpoint(url(), { name: "on-runpod", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
+    const ready = await waitForEndpoint(url(), "on-runpod", "ready", (e) => e.state === "ready", 30_000);
+    const [replica] = readyIds(ready) as [string];
+    expect(await record(replica)).toMatchObject({ market: "runpod", offer_id: "runpod:community-1x-NVIDIA_GeForce_RTX_4090" });
+    expect(service.vast.requests.filter((r) => r.method === "PUT")).toEqual([]);
+
+    const answer = await chat(`${url()}/endpoints/on-runpod`);
+    expect(answer.status).toBe(200);
+    expect(((await answer.json()) as { choices: unknown[] }).choices).toHaveLength(1);
+    await deleteAndWait(url(), "on-runpod", service.db.knex);
+    expect([...service.runpod.pods.values()].filter((p) => p.name.includes(replica))).toEqual([]);
+  });
+
+  it("fails an auto-pick over from RunPod, which has no capacity for its cheapest offer at create time, to vast.ai", async () => {
+    makeVastDearer("budget");
+    const started = Date.now();
+    service.runpod.onCreate(() => service.runpod.refuseNextCreate(400));
+    const created = await rest<{ instance_id: string }>(url(), "POST", "/api/gpu/instances/from-template?template_name=budget");
+    expect(created.status).toBe(200);
+    const id = created.body.instance_id;
+
+    const refusals = service.runpod.requests.filter((r) => r.method === "POST" && r.path === "/v2/pods" && r.at >= started);
+    expect(refusals.map((r) => r.status)).toEqual([400]);
+    expect(refusals[0]!.body).toMatchObject({ cloud: "COMMUNITY", gpu: { id: "NVIDIA GeForce RTX 4090", count: 1 } });
+    const row = await record(id);
+    expect(row).toMatchObject({ market: "vastai" });
+    expect(row.offer_id).toMatch(/^vastai:\d+$/);
+    const rented = service.vast.requests.find((r) => r.method === "PUT" && r.at >= started)!;
+    expect(rented.status).toBe(200);
+    await waitFor("running_llm on vast.ai", statusIs(id, "running_llm"), 20_000);
+    const readyAt = Date.now();
+
+    const since = (t: number) => `+${t - started} ms`;
+    console.log(
+      [
+        `failover timeline (auto-pick of template budget, request sent at 0):`,
+        `  ${since(refusals[0]!.at)}  runpod refused community-1x-NVIDIA_GeForce_RTX_4090 (HTTP 400, no capacity)`,
+        `  ${since(rented.at)}  vastai rented ${row.offer_id} (HTTP ${rented.status})`,
+        `  ${since(readyAt)}  ${id} running_llm on vastai (seen by the test's poll)`,
+      ].join("\n"),
+    );
+    expect((await rest(url(), "DELETE", `/api/gpu/instances/${id}`)).status).toBe(200);
+  });
+
+  it("fails an auto-pick over from vast.ai, which says its cheapest offer is no longer available, to RunPod", async () => {
+    saved = service.vast.asks.map((a) => ({ ...a }));
+    const [ask] = fitting("budget");
+    for (const other of fitting("budget")) if (other !== ask) other.rentable = false;
+    ask!.dph_base = 0.01;
+    const started = Date.now();
+    service.vast.onCreate(() => service.vast.refuseNextCreate("gone"));
+    const created = await rest<{ instance_id: string }>(url(), "POST", "/api/gpu/instances/from-template?template_name=budget");
+    expect(created.status).toBe(200);
+    const id = created.body.instance_id;
+    const refusals = service.vast.requests.filter((r) => r.method === "PUT" && r.at >= started);
+    expect(refusals).toHaveLength(1);
+    expect(refusals[0]!.path).toContain(`/asks/${ask!.id}/`);
+    expect(refusals[0]!.status).toBeGreaterThanOrEqual(400);
+    expect(await record(id)).toMatchObject({ market: "runpod", offer_id: "runpod:community-1x-NVIDIA_GeForce_RTX_4090" });
+    const rented = service.runpod.requests.find((r) => r.method === "POST" && r.path === "/v2/pods" && r.at >= started)!;
+    expect(rented.status).toBe(201);
+    await waitFor("running_llm on RunPod", statusIs(id, "running_llm"), 20_000);
+    const readyAt = Date.now();
+    const since = (t: number) => `+${t - started} ms`;
+    console.log(
+      [
+        `failover timeline (auto-pick of template budget, request sent at 0):`,
+        `  ${since(refusals[0]!.at)}  vastai refused ask ${ask!.id} (HTTP ${refusals[0]!.status}, no longer available)`,
+        `  ${since(rented.at)}  runpod rented community-1x-NVIDIA_GeForce_RTX_4090 (HTTP ${rented.status})`,
+        `  ${since(readyAt)}  ${id} running_llm on runpod (seen by the test's poll)`,
+      ].join("\n"),
+    );
+    expect((await rest(url(), "DELETE", `/api/gpu/instances/${id}`)).status).toBe(200);
+  });
+
+  it("heals an endpoint on RunPod when its replica on vast.ai is lost while vast.ai has no fitting offer", async () => {
+    await createEndpoint(url(), { name: "heals-on-runpod", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
+    const ready = await waitForEndpoint(url(), "heals-on-runpod", "ready on vast.ai", (e) => e.state === "ready", 30_000);
+    const [victim] = readyIds(ready) as [string];
+    expect(await record(victim)).toMatchObject({ market: "vastai" });
+
+    makeVastDry("budget");
+    const dryFrom = Date.now();
+    const machine = service.vast.instances.get(Number(await ownId(victim)))!;
+    service.vast.setStatus(machine.id, "exited");
+    const healed = await waitForEndpoint(url(), "heals-on-runpod", "healed", (e) => e.state === "ready" && readyIds(e).length === 1 && !readyIds(e).includes(victim), 40_000);
+    const [replacement] = readyIds(healed) as [string];
+    expect(await record(replacement)).toMatchObject({ market: "runpod", offer_id: "runpod:community-1x-NVIDIA_GeForce_RTX_4090" });
+    // vast.ai was searched but had nothing to rent; its lost machine is given back.
+    expect(service.vast.requests.filter((r) => r.method === "PUT" && r.at >= dryFrom)).toEqual([]);
+    await waitFor("the lost vast.ai machine destroyed", async () => (service.vast.instances.has(machine.id) ? undefined : true), 20_000);
+    const answer = await chat(`${url()}/endpoints/heals-on-runpod`);
+    expect(answer.status).toBe(200);
+    await deleteAndWait(url(), "heals-on-runpod", service.db.knex);
+  });
+});
