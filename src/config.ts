@@ -103,14 +103,19 @@ export interface EndpointConfig {
   readonly resumeMax: number;
 }
 
-/** Which marketplace GpuService rents from, and how it is reached or simulated. */
+/** The marketplaces GpuService can rent from (MARKETPLACE). */
+export const MARKET_NAMES = ["simulated", "remote", "vastai", "runpod"] as const;
+export type MarketName = (typeof MARKET_NAMES)[number];
+
+/** Which marketplaces GpuService rents from, and how each is reached or simulated. */
 export interface MarketplaceConfig {
-  readonly kind: "simulated" | "remote" | "vastai";
+  /** MARKETPLACE: one market or several, distinct, in order of preference; the first is where records from before several markets belong. */
+  readonly markets: readonly MarketName[];
   /** Remote only: base URL of the marketplace API (docs/marketplace-api.md). */
   readonly url: string | undefined;
   /** Remote only: sent as a bearer token; never logged. */
   readonly apiKey: string | undefined;
-  /** Remote only: per-attempt timeout, ms. */
+  /** Remote, vastai and runpod: per-attempt timeout, ms; with several markets also the most an offer search waits for each. */
   readonly timeoutMs: number;
   /** Remote only: retries after the first attempt. */
   readonly retries: number;
@@ -131,6 +136,10 @@ export interface MarketplaceConfig {
   readonly vastRetries: number;
   /** vastai only: first backoff step after a 429, ms; doubles each retry up to 16x. */
   readonly vastBackoffMs: number;
+  /** runpod only: the account's API key, sent as a bearer token; never logged. */
+  readonly runpodApiKey: string | undefined;
+  /** runpod only: base URL of RunPod's REST API (calls under /v2/). */
+  readonly runpodApiUrl: string;
   /** Simulated only: how long an instance stays creating, then loading, then until its model server answers, ms. */
   readonly simCreatingMs: number;
   readonly simLoadingMs: number;
@@ -245,9 +254,9 @@ export function loadConfig(env: Env = process.env): Config {
 }
 
 function marketplaceConfig(env: Env): MarketplaceConfig {
-  const kind = oneOf(env, "MARKETPLACE", ["simulated", "remote", "vastai"], "simulated") as MarketplaceConfig["kind"];
+  const markets = marketList(env, "MARKETPLACE");
   const config: MarketplaceConfig = {
-    kind,
+    markets,
     url: url(env, "MARKETPLACE_URL", ["http:", "https:"]),
     apiKey: text(env, "MARKETPLACE_API_KEY"),
     timeoutMs: integer(env, "MARKETPLACE_TIMEOUT_MS", 10_000, 1, 300_000),
@@ -259,22 +268,44 @@ function marketplaceConfig(env: Env): MarketplaceConfig {
     vastMinReliability: fraction(env, "VAST_MIN_RELIABILITY", 0.95),
     vastRetries: integer(env, "VAST_RETRIES", 8, 0, 20),
     vastBackoffMs: integer(env, "VAST_BACKOFF_MS", 500, 1, 60_000),
+    runpodApiKey: text(env, "RUNPOD_API_KEY"),
+    runpodApiUrl: url(env, "RUNPOD_API_URL", ["http:", "https:"]) ?? "https://api.runpod.io",
     simCreatingMs: integer(env, "SIM_CREATING_MS", 5_000, 0, 3_600_000),
     simLoadingMs: integer(env, "SIM_LOADING_MS", 10_000, 0, 3_600_000),
     simModelServerStartMs: integer(env, "SIM_MODEL_SERVER_START_MS", 5_000, 0, 3_600_000),
     simPreemptPerHour: rate(env, "SIM_PREEMPT_PER_HOUR", 0, 3_600),
   };
   // Every missing variable at once: an operator should not learn them one failed start at a time.
-  const required: Record<MarketplaceConfig["kind"], [string, unknown][]> = {
+  const required: Record<MarketName, [string, unknown][]> = {
     simulated: [],
     remote: [["MARKETPLACE_URL", config.url], ["MARKETPLACE_API_KEY", config.apiKey]],
     vastai: [["VAST_API_KEY", config.vastApiKey]],
+    runpod: [["RUNPOD_API_KEY", config.runpodApiKey]],
   };
-  const missing = required[kind].filter(([, value]) => value === undefined).map(([name]) => name);
+  const missing = markets.flatMap((market) => required[market].filter(([, value]) => value === undefined).map(([name]) => name));
   if (missing.length > 0) {
-    throw new ConfigError(`${missing.join(" and ")} ${missing.length > 1 ? "are" : "is"} required when MARKETPLACE=${kind}`);
+    const when = markets.length === 1 ? `MARKETPLACE=${markets[0]}` : `MARKETPLACE names ${markets.filter((m) => required[m].some(([, v]) => v === undefined)).join(" and ")}`;
+    throw new ConfigError(`${missing.join(" and ")} ${missing.length > 1 ? "are" : "is"} required when ${when}`);
   }
   return Object.freeze(config);
+}
+
+/** One market name or a comma-separated list of distinct ones, in order of preference; unset: simulated. */
+function marketList(env: Env, name: string): MarketName[] {
+  const names = list(env, name);
+  if (names.length === 0) {
+    if (env[name] !== undefined && env[name]!.trim() !== "") throw new ConfigError(`${name} holds no market name; one of ${MARKET_NAMES.join(", ")}`);
+    return ["simulated"];
+  }
+  const seen = new Set<string>();
+  for (const market of names) {
+    if (!(MARKET_NAMES as readonly string[]).includes(market)) {
+      throw new ConfigError(`${name} must name markets among ${MARKET_NAMES.join(", ")} (comma-separated), got '${market}'`);
+    }
+    if (seen.has(market)) throw new ConfigError(`${name} names '${market}' twice; each market once, in order of preference`);
+    seen.add(market);
+  }
+  return names as MarketName[];
 }
 
 /** True when the configured host had to be narrowed to loopback because auth is off. */

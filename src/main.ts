@@ -61,7 +61,7 @@ async function main(): Promise<void> {
       address: `${config.host}:${server.port}`,
       url: server.url,
       docs: `${server.url}/docs`,
-      marketplace: config.marketplace.kind,
+      marketplace: config.marketplace.markets.join(","),
       database: database.embedded ? "embedded" : "DATABASE_URL",
       elasticsearch: splitNodeUrls(config.elasticsearchUrl).map(redactUrl),
     },

@@ -1,14 +1,14 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import { actorOf } from "../actor.js";
 import type { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { DomainError, excerpt, InvalidInputError, NotFoundError, UnavailableError } from "../errors.js";
+import { excerpt, InvalidInputError, NotFoundError } from "../errors.js";
 import { createInstance, type CreationHooks, type CreationResult } from "./creation/creation.js";
 import { destroyRecord } from "./lifecycle/destroy.js";
 import type { GpuContext } from "./gpu-context.js";
 import { basicStatus, costAnalysis, enhancedStatus, listInstances, requireRecord } from "./instance-reads.js";
-import type { MarketOffer } from "./marketplace/port.js";
+import { listMarkets, searchMarkets } from "./market-reads.js";
 import { logMessage, offerMessage } from "./messages.js";
-import { DEFAULT_LIMIT, searchOffers, validateLimit } from "./marketplace/offers.js";
+import { DEFAULT_LIMIT, validateLimit } from "./marketplace/offers.js";
 import type { StatisticsStore } from "./store/statistics-store.js";
 import { findTemplate, listTemplates } from "./creation/templates.js";
 import { roundMoney } from "./money/cost.js";
@@ -33,30 +33,22 @@ export function createGpuService(options: GpuServiceOptions): ServiceImpl<typeof
   const { ctx, statistics, creationHooks } = options;
   const endpointRpcs = createEndpointRpcs({ ctx, endpoints: options.endpoints, events: options.events, actorOf });
   const historyRpcs = createHistoryRpcs({ ...options.history, endpoints: options.endpoints });
-  const catalogue = async (): Promise<MarketOffer[]> => {
-    try {
-      return await ctx.marketplace.listOffers();
-    } catch (err) {
-      // A refused key or another misconfiguration is no outage: it answers as itself (500 naming
-      // the variable), not as a retryable 503.
-      if (err instanceof DomainError && !(err instanceof UnavailableError)) throw err;
-      throw new UnavailableError("The marketplace did not list its offers", { cause: err });
-    }
-  };
   return {
     async listOffers(req) {
-      const found = searchOffers(await catalogue(), { ...req, limit: MAX_OFFERS });
-      return { offers: found.offers.map(offerMessage), total: found.total, filteredCount: found.filteredCount };
+      const found = await searchMarkets(ctx, { ...req, limit: MAX_OFFERS });
+      return { offers: found.offers.map(offerMessage), total: found.total, filteredCount: found.filteredCount, markets: found.markets };
     },
     async searchOffers(req) {
-      const found = searchOffers(await catalogue(), req);
+      const found = await searchMarkets(ctx, req);
       return {
         offers: found.offers.map(offerMessage),
         total: found.total,
         filteredCount: found.filteredCount,
         sortInfo: { sortBy: found.sortBy, order: found.order },
+        markets: found.markets,
       };
     },
+    listMarkets: () => listMarkets(ctx),
     listTemplates() {
       return { templates: [...listTemplates()] };
     },

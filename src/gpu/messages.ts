@@ -24,6 +24,7 @@ export function offerMessage(offer: MarketOffer): MessageInitShape<typeof OfferS
     directPortCount: offer.directPortCount,
     cudaMaxGood: offer.cudaMaxGood,
     reliability: offer.reliability,
+    market: offer.market ?? "",
   };
 }
 
@@ -49,6 +50,7 @@ export function instanceMessage(record: InstanceRecord, now: Date): MessageInitS
     totalCost: totalCost(record.costPerHour, uptime),
     endpoint: record.endpoint ?? undefined,
     ...bidFields(record),
+    market: record.market ?? "",
   };
 }
 

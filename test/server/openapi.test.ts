@@ -71,7 +71,7 @@ describe("GET /openapi.json", () => {
     expect(schemas["gpu.v1.SearchOffersRequest"]!.properties!.limit).toMatchObject({ type: "integer", minimum: 1, maximum: 1000, default: 100 });
     expect(schemas["gpu.v1.SearchOffersRequest"]!.properties!.sort_by).toMatchObject({ enum: ["price", "gpu_ram", "num_gpus", "price_per_gpu"] });
     expect(schemas["gpu.v1.Instance"]!.properties!.created_at).toMatchObject({ type: "string", format: "date-time" });
-    expect(schemas["gpu.v1.ListOffersResponse"]!.required).toEqual(["offers", "total", "filtered_count"]);
+    expect(schemas["gpu.v1.ListOffersResponse"]!.required).toEqual(["offers", "total", "filtered_count", "markets"]);
     const list = doc.paths["/api/gpu/instances"]!.get!;
     expect(list.parameters!.map((p) => p.name)).toEqual(["status_filter", "sort_by", "limit", "page_token"]);
     expect(list.parameters![0]!.schema).toMatchObject({ enum: expect.arrayContaining(["running_llm", "destroyed"]) });

@@ -23,6 +23,7 @@ import * as gpuInstanceMachine from "./20261126040200_gpu_instance_machine.js";
 import * as gpuEndpointCapacity from "./20261126050000_gpu_endpoint_capacity.js";
 import * as gpuEndpointMixBackoff from "./20261127010000_gpu_endpoint_mix_backoff.js";
 import * as gpuEndpointHistory from "./20261128000000_gpu_endpoint_history.js";
+import * as gpuInstanceMarket from "./20261128030000_gpu_instance_market.js";
 
 // Migrations are listed here, in order, rather than found on disk, so that they run the same
 // under tsx, vitest and compiled output. A shipped migration is never edited: add a new one.
@@ -51,6 +52,7 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261126050000_gpu_endpoint_capacity", gpuEndpointCapacity],
   ["20261127010000_gpu_endpoint_mix_backoff", gpuEndpointMixBackoff],
   ["20261128000000_gpu_endpoint_history", gpuEndpointHistory],
+  ["20261128030000_gpu_instance_market", gpuInstanceMarket],
 ];
 
 export const migrationSource: Knex.MigrationSource<string> = {

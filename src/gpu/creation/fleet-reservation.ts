@@ -46,6 +46,7 @@ export async function reserveOffer(ctx: Pick<GpuContext, "knex">, reservation: R
       costPerHour: offer.dphTotal,
       bidPerHour: offer.bidPerHour ?? null,
       machineId: offer.machineId ?? null,
+      market: offer.market ?? null,
     };
     const record = await reservation.write(facts, trx);
     if (!record) throw offerTaken(offer.id, "the creation was settled meanwhile");

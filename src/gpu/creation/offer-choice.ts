@@ -1,5 +1,5 @@
 import type { Template } from "../../../gen/gpu/v1/gpu_service_pb.js";
-import { ConflictError, excerpt, InvalidInputError, NotFoundError } from "../../errors.js";
+import { ConflictError, excerpt, InvalidInputError, MarketBlockedError, NotFoundError } from "../../errors.js";
 import { canServe } from "../marketplace/offer-filter.js";
 import type { MarketOffer, OfferFilter } from "../marketplace/port.js";
 
@@ -83,6 +83,15 @@ export function noOfferMatches(template: Template): NotFoundError {
 /** Every adapter reports an offer rented by someone else as a ConflictError about the field offer_id. */
 export function isOfferTaken(err: unknown): boolean {
   return err instanceof ConflictError && err.extra?.field === "offer_id";
+}
+
+/**
+ * A refusal at rent time that an automatic pick moves on from, to the next candidate in any
+ * market: the offer taken or without capacity (ConflictError), or its market refusing the account
+ * (MarketBlockedError, after which that market's other offers are not tried either).
+ */
+export function isRefusal(err: unknown): boolean {
+  return err instanceof ConflictError || err instanceof MarketBlockedError;
 }
 
 export function offerTaken(offerId: string, why = "it is rented by another instance"): ConflictError {

@@ -1,4 +1,4 @@
-import { DomainError, messageOf, OutcomeUnknownError, ResourceExhaustedError, UnavailableError } from "../../errors.js";
+import { DomainError, MarketBlockedError, messageOf, OutcomeUnknownError, ResourceExhaustedError, UnavailableError } from "../../errors.js";
 import type { Knex } from "knex";
 import { failCreation } from "./creation-log.js";
 import { reserveOffer } from "./fleet-reservation.js";
@@ -7,11 +7,12 @@ import { gpuInfoJson, type InstanceRecord, type NewInstance, type OfferFacts } f
 import { onMachine, type LaunchPlan } from "./launch-plan.js";
 import type { MarketInstance } from "../marketplace/port.js";
 import type { Candidate } from "./bid-choice.js";
-import { isOfferTaken, MAX_OFFERS_TRIED } from "./offer-choice.js";
+import { isRefusal, MAX_OFFERS_TRIED } from "./offer-choice.js";
 
 // Reserves an offer (writing the creating record) and rents it. An automatic pick whose offer
-// was rented by someone else meanwhile moves the record on to the next matching offer, up to
-// MAX_OFFERS_TRIED offers; a named offer answers 409 at once. Every failure after the record was
+// was refused at rent time (taken meanwhile, no capacity, its market refusing the account) moves
+// the record on to the next matching offer in any market, up to MAX_OFFERS_TRIED offers; a named
+// offer answers 409 at once. Every failure after the record was
 // written leaves it failed with one success=false log record, except a create whose outcome the
 // marketplace left unknown: its record stays creating, so that the reconciler adopts the machine
 // if one shows up under its label, and fails the record if none does within the creation grace.
@@ -66,12 +67,16 @@ export async function rentOffer(ctx: GpuContext, request: RentalRequest): Promis
       if (err instanceof OutcomeUnknownError) throw leftCreating(ctx, record, err);
       const error = asMarketplaceError(err, "The marketplace did not create the instance");
       const taken = record.offerId;
-      candidates = candidates.filter((o) => o.id !== taken);
-      if (!request.autoPick || !isOfferTaken(error) || tried >= MAX_OFFERS_TRIED || candidates.length === 0) {
+      const blocked = error instanceof MarketBlockedError ? record.market : undefined;
+      candidates = candidates.filter((o) => o.id !== taken && (blocked === undefined || o.market !== blocked));
+      if (!request.autoPick || !isRefusal(error) || tried >= MAX_OFFERS_TRIED || candidates.length === 0) {
         await failCreation(ctx, request.actor, record, error.message, request.started);
         throw error;
       }
-      ctx.logger.info({ instance_id: record.instanceId, offer_id: taken }, "offer rented by someone else meanwhile; trying the next one");
+      ctx.logger.info(
+        { instance_id: record.instanceId, offer_id: taken, market: record.market, reason: error.message },
+        "offer refused at rent time; trying the next candidate in any market",
+      );
     }
   }
 }

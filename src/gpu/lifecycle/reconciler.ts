@@ -7,6 +7,7 @@ import { isTerminal } from "../store/status.js";
 import { roundMoney } from "../money/cost.js";
 import { releaseMachine } from "./machine-release.js";
 import { ungated, type StillLeads } from "./sync-leader.js";
+import { marketOfRecord } from "./market-listing.js";
 
 // Nothing rented is ever forgotten. The reconciler matches the marketplace's instances carrying
 // this deployment's labels (deployment.ts) with the stored records: it adopts the instance of a creation interrupted
@@ -27,7 +28,8 @@ export interface ReconcilerOptions {
 
 /**
  * One reconciliation over the account's machines (listed by the caller, so that a sync round
- * lists them once; listed here when not given). Only this deployment's machines are looked at:
+ * lists them once; listed here when not given), market by market: a creating record of an
+ * `unreachable` market is not failed for want of its machine. Only this deployment's machines are looked at:
  * those carrying its label, and those carrying the label of one of its records (records from
  * before labels named the deployment). Anybody else's machine is never touched. Each action
  * (adopt, destroy, fail) first asks `stillLeads`; a no ends the reconciliation there.
@@ -37,6 +39,7 @@ export async function reconcile(
   options: ReconcilerOptions,
   machines?: readonly MarketInstance[],
   stillLeads: StillLeads = ungated,
+  unreachable: ReadonlySet<string> = new Set(),
 ): Promise<ReconcileReport> {
   const report: ReconcileReport = { adopted: [], destroyed: [], failed: [] };
   const deployment = await ctx.deployment();
@@ -62,6 +65,8 @@ export async function reconcile(
   for (const record of await ctx.instances.listLive()) {
     const stale = now - record.updatedAt.getTime() >= options.creationGraceMs;
     if (record.status !== "creating" || record.marketInstanceId !== null || labels.has(record.marketLabel)) continue;
+    // A market that did not answer may well have the machine: its absence says nothing.
+    if (unreachable.has(marketOfRecord(ctx, record))) continue;
     if (ctx.inFlight.has(record.instanceId) || !stale) continue;
     if (!(await stillLeads())) return report;
     await failCreation(ctx, ACTOR_SYSTEM, record, `interrupted creation: the marketplace has no instance labelled ${record.marketLabel}`, record.createdAt.getTime());

@@ -6,12 +6,13 @@ import { reachedLimit } from "../money/limits.js";
 import { isTerminal } from "../store/status.js";
 import { reconcile, type ReconcilerOptions } from "./reconciler.js";
 import { createRepeatingTask } from "./repeating-task.js";
-import type { MarketInstance } from "../marketplace/port.js";
+import { directoryOf } from "../marketplace/markets/market-directory.js";
+import { listEachMarket, marketOfRecord, type MachinesOfRound } from "./market-listing.js";
 import { syncRecord } from "./status-sync.js";
 import type { StillLeads, SyncLeader } from "./sync-leader.js";
 
-// The background loop: each round lists the marketplace's instances once, reconciles labels with
-// them, then syncs every live record from the same list (and retries pending destroys) and
+// The background loop: each round lists each market's instances once, reconciles labels with
+// them, then syncs every live record of the markets that answered from the same list (and retries pending destroys) and
 // destroys those that reached their time or cost limit. A round costs one marketplace list call,
 // not one call per instance. Rounds never overlap: the next is scheduled when the previous one
 // has finished. With several processes on one database only the sync leader runs them, and each
@@ -38,13 +39,13 @@ export interface SyncLoop {
 export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncLoop {
   const concurrency = options.concurrency ?? 4;
 
-  /** The account's machines, listed once per round for the reconciler and every record's sync. */
-  async function listMachines(): Promise<MarketInstance[] | undefined> {
+  /** The account's machines, each market listed once per round for the reconciler and every record's sync. */
+  async function listMachines(): Promise<MachinesOfRound> {
     try {
-      return await ctx.marketplace.listInstances("");
+      return await listEachMarket(ctx);
     } catch (err) {
       ctx.logger.warn({ err }, "the marketplace did not list its instances; retrying next round");
-      return undefined;
+      return { machines: undefined, unreachable: new Set(directoryOf(ctx.marketplace).names) };
     }
   }
 
@@ -65,16 +66,17 @@ export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncL
   async function round(): Promise<void> {
     if (options.leader && !(await options.leader.hold())) return;
     const stillLeads = leadOfRound();
-    const machines = await listMachines();
+    const { machines, unreachable } = await listMachines();
     if (machines) {
       try {
-        await reconcile(ctx, options, machines, stillLeads);
+        await reconcile(ctx, options, machines, stillLeads, unreachable);
       } catch (err) {
         ctx.logger.warn({ err }, "reconciliation failed; retrying next round");
       }
     }
     const byId = new Map((machines ?? []).map((m) => [m.id, m]));
-    const records = stillLeads.lapsed() ? [] : await ctx.instances.listLive();
+    // A market that did not answer leaves its records as they are stored: asking it once per record would only fail slower.
+    const records = stillLeads.lapsed() ? [] : (await ctx.instances.listLive()).filter((r) => !unreachable.has(marketOfRecord(ctx, r)));
     const queue = [...records];
     const worker = async () => {
       for (let record = queue.shift(); record && !stillLeads.lapsed(); record = queue.shift()) {

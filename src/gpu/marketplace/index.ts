@@ -1,7 +1,8 @@
 import type { Knex } from "knex";
 import type { Logger } from "pino";
-import type { Config } from "../../config.js";
+import type { Config, MarketName } from "../../config.js";
 import { redactUrl } from "../../logger.js";
+import { createSeveralMarkets } from "./markets/several-markets.js";
 import type { Marketplace } from "./port.js";
 import { createRemoteMarketplace } from "./remote/remote.js";
 import { createSimulatedMarketplace } from "./simulated/simulated.js";
@@ -12,45 +13,49 @@ export type { Marketplace } from "./port.js";
 export type { SimulatedMarketplace } from "./simulated/simulated.js";
 
 /**
- * The adapter the configuration names: the simulated marketplace unless MARKETPLACE says remote
- * or vastai. Given the service's database, the simulated marketplace keeps its instances there.
+ * The markets the configuration names (MARKETPLACE, in order of preference), behind one port
+ * (markets/several-markets.ts). Given the service's database, the simulated marketplace keeps
+ * its instances there.
  */
 export function createMarketplace(config: Config, logger: Logger, knex?: Knex): Marketplace {
+  const markets = config.marketplace.markets.map((name) => ({ name, marketplace: createAdapter(name, config, logger, knex) }));
+  return createSeveralMarkets({ markets, timeoutMs: config.marketplace.timeoutMs, logger: logger.child({ component: "marketplace" }) });
+}
+
+function createAdapter(name: MarketName, config: Config, logger: Logger, knex?: Knex): Marketplace {
   const settings = config.marketplace;
-  if (settings.kind === "remote") {
-    // loadConfig guarantees both when remote; checked again so a hand-built Config fails clearly.
-    if (!settings.url || !settings.apiKey) throw new Error("MARKETPLACE_URL and MARKETPLACE_API_KEY are required when MARKETPLACE=remote");
-    logger.info({ marketplace: "remote", url: redactUrl(settings.url) }, "marketplace");
-    return createRemoteMarketplace({
-      baseUrl: settings.url,
-      apiKey: settings.apiKey,
-      timeoutMs: settings.timeoutMs,
-      retries: settings.retries,
-      logger: logger.child({ component: "marketplace" }),
-    });
+  const child = logger.child({ component: "marketplace", market: name });
+  switch (name) {
+    case "remote":
+      // loadConfig guarantees both when remote; checked again so a hand-built Config fails clearly.
+      if (!settings.url || !settings.apiKey) throw new Error("MARKETPLACE_URL and MARKETPLACE_API_KEY are required when MARKETPLACE names remote");
+      logger.info({ marketplace: "remote", url: redactUrl(settings.url) }, "marketplace");
+      return createRemoteMarketplace({ baseUrl: settings.url, apiKey: settings.apiKey, timeoutMs: settings.timeoutMs, retries: settings.retries, logger: child });
+    case "vastai":
+      if (!settings.vastApiKey) throw new Error("VAST_API_KEY is required when MARKETPLACE names vastai");
+      logger.info({ marketplace: "vastai", url: redactUrl(settings.vastApiUrl) }, "marketplace");
+      return createVastMarketplace({
+        baseUrl: settings.vastApiUrl,
+        apiKey: settings.vastApiKey,
+        timeoutMs: settings.timeoutMs,
+        createTimeoutMs: settings.vastCreateTimeoutMs,
+        minReliability: settings.vastMinReliability,
+        minIntervalMs: settings.vastMinIntervalMs,
+        retries: settings.vastRetries,
+        backoffMs: settings.vastBackoffMs,
+        maxBackoffMs: settings.vastBackoffMs * 16,
+        logger: child,
+      });
+    case "runpod":
+      throw new Error("MARKETPLACE names runpod, but this build has no RunPod adapter yet");
+    case "simulated":
+      logger.info({ marketplace: "simulated" }, "marketplace");
+      return createSimulatedMarketplace({
+        creatingMs: settings.simCreatingMs,
+        loadingMs: settings.simLoadingMs,
+        modelServerStartMs: settings.simModelServerStartMs,
+        preemptPerHour: settings.simPreemptPerHour,
+        store: knex ? createPgSimStore(knex) : undefined,
+      });
   }
-  if (settings.kind === "vastai") {
-    if (!settings.vastApiKey) throw new Error("VAST_API_KEY is required when MARKETPLACE=vastai");
-    logger.info({ marketplace: "vastai", url: redactUrl(settings.vastApiUrl) }, "marketplace");
-    return createVastMarketplace({
-      baseUrl: settings.vastApiUrl,
-      apiKey: settings.vastApiKey,
-      timeoutMs: settings.timeoutMs,
-      createTimeoutMs: settings.vastCreateTimeoutMs,
-      minReliability: settings.vastMinReliability,
-      minIntervalMs: settings.vastMinIntervalMs,
-      retries: settings.vastRetries,
-      backoffMs: settings.vastBackoffMs,
-      maxBackoffMs: settings.vastBackoffMs * 16,
-      logger: logger.child({ component: "marketplace" }),
-    });
-  }
-  logger.info({ marketplace: "simulated" }, "marketplace");
-  return createSimulatedMarketplace({
-    creatingMs: settings.simCreatingMs,
-    loadingMs: settings.simLoadingMs,
-    modelServerStartMs: settings.simModelServerStartMs,
-    preemptPerHour: settings.simPreemptPerHour,
-    store: knex ? createPgSimStore(knex) : undefined,
-  });
 }

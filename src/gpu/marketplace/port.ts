@@ -1,7 +1,7 @@
-// The marketplace port: what GpuService needs from a GPU cloud marketplace. Three adapters
-// implement it: the built-in simulated marketplace (simulated/, the default), vast.ai
-// (vastai/) and a remote marketplace over HTTP (remote/). The marketplace is the truth about
-// an instance's status.
+// The marketplace port: what GpuService needs from a GPU cloud marketplace. Each adapter
+// implements it: the built-in simulated marketplace (simulated/, the default), vast.ai
+// (vastai/) and a remote marketplace over HTTP (remote/); markets/ puts the configured ones
+// behind it as one. The marketplace is the truth about an instance's status.
 
 /** An offer as the marketplace lists it. */
 export interface MarketOffer {
@@ -35,6 +35,8 @@ export interface MarketOffer {
   storagePerHour?: number;
   /** The physical machine the offer is on (vast.ai's `machine_id`), for spreading replicas over machines. */
   machineId?: string;
+  /** The market (MARKETPLACE's name) that offers it; set by markets/, absent from a bare adapter. */
+  market?: string;
 }
 
 /** Sort orders of an offer search: price and price per GPU cheapest first, the others largest first. */
@@ -109,6 +111,8 @@ export interface MarketInstance {
   bidPerHour?: number;
   /** The physical machine it runs on, where the marketplace says. */
   machineId?: string;
+  /** The market (MARKETPLACE's name) it is rented on; set by markets/, absent from a bare adapter. */
+  market?: string;
 }
 
 /**
@@ -181,6 +185,38 @@ export interface Marketplace {
    * the adapter keeps no such state (then it counts as `ok`).
    */
   health?(): MarketHealth;
+  /** The markets it is made of, each answering for itself: present on markets/'s composite. */
+  readonly markets?: MarketDirectory;
+}
+
+/** One market's answer to a call made of every market: its items, or why it has none. */
+export interface MarketListing<T> {
+  market: string;
+  ok: boolean;
+  items: T[];
+  error?: string;
+  /** The failure itself, for the caller to answer as it would for one market; never sent. */
+  cause?: unknown;
+}
+
+/** A configured market as GET /api/gpu/markets shows it. */
+export interface MarketState {
+  market: string;
+  health: MarketHealth;
+  /** Whether it rents interruptible machines (bids). */
+  interruptible: boolean;
+}
+
+/** The configured markets behind one Marketplace, in order of preference (markets/several-markets.ts). */
+export interface MarketDirectory {
+  readonly names: readonly string[];
+  /** Each market's whole catalogue, asked at once, each under its own timeout. */
+  listOffersEach(signal?: AbortSignal): Promise<MarketListing<MarketOffer>[]>;
+  /** Each market's instances whose label starts with the prefix, asked at once; a market that fails says so. */
+  listInstancesEach(labelPrefix: string, signal?: AbortSignal): Promise<MarketListing<MarketInstance>[]>;
+  states(): MarketState[];
+  /** The market an instance id of this marketplace belongs to. */
+  marketOfInstance(id: string): string;
 }
 
 /**

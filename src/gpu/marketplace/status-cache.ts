@@ -21,6 +21,8 @@ export function withStatusCache(market: Marketplace, ttlMs: number): Marketplace
   return {
     costIncludes: market.costIncludes,
     interruptible: market.interruptible,
+    ...(market.markets && { markets: market.markets }),
+    ...(market.health && { health: () => market.health!() }),
     listOffers: (signal) => market.listOffers(signal),
     searchOffers: (filter, signal) => market.searchOffers(filter, signal),
     createInstance: (request, signal) => market.createInstance(request, signal),

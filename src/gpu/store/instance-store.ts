@@ -57,6 +57,8 @@ export interface InstanceRecord {
   preemptedAt: Date | null;
   /** The physical machine it was rented on, where the marketplace says (vast.ai machine_id); for spreading replicas. */
   machineId: string | null;
+  /** The market it is rented on (MARKETPLACE's name); null for a record from before several markets (the first market's). */
+  market: string | null;
 }
 
 export type NewInstance = Pick<
@@ -74,10 +76,14 @@ export type NewInstance = Pick<
   | "maxCost"
   | "modelApiKey"
 > &
-  Partial<Pick<InstanceRecord, "endpoint" | "priceCap" | "bidPerHour" | "machineId">>;
+  Partial<Pick<InstanceRecord, "endpoint" | "priceCap" | "bidPerHour" | "machineId" | "market">>;
 
 /** The offer a creating record is about to rent, and the bid on it (null: on-demand). */
-export type OfferFacts = Pick<InstanceRecord, "offerId" | "gpuInfo" | "costPerHour"> & { bidPerHour?: number | null; machineId?: string | null };
+export type OfferFacts = Pick<InstanceRecord, "offerId" | "gpuInfo" | "costPerHour"> & {
+  bidPerHour?: number | null;
+  machineId?: string | null;
+  market?: string | null;
+};
 
 /** What the marketplace says about a running machine, copied into the record. */
 export interface MarketFacts {
@@ -120,6 +126,7 @@ interface Row {
   bid_per_hour?: number | null;
   machine_id?: string | null;
   preempted_at?: Date | null;
+  market?: string | null;
 }
 
 export function gpuInfoJson(info: GpuInfo) {
@@ -159,6 +166,7 @@ export function toRecord(row: Row): InstanceRecord {
     bidPerHour: row.bid_per_hour ?? null,
     preemptedAt: row.preempted_at ?? null,
     machineId: row.machine_id ?? null,
+    market: row.market ?? null,
   };
 }
 
@@ -229,6 +237,7 @@ export class InstanceStore {
         price_cap: record.priceCap ?? null,
         ...bidColumns(record.bidPerHour),
         machine_id: record.machineId ?? null,
+        market: record.market ?? null,
       })
       .returning("*");
     return toRecord(row as Row);
@@ -245,6 +254,7 @@ export class InstanceStore {
         cost_per_hour: offer.costPerHour,
         ...bidColumns(offer.bidPerHour),
         machine_id: offer.machineId ?? null,
+        market: offer.market ?? null,
         start_command: startCommand,
         updated_at: this.knex.fn.now(),
       })

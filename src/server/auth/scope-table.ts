@@ -31,6 +31,7 @@ export const RPC_SCOPES: Readonly<Record<string, Readonly<Record<string, Scope>>
     ListEndpointEvents: "gpu:read",
     GetEndpointHistory: "gpu:read",
     GetSpend: "gpu:read",
+    ListMarkets: "gpu:read",
   },
   "search.v1.IndexingService": {
     IndexGoods: "indexing:run",

@@ -21,7 +21,7 @@ function capturingLogger() {
 describe("marketplace configuration", () => {
   it("defaults to the simulated marketplace with a clock of seconds", () => {
     expect(loadConfig({}).marketplace).toEqual({
-      kind: "simulated",
+      markets: ["simulated"],
       url: undefined,
       apiKey: undefined,
       timeoutMs: 10_000,
@@ -33,11 +33,20 @@ describe("marketplace configuration", () => {
       vastBackoffMs: 500,
       vastCreateTimeoutMs: 90_000,
       vastMinReliability: 0.95,
+      runpodApiKey: undefined,
+      runpodApiUrl: "https://api.runpod.io",
       simCreatingMs: 5_000,
       simLoadingMs: 10_000,
       simModelServerStartMs: 5_000,
       simPreemptPerHour: 0,
     });
+  });
+
+  it("reads MARKETPLACE as a list of distinct markets in order of preference, each with its settings", () => {
+    const config = loadConfig({ MARKETPLACE: " vastai , simulated,runpod", VAST_API_KEY: "v", RUNPOD_API_KEY: "r", RUNPOD_API_URL: "http://127.0.0.1:9" });
+    expect(config.marketplace.markets).toEqual(["vastai", "simulated", "runpod"]);
+    expect(config.marketplace.runpodApiKey).toBe("r");
+    expect(config.marketplace.runpodApiUrl).toBe("http://127.0.0.1:9");
   });
 
   it("reads SIM_PREEMPT_PER_HOUR as preemptions per interruptible instance-hour", () => {
@@ -57,7 +66,13 @@ describe("marketplace configuration", () => {
     [{ MARKETPLACE: "remote", MARKETPLACE_URL: "http://m.example" }, /MARKETPLACE_API_KEY is required/],
     [{ MARKETPLACE: "remote", MARKETPLACE_API_KEY: "k" }, /MARKETPLACE_URL is required/],
     [{ MARKETPLACE: "remote" }, /^MARKETPLACE_URL and MARKETPLACE_API_KEY are required when MARKETPLACE=remote$/],
-    [{ MARKETPLACE: "cloud" }, /MARKETPLACE must be one of simulated, remote/],
+    [{ MARKETPLACE: "cloud" }, /MARKETPLACE must name markets among simulated, remote, vastai, runpod \(comma-separated\), got 'cloud'/],
+    [{ MARKETPLACE: "vastai,cloud", VAST_API_KEY: "k" }, /MARKETPLACE must name markets among .* got 'cloud'/],
+    [{ MARKETPLACE: "simulated,simulated" }, /MARKETPLACE names 'simulated' twice/],
+    [{ MARKETPLACE: " , " }, /MARKETPLACE holds no market name/],
+    [{ MARKETPLACE: "runpod" }, /^RUNPOD_API_KEY is required when MARKETPLACE=runpod$/],
+    [{ MARKETPLACE: "vastai,runpod" }, /^VAST_API_KEY and RUNPOD_API_KEY are required when MARKETPLACE names vastai and runpod$/],
+    [{ MARKETPLACE: "simulated,runpod", RUNPOD_API_KEY: "k", RUNPOD_API_URL: "api.runpod.io" }, /RUNPOD_API_URL is not a valid URL/],
     [{ MARKETPLACE_URL: "ftp://m.example" }, /MARKETPLACE_URL must start with http/],
     [{ MARKETPLACE_TIMEOUT_MS: "0" }, /MARKETPLACE_TIMEOUT_MS must be an integer/],
     [{ MARKETPLACE_RETRIES: "many" }, /MARKETPLACE_RETRIES must be an integer/],
@@ -94,7 +109,9 @@ describe("createMarketplace", () => {
     const market = createMarketplace(config, logger);
     try {
       contract.throttle(1, "0");
-      expect(await market.listOffers()).toEqual(await contract.backend.listOffers());
+      // One market: ids as the market gives them, each offer naming its market.
+      const expected = (await contract.backend.listOffers()).map((offer) => ({ ...offer, market: "remote" }));
+      expect(await market.listOffers()).toEqual(expected);
       expect(lines.some((line) => line.includes("marketplace call retried"))).toBe(true);
       expect(lines.join("")).not.toContain(apiKey);
     } finally {

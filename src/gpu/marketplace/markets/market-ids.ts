@@ -1,0 +1,37 @@
+import { excerpt, InvalidInputError } from "../../../errors.js";
+
+// Ids across several markets: with more than one configured, an offer's or instance's id is
+// `<market>:<the market's own id>`, so that ids never collide and each call finds its market.
+// With one market ids stay the market's own, as they always were.
+
+export interface MarketIds {
+  /** The id callers see for a market's own id. */
+  qualify(market: string, id: string): string;
+  /** The market and its own id of an offer id; InvalidInputError naming `offer_id` when no configured market has it. */
+  ofOffer(id: string): { market: string; id: string };
+  /** The market and its own id of an instance id; an id without a configured market's prefix (a record from before several markets) belongs to the first. */
+  ofInstance(id: string): { market: string; id: string };
+}
+
+export function createMarketIds(names: readonly string[]): MarketIds {
+  const first = names[0]!;
+  if (names.length === 1) {
+    return { qualify: (_market, id) => id, ofOffer: (id) => ({ market: first, id }), ofInstance: (id) => ({ market: first, id }) };
+  }
+  const split = (id: string) => {
+    const at = id.indexOf(":");
+    const market = at > 0 ? id.slice(0, at) : undefined;
+    return market !== undefined && names.includes(market) ? { market, id: id.slice(at + 1) } : undefined;
+  };
+  return {
+    qualify: (market, id) => `${market}:${id}`,
+    ofOffer(id) {
+      const found = split(id);
+      if (found) return found;
+      throw new InvalidInputError(`offer_id '${excerpt(id)}' names no configured market: offer ids are <market>:<id> with market one of ${names.join(", ")}`, {
+        extra: { field: "offer_id" },
+      });
+    },
+    ofInstance: (id) => split(id) ?? { market: first, id },
+  };
+}
