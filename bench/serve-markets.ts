@@ -112,8 +112,9 @@ export function backToFullStrength(samples: readonly StrengthSample[], eventS: n
 /** The events of a day whose recovery is measured: its dry spell's start and its mass preemption. */
 export function eventsOf(day: MarketDay): Array<{ name: string; atS: number }> {
   return [
-    ...(day.drySpell ? [{ name: `dry spell ${clock(day.drySpell.fromS)}`, atS: day.drySpell.fromS }] : []),
-    { name: `${clock(day.preemptAtS)} preemption (${day.preemptShare === 1 ? "every bid" : "half the bids"})`, atS: day.preemptAtS },
+    ...(day.drySpell ? [{ name: `the dry spell's start (${clock(day.drySpell.fromS)})`, atS: day.drySpell.fromS }] : []),
+    // Named by its moment alone, so that both days' preemptions share a row; the days' descriptions say how many bids it takes.
+    { name: `the ${clock(day.preemptAtS)} preemption`, atS: day.preemptAtS },
   ];
 }
 

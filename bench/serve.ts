@@ -355,7 +355,7 @@ function printSummaries(summaries: readonly DaySummary[]): void {
       `back to full strength after ${name}`,
       ...cell((s, p) => {
         const i = eventsOf(s.day).findIndex((e) => e.name === name);
-        return i < 0 ? "no such event" : s.recoveries.get(p)![i]!;
+        return i < 0 ? "(no such event that day)" : s.recoveries.get(p)![i]!;
       }),
     ]),
   ]);
