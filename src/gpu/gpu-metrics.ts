@@ -1,4 +1,6 @@
-import { Gauge, type Registry } from "prom-client";
+import { Counter, Gauge, type Registry } from "prom-client";
+import { directoryOf } from "./marketplace/markets/market-directory.js";
+import type { Marketplace } from "./marketplace/port.js";
 import type { SyncLeader } from "./lifecycle/sync-leader.js";
 import type { StatisticsStore } from "./store/statistics-store.js";
 
@@ -45,6 +47,42 @@ export function registerLeadershipMetrics(registry: Registry, leader: SyncLeader
       this.reset();
       const at = leader.status().lastRoundAt;
       if (at) this.set(at.getTime() / 1000);
+    },
+  });
+}
+
+const MARKET_STATES = ["ok", "failing", "rate_limited", "blocked"] as const;
+
+/**
+ * Per configured market (MARKETPLACE): `gpu_market_calls_total` and `gpu_market_errors_total`
+ * (failed calls; an answer about an offer, such as "taken", is no error), and `gpu_market_state`,
+ * 1 for the market's current state (ok, failing, rate_limited, blocked) and 0 for the others.
+ */
+export function registerMarketMetrics(registry: Registry, marketplace: Marketplace): void {
+  const directory = directoryOf(marketplace);
+  const counter = (name: string, help: string, count: (s: ReturnType<typeof directory.states>[number]) => number | undefined) =>
+    new Counter({
+      name,
+      help,
+      labelNames: ["market"],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const state of directory.states()) this.inc({ market: state.market }, count(state) ?? 0);
+      },
+    });
+  counter("gpu_market_calls_total", "Calls made to each configured GPU market", (s) => s.calls);
+  counter("gpu_market_errors_total", "Failed calls to each configured GPU market", (s) => s.errors);
+  new Gauge({
+    name: "gpu_market_state",
+    help: "1 for each configured GPU market's current state (ok, failing, rate_limited, blocked)",
+    labelNames: ["market", "state"],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const { market, health } of directory.states()) {
+        for (const state of MARKET_STATES) this.set({ market, state }, health.state === state ? 1 : 0);
+      }
     },
   });
 }

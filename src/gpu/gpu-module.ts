@@ -18,7 +18,7 @@ import { KnexSpendStore } from "./history/spend-store.js";
 import { createReadinessProbe } from "./endpoints/replicas/readiness-probe.js";
 import { ExecutionLogStore } from "./store/execution-log-store.js";
 import type { GpuContext } from "./gpu-context.js";
-import { registerGpuMetrics, registerLeadershipMetrics } from "./gpu-metrics.js";
+import { registerGpuMetrics, registerLeadershipMetrics, registerMarketMetrics } from "./gpu-metrics.js";
 import { createGpuService } from "./gpu-service.js";
 import { InstanceStore } from "./store/instance-store.js";
 import { withStatusCache } from "./marketplace/status-cache.js";
@@ -105,6 +105,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
   });
   const statistics = StatisticsStore.create({ knex });
   registerGpuMetrics(deps.metrics.registry, statistics);
+  registerMarketMetrics(deps.metrics.registry, marketplace);
   registerLeadershipMetrics(deps.metrics.registry, leader);
   registerLoadMetrics(deps.metrics.registry, { endpoints, load });
   const service = createGpuService({

@@ -135,6 +135,21 @@ describe("the dashboard in a browser", () => {
     await page.close();
   }, 60_000);
 
+  it("shows each market's state and the live instances rented there", async () => {
+    const { page, consoleErrors, foreignRequests } = await open(server.url);
+    await page.goto(`${server.url}/dashboard`, { waitUntil: "networkidle0" });
+    await page.waitForSelector("#fleet-markets table");
+    const rows = await page.$$eval("#fleet-markets tbody tr", (trs) => trs.map((r) => r.textContent ?? ""));
+    const { markets } = (await rest<{ markets: Array<{ name: string; instances: Array<{ instance_id: string }> }> }>(server.url, "GET", "/api/gpu/markets")).body;
+    expect(rows).toHaveLength(markets.length);
+    expect(rows[0]).toContain(markets[0]!.name);
+    expect(rows[0]).toContain("ok");
+    for (const instance of markets[0]!.instances) expect(rows[0]).toContain(instance.instance_id);
+    expect(consoleErrors).toEqual([]);
+    expect(foreignRequests).toEqual([]);
+    await page.close();
+  }, 60_000);
+
   it("draws an endpoint's history as the points this test wrote, on one time axis", async () => {
     const { page, consoleErrors, foreignRequests } = await open(server.url);
     await page.goto(`${server.url}/dashboard/endpoints/chat`, { waitUntil: "networkidle0" });

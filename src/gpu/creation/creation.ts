@@ -134,8 +134,9 @@ function capped(template: Template | undefined, cap: number | undefined): Templa
 }
 
 /**
- * The offers the creation may rent, best first (offer-choice.ts): for an interruptible creation,
- * both markets searched once each, fitted to the template, and chosen between by slot-offers.ts.
+ * The offers the creation may rent, best first (offer-choice.ts), over every configured market:
+ * for an interruptible creation, both rental kinds (bids, on-demand) searched once each, fitted to
+ * the template, and chosen between by slot-offers.ts.
  */
 async function candidatesFor(
   ctx: GpuContext,
@@ -150,11 +151,11 @@ async function candidatesFor(
     throw new InvalidInputError("This marketplace rents no interruptible machines", { extra: { field: "interruptible" } });
   }
   const fitted = autoPickTemplate(template);
-  const [bidMarket, onDemandMarket] = await Promise.all([offersFor(ctx, fitted, undefined, diskGb, true), offersFor(ctx, fitted, undefined, diskGb)]);
+  const [bidOffers, onDemandOffers] = await Promise.all([offersFor(ctx, fitted, undefined, diskGb, true), offersFor(ctx, fitted, undefined, diskGb)]);
   const choice = slotOffers({
-    bids: fittingOffers(asBids(bidMarket, interruptible.bidMargin), fitted),
+    bids: fittingOffers(asBids(bidOffers, interruptible.bidMargin), fitted),
     // Searched and fitted even when it may not be rented: every bid is compared with it.
-    onDemand: fittingOffers(onDemandMarket, fitted),
+    onDemand: fittingOffers(onDemandOffers, fitted),
     onDemandAllowed: interruptible.onDemand !== false,
     cheaperThan: interruptible.cheaperThan,
   });
@@ -168,7 +169,7 @@ function nothingToRent(none: NothingToRent, template: Template): NotFoundError {
   return new NotFoundError(`No interruptible machine for template '${template.name}': ${nothingToRentText(none)}`);
 }
 
-/** The marketplace's answer to the creation's offer search (empty when there is nothing to ask); of the bid market when `interruptible`. */
+/** The markets' answer to the creation's offer search (empty when there is nothing to ask); bids only, from the markets that rent them, when `interruptible`. */
 async function offersFor(ctx: GpuContext, template: Template | undefined, offerId: string | undefined, diskGb: number, interruptible = false): Promise<MarketOffer[]> {
   const filter = candidateFilter(template, offerId, diskGb);
   if (!filter) return [];

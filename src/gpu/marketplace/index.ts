@@ -1,6 +1,6 @@
 import type { Knex } from "knex";
 import type { Logger } from "pino";
-import type { Config, MarketName } from "../../config.js";
+import { MARKET_NAMES, type Config, type MarketName } from "../../config.js";
 import { redactUrl } from "../../logger.js";
 import { createSeveralMarkets } from "./markets/several-markets.js";
 import type { Marketplace } from "./port.js";
@@ -19,7 +19,7 @@ export type { SimulatedMarketplace } from "./simulated/simulated.js";
  */
 export function createMarketplace(config: Config, logger: Logger, knex?: Knex): Marketplace {
   const markets = config.marketplace.markets.map((name) => ({ name, marketplace: createAdapter(name, config, logger, knex) }));
-  return createSeveralMarkets({ markets, timeoutMs: config.marketplace.timeoutMs, logger: logger.child({ component: "marketplace" }) });
+  return createSeveralMarkets({ markets, timeoutMs: config.marketplace.timeoutMs, knownMarkets: MARKET_NAMES, logger: logger.child({ component: "marketplace" }) });
 }
 
 function createAdapter(name: MarketName, config: Config, logger: Logger, knex?: Knex): Marketplace {

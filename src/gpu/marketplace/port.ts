@@ -205,6 +205,9 @@ export interface MarketState {
   health: MarketHealth;
   /** Whether it rents interruptible machines (bids). */
   interruptible: boolean;
+  /** Calls made to it since the start, and how many failed (an answer about an offer is no failure); absent for a bare adapter. */
+  calls?: number;
+  errors?: number;
 }
 
 /** The configured markets behind one Marketplace, in order of preference (markets/several-markets.ts). */

@@ -22,7 +22,7 @@ const TYPES: Record<string, string> = {
 };
 
 /** The page's own modules and styles, and uPlot's two files: nothing else is served. */
-const PAGE_FILES = ["dashboard.css", "app.js", "api.js", "format.js", "charts.js", "fleet.js", "endpoint.js", "indexing.js"];
+const PAGE_FILES = ["dashboard.css", "app.js", "api.js", "format.js", "charts.js", "fleet.js", "fleet-markets.js", "endpoint.js", "indexing.js"];
 const LIBRARY_FILES = ["uPlot.iife.min.js", "uPlot.min.css"];
 
 interface Asset {

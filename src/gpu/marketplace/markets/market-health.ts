@@ -62,7 +62,11 @@ export function createHealthTracker(names: readonly string[], now: () => number 
       }
       s.counts.errors++;
       const error = messageOf(err);
-      if (refusesAccount(err)) s.blocked = { error, since: s.blocked?.since ?? new Date(now()) };
+      if (refusesAccount(err)) {
+        // The refusal was the probe: the next create there waits a whole probe interval.
+        if (!s.blocked) s.probedAt = now();
+        s.blocked = { error, since: s.blocked?.since ?? new Date(now()) };
+      }
       else s.failing = { error, since: s.failing?.since ?? new Date(now()) };
     },
     health(market, reported) {

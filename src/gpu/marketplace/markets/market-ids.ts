@@ -1,4 +1,4 @@
-import { excerpt, InvalidInputError } from "../../../errors.js";
+import { excerpt, InvalidInputError, UnavailableError } from "../../../errors.js";
 
 // Ids across several markets: with more than one configured, an offer's or instance's id is
 // `<market>:<the market's own id>`, so that ids never collide and each call finds its market.
@@ -9,20 +9,32 @@ export interface MarketIds {
   qualify(market: string, id: string): string;
   /** The market and its own id of an offer id; InvalidInputError naming `offer_id` when no configured market has it. */
   ofOffer(id: string): { market: string; id: string };
-  /** The market and its own id of an instance id; an id without a configured market's prefix (a record from before several markets) belongs to the first. */
+  /**
+   * The market and its own id of an instance id; an id without a market's prefix (a record from
+   * before several markets) belongs to the first. An id of a market MARKETPLACE no longer names
+   * is UnavailableError: its machine may still bill there, and no other market may call it gone.
+   */
   ofInstance(id: string): { market: string; id: string };
 }
 
-export function createMarketIds(names: readonly string[]): MarketIds {
+/** `names`: the configured markets, in order; `known`: every market name there is (MARKETPLACE's choices). */
+export function createMarketIds(names: readonly string[], known: readonly string[] = names): MarketIds {
   const first = names[0]!;
-  if (names.length === 1) {
-    return { qualify: (_market, id) => id, ofOffer: (id) => ({ market: first, id }), ofInstance: (id) => ({ market: first, id }) };
-  }
   const split = (id: string) => {
     const at = id.indexOf(":");
     const market = at > 0 ? id.slice(0, at) : undefined;
     return market !== undefined && names.includes(market) ? { market, id: id.slice(at + 1) } : undefined;
   };
+  const ofInstance = (id: string) => {
+    const found = split(id);
+    if (found) return found;
+    const prefix = id.slice(0, Math.max(0, id.indexOf(":")));
+    if (known.includes(prefix)) throw new UnavailableError(`Instance '${excerpt(id)}' is rented on the market '${prefix}', which MARKETPLACE does not name now`);
+    return { market: first, id };
+  };
+  if (names.length === 1) {
+    return { qualify: (_market, id) => id, ofOffer: (id) => ({ market: first, id }), ofInstance };
+  }
   return {
     qualify: (market, id) => `${market}:${id}`,
     ofOffer(id) {
@@ -32,6 +44,6 @@ export function createMarketIds(names: readonly string[]): MarketIds {
         extra: { field: "offer_id" },
       });
     },
-    ofInstance: (id) => split(id) ?? { market: first, id },
+    ofInstance,
   };
 }

@@ -29,6 +29,8 @@ export interface SeveralMarketsOptions {
   markets: readonly NamedMarket[];
   /** With several markets, the most a search or a listing waits for each, ms. */
   timeoutMs: number;
+  /** Every market name there is, configured or not: an instance id of one not configured is never sent elsewhere. */
+  knownMarkets?: readonly string[];
   logger: Logger;
   now?: () => number;
 }
@@ -40,7 +42,7 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
   const names = options.markets.map((m) => m.name);
   const adapters = new Map(options.markets.map((m) => [m.name, m.marketplace]));
   const adapter = (name: string) => adapters.get(name)!;
-  const ids = createMarketIds(names);
+  const ids = createMarketIds(names, options.knownMarkets);
   const tracker = createHealthTracker(names, options.now);
   const several = names.length > 1;
   const reported = (name: string) => adapter(name).health?.();
@@ -89,8 +91,21 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
     listOffersEach: (signal) => eachMarket(names, async (name, s) => (await adapter(name).listOffers(s)).map(offerOf(name)), signal),
     listInstancesEach: (labelPrefix, signal) =>
       eachMarket(names, async (name, s) => (await adapter(name).listInstances(labelPrefix, s)).map(instanceOf(name)), signal),
-    states: () => names.map((market) => ({ market, health: tracker.health(market, reported(market)), interruptible: adapter(market).interruptible === true })),
-    marketOfInstance: (id) => ids.ofInstance(id).market,
+    states: () =>
+      names.map((market) => ({
+        market,
+        health: tracker.health(market, reported(market)),
+        interruptible: adapter(market).interruptible === true,
+        ...tracker.counts(market),
+      })),
+    marketOfInstance(id) {
+      try {
+        return ids.ofInstance(id).market;
+      } catch {
+        // A market not configured now: named as its id says, and never listed.
+        return id.slice(0, id.indexOf(":"));
+      }
+    },
   };
 
   const costs = names.filter((n) => adapter(n).costIncludes !== undefined);

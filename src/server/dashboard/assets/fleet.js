@@ -4,6 +4,7 @@
 
 import { ApiError, get } from "./api.js";
 import { series, timeChart } from "./charts.js";
+import { mountFleetMarkets } from "./fleet-markets.js";
 import { escape, figures, onWindowChosen, windowButtons, money, notice, perHour, state, table, time } from "./format.js";
 
 const HOUR = 3_600_000;
@@ -16,6 +17,7 @@ export function mountFleet(main, shell) {
   main.innerHTML = `<h1>Fleet</h1><div id="fleet-figures"></div>
     <h2>Spend</h2>${windowButtons(Object.keys(WINDOWS), window)}<div class="charts" id="fleet-charts"></div>
     <h2>Endpoints</h2><div id="fleet-endpoints"></div>
+    <h2>Markets</h2><div id="fleet-markets"></div>
     <h2>Instances</h2><div id="fleet-instances"></div>`;
   // A refresh that ends after the reader moved on writes into nothing.
   const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (main.querySelector(`#${id}`) ?? document.createElement("div"));
@@ -28,6 +30,7 @@ export function mountFleet(main, shell) {
       { label: "total $", stroke: "#bf8700", dash: [6, 4], scale: "y2" },
     ],
   });
+  const markets = mountFleetMarkets($("fleet-markets"));
   let refresh = async () => {};
   onWindowChosen(main, (name) => {
     window = /** @type {keyof typeof WINDOWS} */ (name);
@@ -97,6 +100,7 @@ export function mountFleet(main, shell) {
       ],
       "No instances.",
     );
+    await markets.refresh();
   };
   return { refresh: () => refresh() };
 }

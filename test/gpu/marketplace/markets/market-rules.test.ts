@@ -26,6 +26,17 @@ describe("offer and instance ids over markets", () => {
     expect(ids.ofInstance("5")).toEqual({ market: "vastai", id: "5" });
   });
 
+  it("never sends an instance of a market MARKETPLACE no longer names to another, and takes its own prefix back when alone", () => {
+    const known = ["simulated", "remote", "vastai", "runpod"];
+    const several = createMarketIds(["vastai", "simulated"], known);
+    expect(() => several.ofInstance("runpod:pod-1")).toThrow(UnavailableError);
+    expect(() => several.ofInstance("runpod:pod-1")).toThrow(/market 'runpod', which MARKETPLACE does not name now/);
+    const alone = createMarketIds(["vastai"], known);
+    expect(alone.ofInstance("vastai:77")).toEqual({ market: "vastai", id: "77" });
+    expect(() => alone.ofInstance("simulated:5")).toThrow(UnavailableError);
+    expect(alone.ofInstance("host:5")).toEqual({ market: "vastai", id: "host:5" });
+  });
+
   it.each(["12", "runpod:1", ":1", "aws:x"])("refuses offer_id %s with a 400 naming the field", (id) => {
     const ids = createMarketIds(["vastai", "simulated"]);
     expect(() => ids.ofOffer(id)).toThrow(InvalidInputError);
@@ -57,14 +68,19 @@ describe("a market's health", () => {
     const health = createHealthTracker(["vastai"], () => now);
     health.failed("vastai", new MarketBlockedError("no balance"));
     expect(health.health("vastai")).toMatchObject({ state: "blocked", error: "no balance" });
-    expect(health.mayOffer("vastai")).toBe(true);
-    expect(health.mayRent("vastai")).toBe(true); // the probe
     expect(health.mayOffer("vastai")).toBe(false);
     expect(health.mayRent("vastai")).toBe(false);
     now = BLOCKED_PROBE_MS - 1;
     expect(health.mayRent("vastai")).toBe(false);
     now = BLOCKED_PROBE_MS;
-    expect(health.mayRent("vastai")).toBe(true);
+    expect(health.mayOffer("vastai")).toBe(true);
+    expect(health.mayRent("vastai")).toBe(true); // the probe
+    expect(health.mayOffer("vastai")).toBe(false);
+    expect(health.mayRent("vastai")).toBe(false);
+    health.failed("vastai", new MarketBlockedError("no balance"));
+    now = 2 * BLOCKED_PROBE_MS - 1;
+    expect(health.mayRent("vastai")).toBe(false);
+    now = 2 * BLOCKED_PROBE_MS;
     health.succeeded("vastai", "read");
     expect(health.health("vastai").state).toBe("blocked");
     health.succeeded("vastai", "create");
@@ -76,6 +92,7 @@ describe("a market's health", () => {
     const health = createHealthTracker(["vastai", "simulated"], at(0));
     health.failed("vastai", new OperationFailedError("vast.ai refused the API key", { extra: { code: "MARKETPLACE_AUTH_REFUSED" } }));
     expect(health.health("vastai").state).toBe("blocked");
+    expect(health.mayRent("vastai")).toBe(false);
     const until = new Date(5_000);
     expect(health.health("simulated", { state: "rate_limited", until })).toEqual({ state: "rate_limited", until });
     expect(health.mayRent("simulated", { state: "blocked", error: "402" })).toBe(true); // its probe

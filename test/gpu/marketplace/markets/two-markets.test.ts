@@ -200,6 +200,11 @@ describe("MARKETPLACE=vastai,simulated: one catalogue over two markets", () => {
     const down = (await markets()).find((m) => m.name === "vastai")!;
     expect(down).toMatchObject({ state: "failing", error: expect.stringMatching(/HTTP 502/) });
     expect(down.instances.map((i) => i.instance_id)).toContain(id);
+    const metrics = await (await fetch(`${url()}/metrics`)).text();
+    expect(metrics).toMatch(/gpu_market_state\{market="vastai",state="failing"\} 1/);
+    expect(metrics).toMatch(/gpu_market_state\{market="simulated",state="ok"\} 1/);
+    expect(Number(/gpu_market_errors_total\{market="vastai"\} (\d+)/.exec(metrics)?.[1])).toBeGreaterThanOrEqual(3);
+    expect(Number(/gpu_market_calls_total\{market="simulated"\} (\d+)/.exec(metrics)?.[1])).toBeGreaterThan(0);
     const changes = await service.db.knex("GpuExecutionLog").where({ instance_id: id, operation: "status_change" });
     expect(changes.every((c: { result: string }) => !/destroyed|failed/.test(c.result))).toBe(true);
 
