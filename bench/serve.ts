@@ -340,7 +340,9 @@ function printSummaries(summaries: readonly DaySummary[]): void {
   const columns = summaries.flatMap((s) => s.run.map((policy) => ({ s, policy })));
   const cell = (f: (s: DaySummary, p: Policy) => string) => columns.map(({ s, policy }) => f(s, policy));
   const fixedDollars = (s: DaySummary) => s.money.get("fixed")!.dollars;
-  const eventNames = [...new Set(summaries.flatMap((s) => eventsOf(s.day).map((e) => e.name)))];
+  // Both days' events in the order of the day, each once.
+  const events = summaries.flatMap((s) => eventsOf(s.day)).sort((a, b) => a.atS - b.atS);
+  const eventNames = [...new Set(events.map((e) => e.name))];
   console.log(`\nthe days side by side (${summaries.map((s) => `${s.day.name}: ${s.day.describe}`).join("; ")})`);
   printTable([
     ["", ...cell((s, p) => `${p}, ${s.day.name}`)],
