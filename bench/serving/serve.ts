@@ -10,17 +10,19 @@
 // Poisson arrivals (seeded: BENCH_SEED) go to the three endpoints, each a streamed chat
 // completion through the proxy. Money and machine-hours come from the instance records each
 // service keeps (gpu_instances.endpoint), clipped to the day. BENCH_SERVE_MINUTES sets the wall
-// minutes of the day (default 10).
+// minutes of the day (default 10). The day runs on one market, then on two (serve-markets.ts:
+// the first runs dry from 10:00 to 13:00 and loses every bid at 14:00), each on fresh services;
+// BENCH_SERVE_DAYS (one, two, or one,two) chooses.
 import { Agent } from "node:http";
 import { loadavg } from "node:os";
 import { createElasticsearchClient } from "../../src/elasticsearch-client.js";
-import { createSimulatedMarketplace } from "../../src/gpu/marketplace/simulated/simulated.js";
 import { createTestDatabase } from "../../test/support/postgres.js";
 import { startTestServer } from "../../test/support/server.js";
 import { clock, DAY_S, expectedArrivals, mulberry32, poissonArrivals, PROFILE_TEXT, quantile, rateShare } from "./parts/serve-day.js";
 import { newTally, streamOnce, type Tally } from "./parts/serve-load.js";
 import { continuationsOf, eventsByHour, heldOf, machinesOf, moneyOf, TIMELINE_KINDS, type DayWindow, type Money } from "./parts/serve-report.js";
 import { ANSWER_TOKENS, BID_MARGIN, setupFor } from "./parts/serve-setup.js";
+import { backToFullStrength, daysOf, eventsOf, machinesPerMarket, marketsFor, recoveryText, type MarketDay, type PolicyMarkets, type StrengthSample } from "./parts/serve-markets.js";
 import { adminDatabaseUrl, printTable, wholeNumber } from "../shared/support.js";
 
 const POLICIES = ["fixed", "ondemand", "spot"] as const;
@@ -28,22 +30,42 @@ type Policy = (typeof POLICIES)[number];
 /** Per endpoint, $/h: well above what its most replicas cost, so that the budget never holds a launch back. */
 const BUDGET_PER_HOUR = 10;
 const TARGETS: Partial<Record<Policy, number>> = { spot: 0.35, ondemand: 0.6 };
-const PREEMPT_HALF_AT_S = 14 * 3_600;
 
 async function main(): Promise<void> {
   const minutes = Number(process.env.BENCH_SERVE_MINUTES ?? 10);
   if (!(minutes > 0)) throw new Error(`BENCH_SERVE_MINUTES must be a number > 0, got '${process.env.BENCH_SERVE_MINUTES}'`);
   const seed = wholeNumber(process.env.BENCH_SEED ?? "1", "BENCH_SEED");
+  const days = daysOf(process.env.BENCH_SERVE_DAYS);
   const setup = setupFor(minutes, seed);
   const arrivals = poissonArrivals(setup.peakPerS, mulberry32(seed));
   console.log(`bench:serve, seed ${seed}`);
   for (const line of setup.describe) console.log(line);
   console.log(`the day's load:\n${PROFILE_TEXT}`);
-  console.log(`${arrivals.length} arrivals (Poisson; ${expectedArrivals(setup.peakPerS).toFixed(0)} expected), each sent to every endpoint\n`);
+  console.log(`${arrivals.length} arrivals (Poisson; ${expectedArrivals(setup.peakPerS).toFixed(0)} expected), each sent to every endpoint`);
+  console.log(`days: ${days.map((d) => `${d.name} (${d.describe})`).join("; ")}\n`);
 
   process.env.DATABASE_URL ??= adminDatabaseUrl();
+  const summaries: DaySummary[] = [];
+  // Each day draws its cold starts and preemptions afresh from the seed: a day run alone is the same day.
+  for (const day of days) summaries.push(await runDay(setupFor(minutes, seed), arrivals, day));
+  printSummaries(summaries);
+}
+
+/** What a day's side-by-side table shows of each policy. */
+interface DaySummary {
+  day: MarketDay;
+  run: Policy[];
+  money: Map<Policy, Money>;
+  tallies: Map<Policy, Tally>;
+  held: Map<Policy, number>;
+  recoveries: Map<Policy, string[]>;
+  perMarket: Map<Policy, string>;
+}
+
+async function runDay(setup: ReturnType<typeof setupFor>, arrivals: readonly number[], marketDay: MarketDay): Promise<DaySummary> {
+  console.log(`\n=== the day on ${marketDay.name}: ${marketDay.describe}`);
   const services = new Map<Policy, Service>();
-  for (const policy of POLICIES) services.set(policy, await startService(setup));
+  for (const policy of POLICIES) services.set(policy, await startService(setup, marketDay));
   const created: Policy[] = [];
   try {
     const base = { template_name: "budget", max_cost_per_hour: BUDGET_PER_HOUR };
@@ -83,7 +105,7 @@ async function main(): Promise<void> {
       await sleep(200);
     }
 
-    const day = await replayDay(setup, arrivals, run, services);
+    const day = await replayDay(setup, arrivals, run, services, marketDay);
     const window: DayWindow = { startMs: day.startMs, endMs: day.endMs, factor: setup.factor };
     const money = new Map<Policy, Money>();
     const held = new Map<Policy, number>();
@@ -99,6 +121,10 @@ async function main(): Promise<void> {
       continued.set(policy, continuationsOf(metrics, policy));
     }
     await report(setup, run, notRun, day, window, money, held, continued, preempted, services);
+    const recoveries = new Map(run.map((p) => [p, eventsOf(marketDay).map((e) => recoveryText(backToFullStrength(day.strength.get(p)!, e.atS)))]));
+    const perMarket = new Map<Policy, string>();
+    for (const policy of run) perMarket.set(policy, await machinesPerMarket(services.get(policy)!.db.knex, policy));
+    return { day: marketDay, run, money, tallies: day.tallies, held, recoveries, perMarket };
   } finally {
     for (const policy of created) await services.get(policy)!.api("DELETE", `/api/gpu/endpoints/${policy}`).catch(() => undefined);
     for (const service of services.values()) await service.close();
@@ -108,19 +134,19 @@ async function main(): Promise<void> {
 /** One policy's service: its database, its marketplace, the service on them, and its REST API. */
 interface Service {
   db: Awaited<ReturnType<typeof createTestDatabase>>;
-  market: ReturnType<typeof createSimulatedMarketplace>;
+  markets: PolicyMarkets;
   server: Awaited<ReturnType<typeof startTestServer>>;
   api(method: string, path: string, body?: unknown): Promise<{ status: number; body: Record<string, unknown> }>;
   close(): Promise<void>;
 }
 
-async function startService(setup: ReturnType<typeof setupFor>): Promise<Service> {
+async function startService(setup: ReturnType<typeof setupFor>, day: MarketDay): Promise<Service> {
   const db = await createTestDatabase();
-  const market = createSimulatedMarketplace(setup.market);
-  const server = await startTestServer({ knex: db.knex, elasticsearch: createElasticsearchClient("http://127.0.0.1:9"), marketplace: market, env: setup.env });
+  const markets = marketsFor(day, setup.market);
+  const server = await startTestServer({ knex: db.knex, elasticsearch: createElasticsearchClient("http://127.0.0.1:9"), marketplace: markets.marketplace, env: setup.env });
   return {
     db,
-    market,
+    markets,
     server,
     async api(method, path, body) {
       const res = await fetch(`${server.url}${path}`, { method, headers: { "content-type": "application/json" }, body: body === undefined ? undefined : JSON.stringify(body) });
@@ -128,7 +154,7 @@ async function startService(setup: ReturnType<typeof setupFor>): Promise<Service
     },
     async close() {
       await server.close();
-      await market.close();
+      await markets.close();
       await db.drop();
     },
   };
@@ -140,24 +166,29 @@ interface Day {
   tallies: Map<Policy, Tally>;
   /** The highest target (`replicas`) each endpoint showed, per simulated hour (sampled every 500 ms wall). */
   topTarget: Map<Policy, number[]>;
+  /** Each endpoint's target and ready replicas, sampled every 500 ms wall. */
+  strength: Map<Policy, StrengthSample[]>;
   arrivalsByHour: number[];
   lateMs: number;
   preemptedAt14: string;
 }
 
-/** Sends every arrival at its wall moment to every endpoint, preempts half the interruptible machines at 14:00, and waits for the last answer. */
+/** Sends every arrival at its wall moment to every endpoint, runs the day's market events (dry spell, preemption at 14:00), and waits for the last answer. */
 async function replayDay(
   setup: ReturnType<typeof setupFor>,
   arrivals: readonly number[],
   run: readonly Policy[],
   services: ReadonlyMap<Policy, Service>,
+  marketDay: MarketDay,
 ): Promise<Day> {
   const tallies = new Map(run.map((p) => [p, newTally()]));
   const topTarget = new Map(run.map((p) => [p, Array.from({ length: 24 }, () => -1)]));
   const agents = new Map(run.map((p) => [p, new Agent({ keepAlive: true })]));
   const arrivalsByHour = Array.from({ length: 24 }, () => 0);
   const open = new Set<Promise<void>>();
+  const strength = new Map(run.map((p) => [p, [] as StrengthSample[]]));
   const startMs = Date.now();
+  for (const service of services.values()) service.markets.startDay(startMs, setup.factor);
   const endMs = startMs + (DAY_S * 1000) / setup.factor;
   const simNow = () => ((Date.now() - startMs) / 1000) * setup.factor;
   let lateMs = 0;
@@ -167,28 +198,29 @@ async function replayDay(
     const hour = Math.min(23, Math.floor(simNow() / 3_600));
     for (const policy of run) {
       void services.get(policy)!.api("GET", "/api/gpu/endpoints").then(({ body }) => {
-        for (const e of (body.endpoints ?? []) as Array<{ name: Policy; replicas: number }>) {
+        for (const e of (body.endpoints ?? []) as Array<{ name: Policy; replicas: number; ready_replicas?: number }>) {
           const hours = topTarget.get(e.name);
           if (hours) hours[hour] = Math.max(hours[hour]!, e.replicas);
+          strength.get(e.name)?.push({ simS: simNow(), target: e.replicas, ready: e.ready_replicas ?? 0 });
         }
       }, () => undefined);
     }
   }, 500);
 
-  const preemptHalf = async () => {
-    const { db, market } = services.get("spot")!;
+  const preemptBids = async () => {
+    const { db, markets } = services.get("spot")!;
     const live = (await db.knex("gpu_instances")
       .where({ endpoint: "spot", interruptible: true })
       .whereNull("destroyed_at")
       .whereNull("preempted_at")
       .whereNotNull("market_instance_id")
       .select("instance_id", "market_instance_id")) as Array<{ instance_id: string; market_instance_id: string }>;
-    const chosen = live.slice(0, Math.ceil(live.length / 2));
-    const results = await Promise.allSettled(chosen.map((r) => market.preempt(r.market_instance_id)));
+    const chosen = live.slice(0, Math.ceil(live.length * marketDay.preemptShare));
+    const results = await Promise.allSettled(chosen.map((r) => markets.bidMarket.preempt(markets.ownId(r.market_instance_id))));
     const done = chosen.filter((_, i) => results[i]!.status === "fulfilled").map((r) => r.instance_id);
     preemptedAt14 = `${done.length} of ${live.length} interruptible machines preempted at once (${done.join(", ") || "none"})`;
   };
-  const preemptTimer = run.includes("spot") ? setTimeout(() => void preemptHalf(), (PREEMPT_HALF_AT_S * 1000) / setup.factor) : undefined;
+  const preemptTimer = run.includes("spot") ? setTimeout(() => void preemptBids(), (marketDay.preemptAtS * 1000) / setup.factor) : undefined;
 
   await new Promise<void>((resolve) => {
     let next = 0;
@@ -214,7 +246,7 @@ async function replayDay(
   await Promise.all(open);
   clearInterval(sampler);
   for (const agent of agents.values()) agent.destroy();
-  return { startMs, endMs, tallies, topTarget, arrivalsByHour, lateMs, preemptedAt14 };
+  return { startMs, endMs, tallies, topTarget, strength, arrivalsByHour, lateMs, preemptedAt14 };
 }
 
 async function report(
@@ -301,6 +333,35 @@ async function report(
     ]);
   }
   console.log(`\nfixed: machines billed per hour ${fixed.byHour.map((x) => x.toFixed(1)).join(" ")}`);
+}
+
+/** The days side by side: per policy and day, what it cost, what its callers saw, and how fast it was whole again after each event. */
+function printSummaries(summaries: readonly DaySummary[]): void {
+  const columns = summaries.flatMap((s) => s.run.map((policy) => ({ s, policy })));
+  const cell = (f: (s: DaySummary, p: Policy) => string) => columns.map(({ s, policy }) => f(s, policy));
+  const fixedDollars = (s: DaySummary) => s.money.get("fixed")!.dollars;
+  // Both days' events in the order of the day, each once.
+  const events = summaries.flatMap((s) => eventsOf(s.day)).sort((a, b) => a.atS - b.atS);
+  const eventNames = [...new Set(events.map((e) => e.name))];
+  console.log(`\nthe days side by side (${summaries.map((s) => `${s.day.name}: ${s.day.describe}`).join("; ")})`);
+  printTable([
+    ["", ...cell((s, p) => `${p}, ${s.day.name}`)],
+    ["machine-hours (simulated)", ...cell((s, p) => s.money.get(p)!.machineHours.toFixed(1))],
+    ["dollars, as billed", ...cell((s, p) => s.money.get(p)!.dollars.toFixed(2))],
+    ["dollars / fixed's (same day)", ...cell((s, p) => (s.money.get(p)!.dollars / fixedDollars(s)).toFixed(3))],
+    ["machines rented, per market", ...cell((s, p) => s.perMarket.get(p)!)],
+    ["requests answered", ...cell((s, p) => String(s.tallies.get(p)!.answered))],
+    ["requests failed", ...cell((s, p) => String(s.tallies.get(p)!.failed))],
+    ["requests held", ...cell((s, p) => String(s.held.get(p) ?? 0))],
+    ...eventNames.map((name) => [
+      `back to full strength after ${name}`,
+      ...cell((s, p) => {
+        const i = eventsOf(s.day).findIndex((e) => e.name === name);
+        return i < 0 ? "(no such event that day)" : s.recoveries.get(p)![i]!;
+      }),
+    ]),
+  ]);
+  console.log("full strength: ready replicas >= the endpoint's target, sampled every 500 ms wall; the time is from the event to the end of the first shortfall that began within a simulated hour of it");
 }
 
 function resumeTimes(c: ReturnType<typeof continuationsOf> | undefined, show: (seconds: number) => string): string {

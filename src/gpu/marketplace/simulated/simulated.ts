@@ -1,10 +1,11 @@
-import { ConflictError, NotFoundError, OperationFailedError, UnavailableError } from "../../../errors.js";
+import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, UnavailableError } from "../../../errors.js";
 import { createCatalogue, type CatalogueOptions } from "./catalogue.js";
 import { MODEL_API_KEY_ENV, type CreateMarketInstanceRequest, type Marketplace, type MarketInstance, type MarketOffer, type MarketStatus } from "../port.js";
 import { startModelServer, type ModelServer } from "./model-server.js";
 import { filterOffers } from "../offer-filter.js";
 import type { SimHalt, SimRecord, SimStore } from "./simulated-store.js";
 import { asBidOffer, minBidOf, preemptionAt } from "./bids.js";
+import { checkedSpell, isDry, type DrySpell } from "./dry-spell.js";
 
 // The built-in marketplace: a deterministic catalogue and instances that live in memory, and,
 // given a store (simulated-store.ts), in the service's database too: then every call first reads
@@ -15,6 +16,8 @@ import { asBidOffer, minBidOf, preemptionAt } from "./bids.js";
 // timer per instance starts its model server, a real HTTP server on loopback, because GpuService
 // must probe it over the network. Bid instances (bids.ts) are preempted at a moment drawn at
 // their creation, kept in the store, so that a restarted process preempts them at the same moment.
+// A dry spell (dry-spell.ts) leaves it without a rentable offer for a while; `bids: false` makes an
+// on-demand-only market (as RunPod).
 
 export interface SimulatedMarketplaceOptions {
   /** How long an instance stays `creating`, in ms. */
@@ -34,6 +37,10 @@ export interface SimulatedMarketplaceOptions {
   preemptPerHour?: number;
   /** Uniform in [0, 1): draws the preemption moments (tests inject it). */
   random?: () => number;
+  /** false: an on-demand market that rents no bids (as RunPod); bids by default. */
+  bids?: boolean;
+  /** A shortage from the start (setDrySpell changes it); none by default. */
+  drySpell?: DrySpell;
 }
 
 /** The simulated marketplace with the controls tests and operators use to drive instances. */
@@ -46,6 +53,8 @@ export interface SimulatedMarketplace extends Marketplace {
   preempt(id: string): Promise<void>;
   /** Closes the bid market (every machine outbid by others: no bid offer at all) or opens it again. */
   setBidsOpen(open: boolean): void;
+  /** A shortage (dry-spell.ts): no rentable offer during it, bid or on-demand; undefined: none. */
+  setDrySpell(spell: DrySpell | undefined): void;
   /** The host drops off the network (`offline`); its model server stops. */
   setOffline(id: string): Promise<void>;
   /** The model server dies while the container keeps running: probes fail. */
@@ -94,6 +103,8 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
   let injectedFailure: Error | undefined;
   let injectedDestroyFailure: Error | undefined;
   let bidsOpen = true;
+  const rentsBids = options.bids !== false;
+  let drySpell = checkedSpell(options.drySpell);
   let closed = false;
   const random = options.random ?? Math.random;
 
@@ -102,7 +113,8 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
   /** The catalogue as it stands: an offer rented here is not rentable. */
   function currentOffers(): MarketOffer[] {
     const rented = new Set([...instances.values()].map((i) => i.offer.id));
-    return offers.map((o) => ({ ...o, rentable: o.rentable && !rented.has(o.id) }));
+    const dry = isDry(drySpell);
+    return offers.map((o) => ({ ...o, rentable: o.rentable && !dry && !rented.has(o.id) }));
   }
 
   function statusOf(instance: SimInstance, now = Date.now()): MarketStatus {
@@ -265,7 +277,7 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
 
   return {
     costIncludes: "the simulated price per hour of the whole machine (dph_total, or the bid of an interruptible one), over the uptime; nothing is billed",
-    interruptible: true,
+    interruptible: rentsBids,
     async listOffers() {
       await refresh();
       return currentOffers();
@@ -275,7 +287,8 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
       await refresh();
       // Each simulated offer is a machine of its own: a creation's search says which, for spreading.
       const offers = currentOffers().map((o) => ({ ...o, machineId: o.id }));
-      if (filter.interruptible && !bidsOpen) return [];
+      if (filter.interruptible && !(bidsOpen && rentsBids)) return [];
+      if (isDry(drySpell)) return [];
       return filterOffers(filter.interruptible ? offers.map(asBidOffer) : offers, filter);
     },
 
@@ -283,6 +296,10 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
       await refresh();
       const offer = offersById.get(request.offerId);
       if (!offer) throw new NotFoundError(`Offer '${request.offerId}' not found`, { extra: { field: "offer_id" } });
+      if (request.bidPerHour !== undefined && !rentsBids) {
+        throw new InvalidInputError("This market rents no interruptible instances (no bids): rent it on-demand", { extra: { field: "interruptible" } });
+      }
+      if (isDry(drySpell)) throw new ConflictError(`Offer '${offer.id}' is not rentable any more: the market has no capacity now`, { extra: { field: "offer_id" } });
       if (!offer.rentable || isRented(offer.id)) {
         throw new ConflictError(`Offer '${offer.id}' is not rentable any more`, { extra: { field: "offer_id" } });
       }
@@ -401,6 +418,9 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
     },
     setBidsOpen(open) {
       bidsOpen = open;
+    },
+    setDrySpell(spell) {
+      drySpell = checkedSpell(spell);
     },
     failNextDestroy(error) {
       injectedDestroyFailure = error ?? new UnavailableError("The marketplace did not answer the destroy");
