@@ -68,6 +68,7 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
     actor: ACTOR_SYSTEM,
     ...(request.interruptible ? { interruptible: { bidMargin: endpoint.capacity.bidMargin, onDemand: request.fallback, replacing: request.replacing } } : {}),
     avoidMachineIds: request.avoidMachineIds,
+    markets: endpoint.capacity.markets,
   };
   let chosen: Candidate[] | undefined;
   if (request.replaces !== undefined && request.interruptible && !request.fallback) {
@@ -134,7 +135,7 @@ async function failedLaunch(
   const bidOnly = request.interruptible && !request.fallback;
   if (err instanceof NotFoundError && record === null && priceCap < templateMax && !bidOnly) {
     // Nothing fits what is left of the budget: a hold, unless nothing fits the template at all.
-    if (await anyOfferFits(ctx, endpoint.templateName, endpoint.customConfig)) {
+    if (await anyOfferFits(ctx, endpoint.templateName, endpoint.customConfig, endpoint.capacity.markets)) {
       return holdBack(deps, endpoint, `one replica held back: no offer fits the ${budgetText}`, request);
     }
   }

@@ -37,6 +37,8 @@ export interface CapacitySettings {
   fallback: boolean;
   /** The bid over the offer's minimum bid, as a share: bid = min_bid x (1 + bidMargin). */
   bidMargin: number;
+  /** The markets (MARKETPLACE's names) its replicas may be rented on; empty: every configured one. */
+  markets: readonly string[];
 }
 
 export interface EndpointRecord {
@@ -112,6 +114,7 @@ interface EndpointRow {
   capacity_on_demand_base: number;
   capacity_fallback: boolean;
   capacity_bid_margin: number;
+  capacity_markets: string[] | null;
   phase: EndpointPhase;
   ever_ready: boolean;
   budget_held: boolean;
@@ -139,6 +142,7 @@ function toEndpoint(row: EndpointRow): EndpointRecord {
       onDemandBase: row.capacity_on_demand_base,
       fallback: row.capacity_fallback,
       bidMargin: row.capacity_bid_margin,
+      markets: row.capacity_markets ?? [],
     },
     phase: row.phase,
     everReady: row.ever_ready,
@@ -181,6 +185,7 @@ function capacityColumns(settings: CapacitySettings) {
     capacity_on_demand_base: settings.onDemandBase,
     capacity_fallback: settings.fallback,
     capacity_bid_margin: settings.bidMargin,
+    capacity_markets: settings.markets,
   };
 }
 

@@ -1,0 +1,109 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { LLM_DISK_GB } from "../../../src/gpu/creation/launch-plan.js";
+import { findTemplate } from "../../../src/gpu/creation/templates.js";
+import { validCapacity } from "../../../src/gpu/endpoints/resource/endpoint-capacity.js";
+import { fitsTemplate, type VastAsk } from "../../support/vastai/catalogue.js";
+import { startTwoMarketService, type TwoMarketService } from "../../support/markets/two-markets.js";
+import { rest } from "../helpers.js";
+import { createEndpoint, deleteAndWait, FAST_ENDPOINT_ENV, readyIds, waitForEndpoint } from "./helpers.js";
+
+// Endpoints over two markets (MARKETPLACE=vastai,simulated, vast.ai on its emulator):
+// capacity.markets validated, shown, stored, and narrowing where an endpoint's replicas are rented.
+
+let service: TwoMarketService;
+const url = () => service.server.url;
+const marketOf = async (instanceId: string) => (await service.db.knex("gpu_instances").where({ instance_id: instanceId }).first()).market as string;
+
+beforeAll(async () => {
+  service = await startTwoMarketService({ ...FAST_ENDPOINT_ENV, GPU_STATUS_SYNC_MS: "100" });
+});
+
+afterAll(async () => {
+  await service?.close();
+});
+
+let saved: VastAsk[] = [];
+afterEach(() => {
+  for (const [i, ask] of saved.entries()) Object.assign(service.vast.asks[i]!, ask);
+  saved = [];
+});
+
+/** vast.ai's fitting hosts become the cheapest offers over both markets: an auto-pick tries them first. */
+function makeVastCheapest(template: string): void {
+  saved = service.vast.asks.map((a) => ({ ...a }));
+  const fitting = service.vast.asks.filter((a) => a.rentable && a.verified && fitsTemplate(a, findTemplate(template)!, LLM_DISK_GB));
+  expect(fitting.length).toBeGreaterThan(0);
+  fitting.forEach((ask, i) => (ask.dph_base = 0.01 + i * 0.001));
+}
+
+describe("capacity.markets", () => {
+  it("answers 400 naming capacity.markets for a market not configured, on POST and PATCH, and changes nothing", async () => {
+    const post = await rest<{ field: string; detail: string }>(url(), "POST", "/api/gpu/endpoints", {
+      name: "mk-bad",
+      template_name: "budget",
+      replicas: 0,
+      max_cost_per_hour: 1,
+      capacity: { markets: ["vastai", "runpod"] },
+    });
+    expect(post.status).toBe(400);
+    expect(post.body).toMatchObject({ field: "capacity.markets", detail: expect.stringMatching(/'runpod'.*configured: vastai, simulated/) });
+    expect((await rest(url(), "GET", "/api/gpu/endpoints/mk-bad")).status).toBe(404);
+
+    await createEndpoint(url(), { name: "mk-patch", template_name: "budget", replicas: 0, max_cost_per_hour: 1 });
+    const patch = await rest<{ field: string }>(url(), "PATCH", "/api/gpu/endpoints/mk-patch", { capacity: { markets: ["aws"] } });
+    expect(patch.status).toBe(400);
+    expect(patch.body.field).toBe("capacity.markets");
+    const patched = await rest<{ capacity: { markets: string[] } }>(url(), "PATCH", "/api/gpu/endpoints/mk-patch", { capacity: { markets: ["simulated"] } });
+    expect(patched.status).toBe(200);
+    expect(patched.body.capacity.markets).toEqual(["simulated"]);
+    const row = await service.db.knex("gpu_endpoints").where({ name: "mk-patch" }).first();
+    expect(row.capacity_markets).toEqual(["simulated"]);
+    // `capacity: null` puts the defaults back: every market.
+    const reset = await rest<{ capacity: { markets?: string[] } }>(url(), "PATCH", "/api/gpu/endpoints/mk-patch", { capacity: null });
+    expect(reset.body.capacity.markets ?? []).toEqual([]);
+    await deleteAndWait(url(), "mk-patch", service.db.knex);
+  });
+
+  it("rents an endpoint's replicas only from its markets, though the other market is cheaper", async () => {
+    makeVastCheapest("budget");
+    const created = await createEndpoint(url(), {
+      name: "mk-narrow",
+      template_name: "budget",
+      replicas: 2,
+      max_cost_per_hour: 10,
+      capacity: { markets: ["simulated"] },
+    });
+    expect(created.capacity).toMatchObject({ markets: ["simulated"] });
+    const ready = await waitForEndpoint(url(), "mk-narrow", "ready", (e) => readyIds(e).length === 2, 30_000);
+    for (const id of readyIds(ready)) expect(await marketOf(id)).toBe("simulated");
+    await deleteAndWait(url(), "mk-narrow", service.db.knex);
+  });
+});
+
+describe("validCapacity over markets", () => {
+  const configured = {
+    markets: [
+      { market: "vastai", interruptible: true },
+      { market: "runpod", interruptible: false },
+    ],
+  };
+  const fieldOf = (run: () => unknown) => {
+    try {
+      run();
+    } catch (err) {
+      return (err as { extra?: { field?: string } }).extra?.field;
+    }
+    return undefined;
+  };
+
+  it("keeps each named market once, in the order given", () => {
+    expect(validCapacity({ markets: ["runpod", "vastai", "runpod"] }, configured).markets).toEqual(["runpod", "vastai"]);
+    expect(validCapacity({}, configured).markets).toEqual([]);
+  });
+
+  it("refuses interruptible replicas when only markets that rent no bids are allowed, naming capacity.markets", () => {
+    expect(fieldOf(() => validCapacity({ interruptible: true, markets: ["runpod"] }, configured))).toBe("capacity.markets");
+    expect(validCapacity({ interruptible: true, markets: ["runpod", "vastai"] }, configured).interruptible).toBe(true);
+    expect(fieldOf(() => validCapacity({ interruptible: true }, { markets: [configured.markets[1]!] }))).toBe("capacity.interruptible");
+  });
+});
