@@ -4,8 +4,8 @@ import { findTemplate } from "../../../src/gpu/creation/templates.js";
 import { validCapacity } from "../../../src/gpu/endpoints/resource/endpoint-capacity.js";
 import { fitsTemplate, type VastAsk } from "../../support/vastai/catalogue.js";
 import { startTwoMarketService, type TwoMarketService } from "../../support/markets/two-markets.js";
-import { rest } from "../helpers.js";
-import { createEndpoint, deleteAndWait, FAST_ENDPOINT_ENV, readyIds, waitForEndpoint } from "./helpers.js";
+import { rest, waitFor } from "../helpers.js";
+import { createEndpoint, deleteAndWait, eventsOf, FAST_ENDPOINT_ENV, readyIds, waitForEndpoint } from "./helpers.js";
 
 // Endpoints over two markets (MARKETPLACE=vastai,simulated, vast.ai on its emulator):
 // capacity.markets validated, shown, stored, and narrowing where an endpoint's replicas are rented.
@@ -26,14 +26,16 @@ let saved: VastAsk[] = [];
 afterEach(() => {
   for (const [i, ask] of saved.entries()) Object.assign(service.vast.asks[i]!, ask);
   saved = [];
+  service.vast.onCreate(undefined);
 });
 
-/** vast.ai's fitting hosts become the cheapest offers over both markets: an auto-pick tries them first. */
-function makeVastCheapest(template: string): void {
+/** vast.ai's fitting hosts become the cheapest offers over both markets: an auto-pick tries them first. Returns how many. */
+function makeVastCheapest(template: string): number {
   saved = service.vast.asks.map((a) => ({ ...a }));
   const fitting = service.vast.asks.filter((a) => a.rentable && a.verified && fitsTemplate(a, findTemplate(template)!, LLM_DISK_GB));
   expect(fitting.length).toBeGreaterThan(0);
   fitting.forEach((ask, i) => (ask.dph_base = 0.01 + i * 0.001));
+  return fitting.length;
 }
 
 describe("capacity.markets", () => {
@@ -77,6 +79,43 @@ describe("capacity.markets", () => {
     const ready = await waitForEndpoint(url(), "mk-narrow", "ready", (e) => readyIds(e).length === 2, 30_000);
     for (const id of readyIds(ready)) expect(await marketOf(id)).toBe("simulated");
     await deleteAndWait(url(), "mk-narrow", service.db.knex);
+  });
+});
+
+describe("one market's failure", () => {
+  it("heals a launch refused in vast.ai on the simulated market in the same round, with no launch backoff", async () => {
+    // More fitting vast.ai offers than a creation tries (5): the whole creation fails in vast.ai.
+    expect(makeVastCheapest("budget")).toBeGreaterThan(5);
+    let creates = 0;
+    service.vast.onCreate(() => {
+      creates++;
+      service.vast.refuseNextCreate("gone");
+    });
+    await createEndpoint(url(), { name: "mk-heal", template_name: "budget", replicas: 1, max_cost_per_hour: 10 });
+    const ready = await waitForEndpoint(url(), "mk-heal", "ready", (e) => readyIds(e).length === 1, 30_000);
+    const [replica] = readyIds(ready) as [string];
+    expect(await marketOf(replica)).toBe("simulated");
+    expect(creates).toBe(5);
+    const events = await eventsOf(url(), "mk-heal");
+    const failed = events.filter((e) => e.kind === "launch_failed");
+    expect(failed).toHaveLength(1);
+    expect(failed[0]!.detail).toMatch(/failed in vastai: .*; trying simulated now$/);
+    // The replica launched right after, in the same round: no backoff was raised.
+    expect(events.find((e) => e.kind === "launched")!.instance_id).toBe(replica);
+    const row = await service.db.knex("gpu_endpoints").where({ name: "mk-heal" }).first();
+    expect(row.launch_failures).toBe(0);
+    await deleteAndWait(url(), "mk-heal", service.db.knex);
+  });
+
+  it("backs the launch off when every allowed market failed", async () => {
+    expect(makeVastCheapest("budget")).toBeGreaterThan(5);
+    service.vast.onCreate(() => service.vast.refuseNextCreate("gone"));
+    await createEndpoint(url(), { name: "mk-only", template_name: "budget", replicas: 1, max_cost_per_hour: 10, capacity: { markets: ["vastai"] } });
+    await waitFor("a launch_failed event", async () => ((await eventsOf(url(), "mk-only")).some((e) => e.kind === "launch_failed") ? true : undefined), 20_000);
+    const failed = (await eventsOf(url(), "mk-only")).find((e) => e.kind === "launch_failed")!;
+    expect(failed.detail).toMatch(/next launch in 10 s$/);
+    expect(failed.detail).not.toMatch(/trying/);
+    await deleteAndWait(url(), "mk-only", service.db.knex);
   });
 });
 

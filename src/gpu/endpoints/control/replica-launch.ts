@@ -7,6 +7,7 @@ import { anyOfferFits, chooseInterruptible, createInstance, type CreationRequest
 import { nothingToRentText } from "../../creation/slot-offers.js";
 import { findTemplate } from "../../creation/templates.js";
 import type { GpuContext } from "../../gpu-context.js";
+import { directoryOf } from "../../marketplace/markets/market-directory.js";
 import { roundMoney } from "../../money/cost.js";
 import type { EndpointEventStore } from "../resource/endpoint-events.js";
 import type { LaunchKind } from "./capacity-mix.js";
@@ -23,6 +24,10 @@ import type { EndpointRecord, EndpointStore } from "../resource/endpoint-store.j
 // looks at the market before it writes anything: no bid cheap enough is an observation, not a
 // failure (SPEC.md, "Back from fallback"): nothing rented, no row, no instance id, one event when
 // the wait starts, and a look again GPU_ENDPOINT_MIX_RECHECK_MS (at most a minute) later.
+// Over several markets (SPEC.md, "Several marketplaces", Endpoints) a creation that failed in one
+// market (every candidate there refused, the market failing or blocked) is tried again at once in
+// the endpoint's other markets, in the same round; the launch backoff is raised only when the
+// last of them failed too (or when the failure names no market: nothing fits anywhere).
 
 /** Launch failures back off from 10 s, doubling, to 10 min (SPEC.md: nothing loops faster). */
 export const LAUNCH_BACKOFF_MS = { first: 10_000, max: 600_000 } as const;
@@ -39,6 +44,9 @@ export type LaunchOutcome =
   | { kind: "failed" }
   /** A move to a bid found none cheap enough: nothing rented; looked at again after GPU_ENDPOINT_MIX_RECHECK_MS. */
   | { kind: "waiting" };
+
+/** A creation that failed in `market` while other markets remain: tried again there, in the same round. */
+type Elsewhere = { kind: "elsewhere"; market: string };
 
 export interface LaunchDeps {
   ctx: GpuContext;
@@ -76,6 +84,27 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
     if (!Array.isArray(looked)) return looked;
     chosen = looked;
   }
+  let markets = endpoint.capacity.markets.length > 0 ? [...endpoint.capacity.markets] : [...directoryOf(ctx.marketplace).names];
+  for (;;) {
+    const outcome = await launchOnce(deps, endpoint, priceCap, request, { ...creation, markets }, chosen, budgetText);
+    if (outcome.kind !== "elsewhere") return outcome;
+    markets = markets.filter((m) => m !== outcome.market);
+    // The candidates chosen beforehand were the failed market's too: the next try searches again.
+    chosen = undefined;
+  }
+}
+
+/** One creation over `creation.markets`: launched, held, failed, or failed in one market with others left. */
+async function launchOnce(
+  deps: LaunchDeps,
+  endpoint: EndpointRecord,
+  priceCap: number,
+  request: LaunchRequest,
+  creation: CreationRequest,
+  chosen: Candidate[] | undefined,
+  budgetText: string,
+): Promise<LaunchOutcome | Elsewhere> {
+  const { ctx, endpoints } = deps;
   const instanceId = await ctx.instances.nextInstanceId();
   // The intent first (with its slot): should this process die from here on, the next round finds the row.
   await endpoints.replicas.insert(endpoint.id, instanceId, undefined, { interruptible: request.interruptible, fallback: false, replaces: request.replaces });
@@ -88,7 +117,7 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
   try {
     await createInstance(ctx, { ...creation, replicaOf: { instanceId, endpoint: endpoint.name, priceCap, fence }, ...(chosen ? { chosen } : {}) });
   } catch (err) {
-    return failedLaunch(deps, endpoint, instanceId, err, priceCap, budgetText, request);
+    return failedLaunch(deps, endpoint, instanceId, err, priceCap, budgetText, request, creation.markets ?? []);
   }
   const record = await ctx.instances.get(instanceId);
   const costPerHour = record?.costPerHour ?? 0;
@@ -113,7 +142,8 @@ async function failedLaunch(
   priceCap: number,
   budgetText: string,
   request: LaunchRequest,
-): Promise<LaunchOutcome> {
+  markets: readonly string[],
+): Promise<LaunchOutcome | Elsewhere> {
   const { ctx, endpoints } = deps;
   if (!(await deps.confirmLead())) {
     // The new leader sees the row (and its record, if any) and settles them; nothing more here.
@@ -130,6 +160,13 @@ async function failedLaunch(
   if (record === null) await endpoints.replicas.forget(instanceId);
   // A round that saw the failed record meanwhile removed the replica and counted the failure: once only.
   else if (!(await endpoints.replicas.remove(instanceId))) return { kind: "failed" };
+  const failedIn = record?.market ?? undefined;
+  const others = markets.filter((m) => m !== failedIn);
+  if (failedIn !== undefined && markets.includes(failedIn) && others.length > 0) {
+    // That market's failure alone: no backoff, the other markets are tried now.
+    await note(deps, endpoint, "launch_failed", `launch of ${instanceId} failed in ${failedIn}: ${failureText(err)}; trying ${others.join(", ")} now`, instanceId);
+    return { kind: "elsewhere", market: failedIn };
+  }
   const templateMax = findTemplate(endpoint.templateName)?.config?.maxPrice ?? 0;
   // A bid-only launch (a move to a bid, a slot without fallback) that rents no bid failed: no budget hold.
   const bidOnly = request.interruptible && !request.fallback;
