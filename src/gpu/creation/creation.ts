@@ -13,7 +13,7 @@ import { asMarketplaceError, rentOffer, type CreationFence } from "./offer-renta
 import { autoPickTemplate, candidateFilter, checkTemplateLimits, fittingOffers, noOfferMatches, offerCandidates } from "./offer-choice.js";
 import { findTemplate } from "./templates.js";
 import { asBids, spreadOver, type Candidate } from "./bid-choice.js";
-import { nothingToRentText, slotOffers, type NothingToRent, type SlotChoice } from "./slot-offers.js";
+import { nothingToRentText, slotOffers, spreadOverMarkets, type NothingToRent, type SlotChoice } from "./slot-offers.js";
 
 // Crash-safe creation: the record (its instance_id is the label the marketplace instance
 // carries) is written before the marketplace call and completed after it. A crash in between
@@ -52,6 +52,8 @@ export interface CreationRequest {
   avoidMachineIds?: readonly string[];
   /** The markets an automatic pick may rent on (an endpoint's capacity.markets); absent or empty: every one. */
   markets?: readonly string[];
+  /** Spread over markets (an endpoint's capacity.spread_markets): the markets its other replicas are on (slot-offers.ts). */
+  replicaMarkets?: readonly string[];
 }
 
 export interface CreationResult {
@@ -164,7 +166,9 @@ async function candidatesFor(
   if (offerId === undefined && request.interruptible && request.chosen) return [...request.chosen];
   if (offerId !== undefined || !request.interruptible) {
     const offers = await offersFor(ctx, template, offerId, diskGb, { markets: request.markets });
-    return spreadOver(offerCandidates(offers, template, offerId, diskGb), request.avoidMachineIds);
+    const candidates = offerCandidates(offers, template, offerId, diskGb);
+    const overMarkets = offerId === undefined && request.replicaMarkets ? spreadOverMarkets(candidates, request.replicaMarkets) : candidates;
+    return spreadOver(overMarkets, request.avoidMachineIds);
   }
   const choice = await slotChoice(ctx, request, template, diskGb);
   if (choice.none) throw nothingToRent(choice.none, autoPickTemplate(template));
@@ -189,6 +193,7 @@ async function slotChoice(ctx: GpuContext, request: CreationRequest, template: T
     onDemand: fittingOffers(onDemandOffers, fitted),
     onDemandAllowed: interruptible.onDemand !== false,
     replacing: interruptible.replacing,
+    replicaMarkets: request.replicaMarkets,
   });
   return choice.none ? choice : { candidates: spreadOver(choice.candidates, request.avoidMachineIds) };
 }

@@ -119,6 +119,37 @@ describe("one market's failure", () => {
   });
 });
 
+describe("capacity.spread_markets", () => {
+  it("spreads replicas over both markets when their prices are within 25%, and keeps them in the cheapest without it", async () => {
+    // The simulated market's price for the template, as a launch there rents it.
+    await createEndpoint(url(), { name: "mk-probe", template_name: "budget", replicas: 1, max_cost_per_hour: 10, capacity: { markets: ["simulated"] } });
+    const probed = await waitForEndpoint(url(), "mk-probe", "launched", (e) => (e.instances ?? []).some((i) => i.cost_per_hour > 0), 30_000);
+    const simulatedPrice = probed.instances!.find((i) => i.cost_per_hour > 0)!.cost_per_hour;
+    await deleteAndWait(url(), "mk-probe", service.db.knex);
+    // vast.ai a little cheaper (95%): the cheapest market, with the simulated one within 25% of it.
+    saved = service.vast.asks.map((a) => ({ ...a }));
+    const fitting = service.vast.asks.filter((a) => a.rentable && a.verified && fitsTemplate(a, findTemplate("budget")!, LLM_DISK_GB));
+    fitting.forEach((ask, i) => Object.assign(ask, { dph_base: simulatedPrice * 0.95 + i * 0.0001, storage_cost: 0 }));
+
+    const markets = async (name: string) => {
+      const ready = await waitForEndpoint(url(), name, "4 ready", (e) => readyIds(e).length === 4, 40_000);
+      return Promise.all(readyIds(ready).map(marketOf));
+    };
+    const create = (name: string, spread: boolean) =>
+      createEndpoint(url(), { name, template_name: "budget", replicas: 4, max_cost_per_hour: 20, capacity: { spread_markets: spread } });
+    const spread = await create("mk-spread", true);
+    expect(spread.capacity).toMatchObject({ spread_markets: true });
+    const spreadOn = await markets("mk-spread");
+    expect(spreadOn.filter((m) => m === "vastai")).toHaveLength(2);
+    expect(spreadOn.filter((m) => m === "simulated")).toHaveLength(2);
+    await deleteAndWait(url(), "mk-spread", service.db.knex);
+
+    await create("mk-cheapest", false);
+    expect(await markets("mk-cheapest")).toEqual(["vastai", "vastai", "vastai", "vastai"]);
+    await deleteAndWait(url(), "mk-cheapest", service.db.knex);
+  });
+});
+
 describe("validCapacity over markets", () => {
   const configured = {
     markets: [

@@ -50,6 +50,8 @@ export interface Round {
   urgent: boolean;
   /** The machines the endpoint's billed replicas run on. */
   machineIds: string[];
+  /** The markets the endpoint's replicas are rented on, one entry each (capacity.spread_markets). */
+  replicaMarkets: string[];
 }
 
 export function newRound(facts: readonly ReplicaFacts[]): Round {
@@ -59,8 +61,10 @@ export function newRound(facts: readonly ReplicaFacts[]): Round {
     return f ? billedCost(f) : 0;
   };
   const machineIds = facts.flatMap((f) => (f.record?.machineId && billedCost(f) > 0 ? [f.record.machineId] : []));
+  // Every replica with a record, even one still being created: a spread counts where it will run.
+  const replicaMarkets = facts.flatMap((f) => (f.record?.market ? [f.record.market] : []));
   const spend = facts.reduce((sum, f) => sum + billedCost(f), 0);
-  return { byId, costOf, spend, blocked: false, launched: false, held: undefined, urgent: false, machineIds };
+  return { byId, costOf, spend, blocked: false, launched: false, held: undefined, urgent: false, machineIds, replicaMarkets };
 }
 
 export function note(deps: Pick<EndpointControllerDeps, "events">, endpoint: EndpointRecord, kind: EventKind, detail: string, instanceId?: string) {

@@ -171,11 +171,19 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
     if (closed(endpoint, round, action)) return;
     // The machines its other replicas run on, this round's launches included: a new one goes
     // elsewhere while offers there fit.
-    const request = { interruptible: action.interruptible, fallback: action.fallback, avoidMachineIds: round.machineIds, replacing: action.replacing, replaces: action.replaces };
+    const request = {
+      interruptible: action.interruptible,
+      fallback: action.fallback,
+      avoidMachineIds: round.machineIds,
+      replicaMarkets: round.replicaMarkets,
+      replacing: action.replacing,
+      replaces: action.replaces,
+    };
     const outcome = await launchReplica(rd, endpoint, endpoint.maxCostPerHour - round.spend, request);
     if (outcome.kind === "launched") {
       round.spend += outcome.costPerHour;
       if (outcome.machineId) round.machineIds.push(outcome.machineId);
+      if (outcome.market) round.replicaMarkets.push(outcome.market);
       round.launched = true;
     } else if (outcome.kind === "failed") {
       round.blocked = true;

@@ -37,7 +37,7 @@ export function launchBackoffMs(failures: number): number {
 }
 
 export type LaunchOutcome =
-  | { kind: "launched"; costPerHour: number; machineId: string | null }
+  | { kind: "launched"; costPerHour: number; machineId: string | null; market: string | null }
   /** The budget leaves no room: nothing rented, the launch backs off. */
   | { kind: "held"; detail: string }
   /** Failed (event launch_failed, backoff), or its outcome is unknown (the reconciler settles it): the round launches no more. */
@@ -60,6 +60,8 @@ export interface LaunchDeps {
 /** What to rent: its slot's kind (capacity-mix.ts), and the machines its siblings are on (spread). */
 export interface LaunchRequest extends LaunchKind {
   avoidMachineIds: readonly string[];
+  /** The markets its siblings are rented on: with capacity.spread_markets, a launch goes to the emptiest close market. */
+  replicaMarkets?: readonly string[];
   /** The way back from a fallback: the fallback's cost_per_hour; the bid must cost at most 90% of it. */
   replacing?: number;
   /** The misplaced replica this launch takes the place of (capacity-mix.ts): its own backoff. */
@@ -77,6 +79,7 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
     ...(request.interruptible ? { interruptible: { bidMargin: endpoint.capacity.bidMargin, onDemand: request.fallback, replacing: request.replacing } } : {}),
     avoidMachineIds: request.avoidMachineIds,
     markets: endpoint.capacity.markets,
+    ...(endpoint.capacity.spreadMarkets ? { replicaMarkets: request.replicaMarkets ?? [] } : {}),
   };
   let chosen: Candidate[] | undefined;
   if (request.replaces !== undefined && request.interruptible && !request.fallback) {
@@ -131,7 +134,7 @@ async function launchOnce(
     await endpoints.replicas.markFallback(instanceId);
     await note(deps, endpoint, "fallback", `${instanceId} rented on-demand in an interruptible slot: no bid fits for less than an on-demand machine`, instanceId);
   }
-  return { kind: "launched", costPerHour, machineId: record?.machineId ?? null };
+  return { kind: "launched", costPerHour, machineId: record?.machineId ?? null, market: record?.market ?? null };
 }
 
 async function failedLaunch(

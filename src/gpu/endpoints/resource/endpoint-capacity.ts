@@ -23,6 +23,7 @@ export const DEFAULT_CAPACITY: Readonly<CapacitySettings> = Object.freeze({
   fallback: true,
   bidMargin: 0.25,
   markets: Object.freeze([]) as readonly string[],
+  spreadMarkets: false,
 });
 
 /** The capacity settings as a request gives them: each optional. */
@@ -32,6 +33,7 @@ export interface CapacityInput {
   fallback?: boolean;
   bidMargin?: number;
   markets?: readonly string[];
+  spreadMarkets?: boolean;
 }
 
 /** What the validation needs of the marketplace: its markets, and which of them rent interruptible machines (bids). */
@@ -81,6 +83,7 @@ export function validCapacity(input: CapacityInput, configured: CapacityMarkets)
     fallback: input.fallback ?? DEFAULT_CAPACITY.fallback,
     bidMargin: bounded("bid_margin", input.bidMargin, DEFAULT_CAPACITY.bidMargin),
     markets: validMarkets(input.markets, configured),
+    spreadMarkets: input.spreadMarkets ?? DEFAULT_CAPACITY.spreadMarkets,
   };
   if (settings.interruptible) {
     const rentsBids = (names: readonly string[]) => configured.markets.some((m) => m.interruptible && (names.length === 0 || names.includes(m.market)));
@@ -102,7 +105,7 @@ export function validCapacity(input: CapacityInput, configured: CapacityMarkets)
 
 /** Capacity settings in an event's words: "interruptible, 1 on-demand base, fallback, bid margin 0.25". */
 export function capacitySummary(c: CapacitySettings): string {
-  const markets = c.markets.length > 0 ? `, markets ${c.markets.join(", ")}` : "";
+  const markets = (c.markets.length > 0 ? `, markets ${c.markets.join(", ")}` : "") + (c.spreadMarkets ? ", spread over markets" : "");
   return `${c.interruptible ? "interruptible" : "on-demand"}, ${c.onDemandBase} on-demand base, ${c.fallback ? "fallback" : "no fallback"}, bid margin ${c.bidMargin}${markets}`;
 }
 

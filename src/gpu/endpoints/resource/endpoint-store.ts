@@ -39,6 +39,8 @@ export interface CapacitySettings {
   bidMargin: number;
   /** The markets (MARKETPLACE's names) its replicas may be rented on; empty: every configured one. */
   markets: readonly string[];
+  /** Spread the replicas over the markets whose fitting offers are within 25% of the cheapest (slot-offers.ts). */
+  spreadMarkets: boolean;
 }
 
 export interface EndpointRecord {
@@ -115,6 +117,7 @@ interface EndpointRow {
   capacity_fallback: boolean;
   capacity_bid_margin: number;
   capacity_markets: string[] | null;
+  capacity_spread_markets: boolean | null;
   phase: EndpointPhase;
   ever_ready: boolean;
   budget_held: boolean;
@@ -143,6 +146,7 @@ function toEndpoint(row: EndpointRow): EndpointRecord {
       fallback: row.capacity_fallback,
       bidMargin: row.capacity_bid_margin,
       markets: row.capacity_markets ?? [],
+      spreadMarkets: row.capacity_spread_markets ?? false,
     },
     phase: row.phase,
     everReady: row.ever_ready,
@@ -186,6 +190,7 @@ function capacityColumns(settings: CapacitySettings) {
     capacity_fallback: settings.fallback,
     capacity_bid_margin: settings.bidMargin,
     capacity_markets: settings.markets,
+    capacity_spread_markets: settings.spreadMarkets,
   };
 }
 
