@@ -107,6 +107,21 @@ describe("one market's failure", () => {
     await deleteAndWait(url(), "mk-heal", service.db.knex);
   });
 
+  it("heals a replica lost while vast.ai is dry on the simulated market, with no launch failure", async () => {
+    makeVastCheapest("budget");
+    await createEndpoint(url(), { name: "mk-dry", template_name: "budget", replicas: 1, max_cost_per_hour: 10 });
+    const [first] = readyIds(await waitForEndpoint(url(), "mk-dry", "ready", (e) => readyIds(e).length === 1, 30_000)) as [string];
+    expect(await marketOf(first)).toBe("vastai");
+    // vast.ai runs dry (no rentable offer), then the replica's model server dies: it is replaced.
+    for (const ask of service.vast.asks) ask.rentable = false;
+    const machine = (await service.db.knex("gpu_instances").where({ instance_id: first }).first()).market_instance_id as string;
+    await service.vast.instances.get(Number(machine.replace(/^vastai:/, "")))!.server!.close();
+    const healed = await waitForEndpoint(url(), "mk-dry", "healed", (e) => readyIds(e).length === 1 && !readyIds(e).includes(first), 30_000);
+    expect(await marketOf(readyIds(healed)[0]!)).toBe("simulated");
+    expect((await eventsOf(url(), "mk-dry")).filter((e) => e.kind === "launch_failed")).toEqual([]);
+    await deleteAndWait(url(), "mk-dry", service.db.knex);
+  });
+
   it("backs the launch off when every allowed market failed", async () => {
     expect(makeVastCheapest("budget")).toBeGreaterThan(5);
     service.vast.onCreate(() => service.vast.refuseNextCreate("gone"));
