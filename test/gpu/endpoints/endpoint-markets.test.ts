@@ -96,6 +96,11 @@ describe("one market's failure", () => {
     const [replica] = readyIds(ready) as [string];
     expect(await marketOf(replica)).toBe("simulated");
     expect(creates).toBe(5);
+    // vast.ai backs off alone: the next launch (a scale-up) goes straight to the simulated market.
+    expect((await rest(url(), "PATCH", "/api/gpu/endpoints/mk-heal", { replicas: 2 })).status).toBe(200);
+    const two = await waitForEndpoint(url(), "mk-heal", "2 ready", (e) => readyIds(e).length === 2, 30_000);
+    for (const id of readyIds(two)) expect(await marketOf(id)).toBe("simulated");
+    expect(creates).toBe(5);
     const events = await eventsOf(url(), "mk-heal");
     const failed = events.filter((e) => e.kind === "launch_failed");
     expect(failed).toHaveLength(1);

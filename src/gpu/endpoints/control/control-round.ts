@@ -6,6 +6,7 @@ import type { ReadinessProbe } from "../replicas/readiness-probe.js";
 import { billedCost, type ReplicaFacts } from "../replicas/replica-state.js";
 import type { LoadStore } from "../load/load-store.js";
 import type { PlanSettings } from "./endpoint-plan.js";
+import type { MarketBackoff } from "./market-backoff.js";
 
 // What the controller's parts share: their dependencies, and one round of decisions for one
 // endpoint (what it has done so far: the spend its launches count against, whether launches may
@@ -32,6 +33,8 @@ export interface EndpointControllerDeps {
 /** The deps of one round: the lead confirmed on the lease the round started on. */
 export interface RoundDeps extends EndpointControllerDeps {
   confirmLead(): Promise<boolean>;
+  /** Each market's own backoff, kept by the controller across rounds (market-backoff.ts). */
+  marketBackoff?: MarketBackoff;
 }
 
 /** The round stops here: this process lost the lead. */

@@ -4,7 +4,8 @@ import { planEndpoint, type Action } from "./endpoint-plan.js";
 import type { EndpointRecord } from "../resource/endpoint-store.js";
 import { probeReplicas } from "../replicas/replica-probes.js";
 import { replicaFactsOf } from "../replicas/replica-facts.js";
-import { launchReplica } from "./replica-launch.js";
+import { launchBackoffMs, launchReplica } from "./replica-launch.js";
+import { createMarketBackoff } from "./market-backoff.js";
 import { LeadLost, newRound, note, type EndpointControllerDeps, type Round, type RoundDeps } from "./control-round.js";
 import { condemn, drain, drained, finish, remove, retire, scaleIn, undrain } from "./replica-actions.js";
 import { finishDelete } from "./endpoint-delete.js";
@@ -48,11 +49,12 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
   const { ctx, endpoints } = deps;
   const rounds = new Map<string, Promise<void>>();
   const lanes = new Map<string, Promise<void>>();
+  const marketBackoff = createMarketBackoff(launchBackoffMs);
 
   /** The round's deps: the lead it confirms is the lease it starts on. */
   function roundDeps(): RoundDeps {
     const term = deps.leader?.term();
-    return { ...deps, confirmLead: async () => !deps.leader || (await deps.leader.confirm(term)) };
+    return { ...deps, marketBackoff, confirmLead: async () => !deps.leader || (await deps.leader.confirm(term)) };
   }
 
   async function decide(endpoint: EndpointRecord, load: EndpointLoad | undefined): Promise<void> {

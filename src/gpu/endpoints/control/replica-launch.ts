@@ -11,6 +11,7 @@ import { directoryOf } from "../../marketplace/markets/market-directory.js";
 import { roundMoney } from "../../money/cost.js";
 import type { EndpointEventStore } from "../resource/endpoint-events.js";
 import type { LaunchKind } from "./capacity-mix.js";
+import type { MarketBackoff } from "./market-backoff.js";
 import type { EndpointRecord, EndpointStore } from "../resource/endpoint-store.js";
 
 // One replica's launch (SPEC.md section 2, "Endpoints", Money, and "Control loops survive their
@@ -27,7 +28,8 @@ import type { EndpointRecord, EndpointStore } from "../resource/endpoint-store.j
 // Over several markets (SPEC.md, "Several marketplaces", Endpoints) a creation that failed in one
 // market (every candidate there refused, the market failing or blocked) is tried again at once in
 // the endpoint's other markets, in the same round; the launch backoff is raised only when the
-// last of them failed too (or when the failure names no market: nothing fits anywhere).
+// last of them failed too (or when the failure names no market: nothing fits anywhere). The
+// market that failed is left out of the endpoint's next launches for a while (market-backoff.ts).
 
 /** Launch failures back off from 10 s, doubling, to 10 min (SPEC.md: nothing loops faster). */
 export const LAUNCH_BACKOFF_MS = { first: 10_000, max: 600_000 } as const;
@@ -55,6 +57,8 @@ export interface LaunchDeps {
   settings: Pick<EndpointConfig, "mixRecheckMs">;
   /** Whether this process still leads; false stops the rental before the marketplace is asked. */
   confirmLead(): Promise<boolean>;
+  /** Each market's own backoff after a launch failed there (market-backoff.ts); absent: none kept. */
+  marketBackoff?: MarketBackoff;
 }
 
 /** What to rent: its slot's kind (capacity-mix.ts), and the machines its siblings are on (spread). */
@@ -87,10 +91,13 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
     if (!Array.isArray(looked)) return looked;
     chosen = looked;
   }
-  let markets = endpoint.capacity.markets.length > 0 ? [...endpoint.capacity.markets] : [...directoryOf(ctx.marketplace).names];
+  const allowed = endpoint.capacity.markets.length > 0 ? endpoint.capacity.markets : directoryOf(ctx.marketplace).names;
+  let markets = deps.marketBackoff?.usable(endpoint.id, allowed) ?? [...allowed];
   for (;;) {
     const outcome = await launchOnce(deps, endpoint, priceCap, request, { ...creation, markets }, chosen, budgetText);
+    if (outcome.kind === "launched" && outcome.market) deps.marketBackoff?.succeeded(endpoint.id, outcome.market);
     if (outcome.kind !== "elsewhere") return outcome;
+    deps.marketBackoff?.failed(endpoint.id, outcome.market);
     markets = markets.filter((m) => m !== outcome.market);
     // The candidates chosen beforehand were the failed market's too: the next try searches again.
     chosen = undefined;
