@@ -78,6 +78,8 @@ export const GPU_API_HINTS: ApiHints = {
     "gpu.v1.EndpointCapacity.on_demand_base": { ...capacity("on_demand_base"), default: DEFAULT_CAPACITY.onDemandBase },
     "gpu.v1.EndpointCapacity.fallback": { default: DEFAULT_CAPACITY.fallback },
     "gpu.v1.EndpointCapacity.bid_margin": { ...capacity("bid_margin"), default: DEFAULT_CAPACITY.bidMargin },
+    "gpu.v1.EndpointCapacity.markets": { examples: [["vastai", "runpod"]] },
+    "gpu.v1.EndpointCapacity.spread_markets": { default: DEFAULT_CAPACITY.spreadMarkets },
     "gpu.v1.ListEndpointEventsRequest.limit": limit,
     "gpu.v1.Endpoint.state": { enum: [...ENDPOINT_STATES] },
     "gpu.v1.EndpointInstance.state": { enum: [...REPLICA_STATES] },

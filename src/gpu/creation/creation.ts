@@ -13,7 +13,7 @@ import { asMarketplaceError, rentOffer, type CreationFence } from "./offer-renta
 import { autoPickTemplate, candidateFilter, checkTemplateLimits, fittingOffers, noOfferMatches, offerCandidates } from "./offer-choice.js";
 import { findTemplate } from "./templates.js";
 import { asBids, spreadOver, type Candidate } from "./bid-choice.js";
-import { nothingToRentText, slotOffers, type NothingToRent, type SlotChoice } from "./slot-offers.js";
+import { nothingToRentText, slotOffers, spreadOverMarkets, type NothingToRent, type SlotChoice } from "./slot-offers.js";
 
 // Crash-safe creation: the record (its instance_id is the label the marketplace instance
 // carries) is written before the marketplace call and completed after it. A crash in between
@@ -50,6 +50,10 @@ export interface CreationRequest {
   chosen?: readonly Candidate[];
   /** Machines to keep off while offers on others fit (an endpoint's other replicas): they come last. */
   avoidMachineIds?: readonly string[];
+  /** The markets an automatic pick may rent on (an endpoint's capacity.markets); absent or empty: every one. */
+  markets?: readonly string[];
+  /** Spread over markets (an endpoint's capacity.spread_markets): the markets its other replicas are on (slot-offers.ts). */
+  replicaMarkets?: readonly string[];
 }
 
 export interface CreationResult {
@@ -112,10 +116,10 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
  * endpoint's launch found nothing under its budget, and this tells a budget that holds it back
  * from a market where nothing fits at all.
  */
-export async function anyOfferFits(ctx: GpuContext, templateName: string, customConfig: JsonObject): Promise<boolean> {
+export async function anyOfferFits(ctx: GpuContext, templateName: string, customConfig: JsonObject, markets?: readonly string[]): Promise<boolean> {
   const template = templateOf(templateName);
   const plan = launchPlanOf(template, parseCustomConfig(customConfig, template !== undefined), undefined);
-  return fittingOffers(await offersFor(ctx, template, undefined, plan.diskGb), autoPickTemplate(template)).length > 0;
+  return fittingOffers(await offersFor(ctx, template, undefined, plan.diskGb, { markets }), autoPickTemplate(template)).length > 0;
 }
 
 /**
@@ -161,7 +165,10 @@ async function candidatesFor(
 ): Promise<Candidate[]> {
   if (offerId === undefined && request.interruptible && request.chosen) return [...request.chosen];
   if (offerId !== undefined || !request.interruptible) {
-    return spreadOver(offerCandidates(await offersFor(ctx, template, offerId, diskGb), template, offerId, diskGb), request.avoidMachineIds);
+    const offers = await offersFor(ctx, template, offerId, diskGb, { markets: request.markets });
+    const candidates = offerCandidates(offers, template, offerId, diskGb);
+    const overMarkets = offerId === undefined && request.replicaMarkets ? spreadOverMarkets(candidates, request.replicaMarkets) : candidates;
+    return spreadOver(overMarkets, request.avoidMachineIds);
   }
   const choice = await slotChoice(ctx, request, template, diskGb);
   if (choice.none) throw nothingToRent(choice.none, autoPickTemplate(template));
@@ -175,13 +182,18 @@ async function slotChoice(ctx: GpuContext, request: CreationRequest, template: T
     throw new InvalidInputError("This marketplace rents no interruptible machines", { extra: { field: "interruptible" } });
   }
   const fitted = autoPickTemplate(template);
-  const [bidOffers, onDemandOffers] = await Promise.all([offersFor(ctx, fitted, undefined, diskGb, true), offersFor(ctx, fitted, undefined, diskGb)]);
+  const markets = request.markets;
+  const [bidOffers, onDemandOffers] = await Promise.all([
+    offersFor(ctx, fitted, undefined, diskGb, { interruptible: true, markets }),
+    offersFor(ctx, fitted, undefined, diskGb, { markets }),
+  ]);
   const choice = slotOffers({
     bids: fittingOffers(asBids(bidOffers, interruptible.bidMargin), fitted),
     // Searched and fitted even when it may not be rented: every bid is compared with it.
     onDemand: fittingOffers(onDemandOffers, fitted),
     onDemandAllowed: interruptible.onDemand !== false,
     replacing: interruptible.replacing,
+    replicaMarkets: request.replicaMarkets,
   });
   return choice.none ? choice : { candidates: spreadOver(choice.candidates, request.avoidMachineIds) };
 }
@@ -192,12 +204,22 @@ function nothingToRent(none: NothingToRent, template: Template): NotFoundError {
   return new NotFoundError(`No interruptible machine for template '${template.name}': ${nothingToRentText(none)}`);
 }
 
-/** The markets' answer to the creation's offer search (empty when there is nothing to ask); bids only, from the markets that rent them, when `interruptible`. */
-async function offersFor(ctx: GpuContext, template: Template | undefined, offerId: string | undefined, diskGb: number, interruptible = false): Promise<MarketOffer[]> {
+/**
+ * The markets' answer to the creation's offer search (empty when there is nothing to ask); bids
+ * only, from the markets that rent them, when `interruptible`; only `markets`' offers when named.
+ */
+async function offersFor(
+  ctx: GpuContext,
+  template: Template | undefined,
+  offerId: string | undefined,
+  diskGb: number,
+  { interruptible = false, markets }: { interruptible?: boolean; markets?: readonly string[] } = {},
+): Promise<MarketOffer[]> {
   const filter = candidateFilter(template, offerId, diskGb);
   if (!filter) return [];
   try {
-    return await ctx.marketplace.searchOffers(interruptible ? { ...filter, interruptible } : filter);
+    const narrowed = markets && markets.length > 0 && offerId === undefined ? { ...filter, markets } : filter;
+    return await ctx.marketplace.searchOffers(interruptible ? { ...narrowed, interruptible } : narrowed);
   } catch (err) {
     throw asMarketplaceError(err, "The marketplace did not search its offers");
   }

@@ -75,6 +75,8 @@ export interface OfferFilter {
    * price order apply to.
    */
   interruptible?: boolean;
+  /** Only these markets' offers (MARKETPLACE's names; markets/ honours it, a bare adapter is its one market). */
+  markets?: readonly string[];
 }
 
 /**

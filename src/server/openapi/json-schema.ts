@@ -12,6 +12,8 @@ export interface SchemaRegistryOptions {
   fieldHints: Readonly<Record<string, JsonObject>>;
   /** Messages that requests carry: they reject unknown fields and require nothing. */
   requestMessages: ReadonlySet<string>;
+  /** Messages held inside request bodies (and maybe in answers too): none of their fields is required. */
+  requestParts?: ReadonlySet<string>;
 }
 
 export interface SchemaRegistry {
@@ -34,7 +36,7 @@ const WELL_KNOWN: Record<string, JsonObject> = {
 };
 
 export function createSchemaRegistry(options: SchemaRegistryOptions): SchemaRegistry {
-  const { comments, fieldHints, requestMessages } = options;
+  const { comments, fieldHints, requestMessages, requestParts = new Set<string>() } = options;
   const schemas: Record<string, JsonObject> = {};
 
   const refOf = (message: DescMessage): JsonObject => {
@@ -55,7 +57,8 @@ export function createSchemaRegistry(options: SchemaRegistryOptions): SchemaRegi
     const properties: JsonObject = {};
     for (const field of message.fields) properties[field.name] = fieldSchema(field);
     // Responses always carry fields without presence (lists, maps, plain scalars), even when empty.
-    const required = isRequest ? [] : message.fields.filter(alwaysEmitted).map((f) => f.name);
+    // A part of a request body may omit them too (an endpoint's capacity.markets).
+    const required = isRequest || requestParts.has(message.typeName) ? [] : message.fields.filter(alwaysEmitted).map((f) => f.name);
     return {
       type: "object",
       ...describe(comments.get(message.typeName)),

@@ -52,6 +52,7 @@ export function createOpenApiDocument(options: OpenApiOptions): JsonObject {
     comments,
     fieldHints: hints.fields ?? {},
     requestMessages: new Set(routes.flatMap((r) => bodyMessages(r).map((m) => m.typeName))),
+    requestParts: partsOf(routes.flatMap(bodyMessages)),
   });
   const paths: Record<string, JsonObject> = {};
   for (const route of routes) {
@@ -165,6 +166,21 @@ function bodyMessages(route: RestRoute): DescMessage[] {
   if (route.body === "*") return [route.method.input];
   const field = fieldOf(route.method.input, route.body);
   return field.fieldKind === "message" ? [field.message] : [];
+}
+
+/** The messages a request body holds, at any depth (not the bodies themselves): a request may omit any of their fields. */
+function partsOf(bodies: readonly DescMessage[]): Set<string> {
+  const parts = new Set<string>();
+  const visit = (message: DescMessage) => {
+    for (const field of message.fields) {
+      const nested = field.fieldKind === "message" || (field.fieldKind === "list" && field.listKind === "message") ? field.message : undefined;
+      if (!nested || parts.has(nested.typeName) || nested.file.name.startsWith("google/protobuf/")) continue;
+      parts.add(nested.typeName);
+      visit(nested);
+    }
+  };
+  bodies.forEach(visit);
+  return parts;
 }
 
 function fieldOf(message: DescMessage, name: string): DescField {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { Candidate } from "../../../src/gpu/creation/bid-choice.js";
-import { nothingToRentText, slotOffers, type SlotMarkets } from "../../../src/gpu/creation/slot-offers.js";
+import { nothingToRentText, slotOffers, spreadOverMarkets, type SlotMarkets } from "../../../src/gpu/creation/slot-offers.js";
 import type { MarketOffer } from "../../../src/gpu/marketplace/port.js";
 
 // What an interruptible slot rents, as SPEC.md section 2 says it: an offer whose bid would reach
@@ -79,5 +79,39 @@ describe("what an interruptible slot rents", () => {
     ["back from a fallback, no on-demand offer fits: the fallback is the bar", [["b1", 0.5], ["b2", 0.7]], [], false, 0.6, "bids b1"],
   ])("%s", (_what, bids, onDemand, onDemandAllowed, replacing, outcome) => {
     expect(outcomeOf({ bids: bids.map(bid), onDemand: onDemand.map((p) => offer(`od-${p}`, p)), onDemandAllowed, replacing })).toBe(outcome);
+  });
+});
+
+// capacity.spread_markets: of the markets with a fitting offer within 25% of the cheapest, the one
+// holding the fewest of the endpoint's replicas goes first; a dearer market is never chosen for spread.
+describe("spreadOverMarkets", () => {
+  const at = (market: string, id: string, price: number): MarketOffer => ({ ...offer(`${market}:${id}`, price), market });
+  const ids = (offers: readonly MarketOffer[]) => offers.map((o) => o.id).join(" ");
+  const offers = [at("vastai", "1", 1.0), at("vastai", "2", 1.1), at("simulated", "1", 1.2), at("simulated", "2", 1.3)];
+
+  it.each<[what: string, replicas: string[], out: string]>([
+    ["no replica yet: the cheapest market first", [], "vastai:1 vastai:2 simulated:1 simulated:2"],
+    ["one replica on vast.ai: the simulated market's close offers first", ["vastai"], "simulated:1 vastai:1 vastai:2 simulated:2"],
+    ["one in each: the cheapest market again", ["vastai", "simulated"], "vastai:1 vastai:2 simulated:1 simulated:2"],
+    ["two on vast.ai, one on simulated: simulated", ["vastai", "simulated", "vastai"], "simulated:1 vastai:1 vastai:2 simulated:2"],
+  ])("%s", (_what, replicas, out) => {
+    expect(ids(spreadOverMarkets(offers, replicas))).toBe(out);
+  });
+
+  it("leaves the order as it is when no other market has an offer within 25% of the cheapest", () => {
+    const far = [at("vastai", "1", 1.0), at("simulated", "1", 1.26)];
+    expect(ids(spreadOverMarkets(far, ["vastai", "vastai"]))).toBe("vastai:1 simulated:1");
+  });
+
+  it("spreads four launches two and two, so that one market's outage takes at most half", () => {
+    const replicas: string[] = [];
+    for (let i = 0; i < 4; i++) replicas.push(spreadOverMarkets(offers, replicas)[0]!.market!);
+    expect(replicas.filter((m) => m === "vastai")).toHaveLength(2);
+    expect(replicas.filter((m) => m === "simulated")).toHaveLength(2);
+  });
+
+  it("spreads the bids a slot rents too", () => {
+    const choice = slotOffers({ bids: [{ ...at("vastai", "b", 0.5), bidPerHour: 0.5 }, { ...at("simulated", "b", 0.6), bidPerHour: 0.6 }], onDemand: [], onDemandAllowed: true, replicaMarkets: ["vastai"] });
+    expect(ids(choice.candidates)).toBe("simulated:b vastai:b");
   });
 });

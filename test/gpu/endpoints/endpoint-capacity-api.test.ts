@@ -16,7 +16,7 @@ import { gpuClient, rest } from "../helpers.js";
 
 const ctx = useTestServer();
 
-const DEFAULTS = { interruptible: false, on_demand_base: 0, fallback: true, bid_margin: 0.25 };
+const DEFAULTS = { interruptible: false, on_demand_base: 0, fallback: true, bid_margin: 0.25, markets: [], spread_markets: false };
 
 interface EndpointJson {
   detail?: string;
@@ -49,12 +49,12 @@ describe("endpoint capacity over REST", () => {
 
     const spot = await post({ ...base, name: "cap-spot", capacity: { interruptible: true, on_demand_base: 1 } });
     expect(spot.status).toBe(200);
-    expect(spot.body.capacity).toEqual({ interruptible: true, on_demand_base: 1, fallback: true, bid_margin: 0.25 });
+    expect(spot.body.capacity).toEqual({ interruptible: true, on_demand_base: 1, fallback: true, bid_margin: 0.25, markets: [], spread_markets: false });
     expect(await lastEvent("cap-spot")).toBe(
       "created with 0 replica(s) of 'budget' within $1/h, capacity interruptible, 1 on-demand base, fallback, bid margin 0.25",
     );
     const read = await rest<EndpointJson>(ctx.server.url, "GET", "/api/gpu/endpoints/cap-spot");
-    expect(read.body.capacity).toEqual({ interruptible: true, on_demand_base: 1, fallback: true, bid_margin: 0.25 });
+    expect(read.body.capacity).toEqual({ interruptible: true, on_demand_base: 1, fallback: true, bid_margin: 0.25, markets: [], spread_markets: false });
   });
 
   it.each([
@@ -84,7 +84,7 @@ describe("endpoint capacity over REST", () => {
     expect((await post(withCapacity({ on_demand_base: 17 }))).body.detail).toBe("capacity.on_demand_base must be an integer from 0 to 16, got 17");
     expect((await post(withCapacity({ bid_margin: 1.5 }))).body.detail).toBe("capacity.bid_margin must be a number from 0 to 1, got 1.5");
     const edges = await post({ ...base, name: "cap-edges", capacity: { interruptible: true, on_demand_base: 16, fallback: false, bid_margin: 1 } });
-    expect(edges.body.capacity).toEqual({ interruptible: true, on_demand_base: 16, fallback: false, bid_margin: 1 });
+    expect(edges.body.capacity).toEqual({ interruptible: true, on_demand_base: 16, fallback: false, bid_margin: 1, markets: [], spread_markets: false });
     const zero = await post({ ...base, name: "cap-zero", capacity: { bid_margin: 0 } });
     expect(zero.body.capacity).toEqual({ ...DEFAULTS, bid_margin: 0 });
   });
@@ -94,12 +94,12 @@ describe("endpoint capacity over REST", () => {
 
     const on = await patch("cap-patch", { capacity: { interruptible: true, on_demand_base: 1 } });
     expect(on.status).toBe(200);
-    expect(on.body.capacity).toEqual({ interruptible: true, on_demand_base: 1, fallback: true, bid_margin: 0.25 });
+    expect(on.body.capacity).toEqual({ interruptible: true, on_demand_base: 1, fallback: true, bid_margin: 0.25, markets: [], spread_markets: false });
     expect(await lastEvent("cap-patch")).toBe("capacity: interruptible, 1 on-demand base, fallback, bid margin 0.25");
 
     // A whole replacement: what is left out takes its default, not the previous value.
     const changed = await patch("cap-patch", { capacity: { interruptible: true, fallback: false, bid_margin: 0.5 } });
-    expect(changed.body.capacity).toEqual({ interruptible: true, on_demand_base: 0, fallback: false, bid_margin: 0.5 });
+    expect(changed.body.capacity).toEqual({ interruptible: true, on_demand_base: 0, fallback: false, bid_margin: 0.5, markets: [], spread_markets: false });
     expect(await lastEvent("cap-patch")).toBe("capacity: interruptible, 0 on-demand base, no fallback, bid margin 0.5");
 
     const bad = await patch("cap-patch", { capacity: { bid_margin: 2 } });
@@ -133,7 +133,7 @@ describe("endpoint capacity over REST", () => {
     // for a target of 4, so the controller (running in this server) has nothing to launch.
     await ctx.db.knex.transaction(async (trx) => {
       const endpoint = await store.insert(
-        { name: "cap-mix", templateName: "budget", replicas: 4, maxCostPerHour: 10, customConfig: {}, autoscale: null, capacity: { interruptible: true, onDemandBase: 1, fallback: true, bidMargin: 0.25 } },
+        { name: "cap-mix", templateName: "budget", replicas: 4, maxCostPerHour: 10, customConfig: {}, autoscale: null, capacity: { interruptible: true, onDemandBase: 1, fallback: true, bidMargin: 0.25, markets: [], spreadMarkets: false } },
         trx,
       );
       await store.setControl(endpoint.id, { nextLaunchAt: new Date(Date.now() + 3_600_000) }, trx);

@@ -24,7 +24,7 @@ function endpoint(fields: Partial<EndpointRecord> = {}): EndpointRecord {
     customConfig: {},
     autoscale: null,
     autoscaleMemory: { direction: null, since: null, bound: null },
-    capacity: { interruptible: false, onDemandBase: 0, fallback: true, bidMargin: 0.25 },
+    capacity: { interruptible: false, onDemandBase: 0, fallback: true, bidMargin: 0.25, markets: [], spreadMarkets: false },
     phase: "active",
     everReady: true,
     budgetHeld: false,
@@ -220,7 +220,7 @@ describe("endpoint plan", () => {
   });
 
   describe("interruptible capacity", () => {
-    const capacity = { interruptible: true, onDemandBase: 1, fallback: true, bidMargin: 0.25 };
+    const capacity = { interruptible: true, onDemandBase: 1, fallback: true, bidMargin: 0.25, markets: [], spreadMarkets: false };
     /** A replica in an interruptible slot: a bid, or an on-demand fallback standing in for one. */
     const slot = (id: string, kind: Kind, as: "bid" | "fallback") => {
       const facts = replica(id, kind);

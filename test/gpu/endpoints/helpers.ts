@@ -21,6 +21,7 @@ export interface EndpointJson {
   ready_replicas: number;
   on_demand_replicas?: number;
   interruptible_replicas?: number;
+  capacity?: { interruptible?: boolean; markets?: string[] };
   cost_per_hour: number;
   total_cost: number;
   url: string;

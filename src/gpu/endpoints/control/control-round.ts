@@ -6,6 +6,7 @@ import type { ReadinessProbe } from "../replicas/readiness-probe.js";
 import { billedCost, type ReplicaFacts } from "../replicas/replica-state.js";
 import type { LoadStore } from "../load/load-store.js";
 import type { PlanSettings } from "./endpoint-plan.js";
+import type { MarketBackoff } from "./market-backoff.js";
 
 // What the controller's parts share: their dependencies, and one round of decisions for one
 // endpoint (what it has done so far: the spend its launches count against, whether launches may
@@ -32,6 +33,8 @@ export interface EndpointControllerDeps {
 /** The deps of one round: the lead confirmed on the lease the round started on. */
 export interface RoundDeps extends EndpointControllerDeps {
   confirmLead(): Promise<boolean>;
+  /** Each market's own backoff, kept by the controller across rounds (market-backoff.ts). */
+  marketBackoff?: MarketBackoff;
 }
 
 /** The round stops here: this process lost the lead. */
@@ -50,6 +53,8 @@ export interface Round {
   urgent: boolean;
   /** The machines the endpoint's billed replicas run on. */
   machineIds: string[];
+  /** The markets the endpoint's replicas are rented on, one entry each (capacity.spread_markets). */
+  replicaMarkets: string[];
 }
 
 export function newRound(facts: readonly ReplicaFacts[]): Round {
@@ -59,8 +64,10 @@ export function newRound(facts: readonly ReplicaFacts[]): Round {
     return f ? billedCost(f) : 0;
   };
   const machineIds = facts.flatMap((f) => (f.record?.machineId && billedCost(f) > 0 ? [f.record.machineId] : []));
+  // Every replica with a record, even one still being created: a spread counts where it will run.
+  const replicaMarkets = facts.flatMap((f) => (f.record?.market ? [f.record.market] : []));
   const spend = facts.reduce((sum, f) => sum + billedCost(f), 0);
-  return { byId, costOf, spend, blocked: false, launched: false, held: undefined, urgent: false, machineIds };
+  return { byId, costOf, spend, blocked: false, launched: false, held: undefined, urgent: false, machineIds, replicaMarkets };
 }
 
 export function note(deps: Pick<EndpointControllerDeps, "events">, endpoint: EndpointRecord, kind: EventKind, detail: string, instanceId?: string) {

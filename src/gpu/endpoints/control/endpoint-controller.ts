@@ -4,7 +4,8 @@ import { planEndpoint, type Action } from "./endpoint-plan.js";
 import type { EndpointRecord } from "../resource/endpoint-store.js";
 import { probeReplicas } from "../replicas/replica-probes.js";
 import { replicaFactsOf } from "../replicas/replica-facts.js";
-import { launchReplica } from "./replica-launch.js";
+import { launchBackoffMs, launchReplica } from "./replica-launch.js";
+import { createMarketBackoff } from "./market-backoff.js";
 import { LeadLost, newRound, note, type EndpointControllerDeps, type Round, type RoundDeps } from "./control-round.js";
 import { condemn, drain, drained, finish, remove, retire, scaleIn, undrain } from "./replica-actions.js";
 import { finishDelete } from "./endpoint-delete.js";
@@ -48,11 +49,12 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
   const { ctx, endpoints } = deps;
   const rounds = new Map<string, Promise<void>>();
   const lanes = new Map<string, Promise<void>>();
+  const marketBackoff = createMarketBackoff(launchBackoffMs);
 
   /** The round's deps: the lead it confirms is the lease it starts on. */
   function roundDeps(): RoundDeps {
     const term = deps.leader?.term();
-    return { ...deps, confirmLead: async () => !deps.leader || (await deps.leader.confirm(term)) };
+    return { ...deps, marketBackoff, confirmLead: async () => !deps.leader || (await deps.leader.confirm(term)) };
   }
 
   async function decide(endpoint: EndpointRecord, load: EndpointLoad | undefined): Promise<void> {
@@ -171,11 +173,19 @@ export function createEndpointController(deps: EndpointControllerDeps): Endpoint
     if (closed(endpoint, round, action)) return;
     // The machines its other replicas run on, this round's launches included: a new one goes
     // elsewhere while offers there fit.
-    const request = { interruptible: action.interruptible, fallback: action.fallback, avoidMachineIds: round.machineIds, replacing: action.replacing, replaces: action.replaces };
+    const request = {
+      interruptible: action.interruptible,
+      fallback: action.fallback,
+      avoidMachineIds: round.machineIds,
+      replicaMarkets: round.replicaMarkets,
+      replacing: action.replacing,
+      replaces: action.replaces,
+    };
     const outcome = await launchReplica(rd, endpoint, endpoint.maxCostPerHour - round.spend, request);
     if (outcome.kind === "launched") {
       round.spend += outcome.costPerHour;
       if (outcome.machineId) round.machineIds.push(outcome.machineId);
+      if (outcome.market) round.replicaMarkets.push(outcome.market);
       round.launched = true;
     } else if (outcome.kind === "failed") {
       round.blocked = true;

@@ -7,9 +7,11 @@ import { anyOfferFits, chooseInterruptible, createInstance, type CreationRequest
 import { nothingToRentText } from "../../creation/slot-offers.js";
 import { findTemplate } from "../../creation/templates.js";
 import type { GpuContext } from "../../gpu-context.js";
+import { directoryOf } from "../../marketplace/markets/market-directory.js";
 import { roundMoney } from "../../money/cost.js";
 import type { EndpointEventStore } from "../resource/endpoint-events.js";
 import type { LaunchKind } from "./capacity-mix.js";
+import type { MarketBackoff } from "./market-backoff.js";
 import type { EndpointRecord, EndpointStore } from "../resource/endpoint-store.js";
 
 // One replica's launch (SPEC.md section 2, "Endpoints", Money, and "Control loops survive their
@@ -23,6 +25,11 @@ import type { EndpointRecord, EndpointStore } from "../resource/endpoint-store.j
 // looks at the market before it writes anything: no bid cheap enough is an observation, not a
 // failure (SPEC.md, "Back from fallback"): nothing rented, no row, no instance id, one event when
 // the wait starts, and a look again GPU_ENDPOINT_MIX_RECHECK_MS (at most a minute) later.
+// Over several markets (SPEC.md, "Several marketplaces", Endpoints) a creation that failed in one
+// market (every candidate there refused, the market failing or blocked) is tried again at once in
+// the endpoint's other markets, in the same round; the launch backoff is raised only when the
+// last of them failed too (or when the failure names no market: nothing fits anywhere). The
+// market that failed is left out of the endpoint's next launches for a while (market-backoff.ts).
 
 /** Launch failures back off from 10 s, doubling, to 10 min (SPEC.md: nothing loops faster). */
 export const LAUNCH_BACKOFF_MS = { first: 10_000, max: 600_000 } as const;
@@ -32,13 +39,16 @@ export function launchBackoffMs(failures: number): number {
 }
 
 export type LaunchOutcome =
-  | { kind: "launched"; costPerHour: number; machineId: string | null }
+  | { kind: "launched"; costPerHour: number; machineId: string | null; market: string | null }
   /** The budget leaves no room: nothing rented, the launch backs off. */
   | { kind: "held"; detail: string }
   /** Failed (event launch_failed, backoff), or its outcome is unknown (the reconciler settles it): the round launches no more. */
   | { kind: "failed" }
   /** A move to a bid found none cheap enough: nothing rented; looked at again after GPU_ENDPOINT_MIX_RECHECK_MS. */
   | { kind: "waiting" };
+
+/** A creation that failed in `market` while other markets remain: tried again there, in the same round. */
+type Elsewhere = { kind: "elsewhere"; market: string };
 
 export interface LaunchDeps {
   ctx: GpuContext;
@@ -47,11 +57,15 @@ export interface LaunchDeps {
   settings: Pick<EndpointConfig, "mixRecheckMs">;
   /** Whether this process still leads; false stops the rental before the marketplace is asked. */
   confirmLead(): Promise<boolean>;
+  /** Each market's own backoff after a launch failed there (market-backoff.ts); absent: none kept. */
+  marketBackoff?: MarketBackoff;
 }
 
 /** What to rent: its slot's kind (capacity-mix.ts), and the machines its siblings are on (spread). */
 export interface LaunchRequest extends LaunchKind {
   avoidMachineIds: readonly string[];
+  /** The markets its siblings are rented on: with capacity.spread_markets, a launch goes to the emptiest close market. */
+  replicaMarkets?: readonly string[];
   /** The way back from a fallback: the fallback's cost_per_hour; the bid must cost at most 90% of it. */
   replacing?: number;
   /** The misplaced replica this launch takes the place of (capacity-mix.ts): its own backoff. */
@@ -68,6 +82,8 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
     actor: ACTOR_SYSTEM,
     ...(request.interruptible ? { interruptible: { bidMargin: endpoint.capacity.bidMargin, onDemand: request.fallback, replacing: request.replacing } } : {}),
     avoidMachineIds: request.avoidMachineIds,
+    markets: endpoint.capacity.markets,
+    ...(endpoint.capacity.spreadMarkets ? { replicaMarkets: request.replicaMarkets ?? [] } : {}),
   };
   let chosen: Candidate[] | undefined;
   if (request.replaces !== undefined && request.interruptible && !request.fallback) {
@@ -75,6 +91,30 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
     if (!Array.isArray(looked)) return looked;
     chosen = looked;
   }
+  const allowed = endpoint.capacity.markets.length > 0 ? endpoint.capacity.markets : directoryOf(ctx.marketplace).names;
+  let markets = deps.marketBackoff?.usable(endpoint.id, allowed) ?? [...allowed];
+  for (;;) {
+    const outcome = await launchOnce(deps, endpoint, priceCap, request, { ...creation, markets }, chosen, budgetText);
+    if (outcome.kind === "launched" && outcome.market) deps.marketBackoff?.succeeded(endpoint.id, outcome.market);
+    if (outcome.kind !== "elsewhere") return outcome;
+    deps.marketBackoff?.failed(endpoint.id, outcome.market);
+    markets = markets.filter((m) => m !== outcome.market);
+    // The candidates chosen beforehand were the failed market's too: the next try searches again.
+    chosen = undefined;
+  }
+}
+
+/** One creation over `creation.markets`: launched, held, failed, or failed in one market with others left. */
+async function launchOnce(
+  deps: LaunchDeps,
+  endpoint: EndpointRecord,
+  priceCap: number,
+  request: LaunchRequest,
+  creation: CreationRequest,
+  chosen: Candidate[] | undefined,
+  budgetText: string,
+): Promise<LaunchOutcome | Elsewhere> {
+  const { ctx, endpoints } = deps;
   const instanceId = await ctx.instances.nextInstanceId();
   // The intent first (with its slot): should this process die from here on, the next round finds the row.
   await endpoints.replicas.insert(endpoint.id, instanceId, undefined, { interruptible: request.interruptible, fallback: false, replaces: request.replaces });
@@ -87,7 +127,7 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
   try {
     await createInstance(ctx, { ...creation, replicaOf: { instanceId, endpoint: endpoint.name, priceCap, fence }, ...(chosen ? { chosen } : {}) });
   } catch (err) {
-    return failedLaunch(deps, endpoint, instanceId, err, priceCap, budgetText, request);
+    return failedLaunch(deps, endpoint, instanceId, err, priceCap, budgetText, request, creation.markets ?? []);
   }
   const record = await ctx.instances.get(instanceId);
   const costPerHour = record?.costPerHour ?? 0;
@@ -101,7 +141,7 @@ export async function launchReplica(deps: LaunchDeps, endpoint: EndpointRecord, 
     await endpoints.replicas.markFallback(instanceId);
     await note(deps, endpoint, "fallback", `${instanceId} rented on-demand in an interruptible slot: no bid fits for less than an on-demand machine`, instanceId);
   }
-  return { kind: "launched", costPerHour, machineId: record?.machineId ?? null };
+  return { kind: "launched", costPerHour, machineId: record?.machineId ?? null, market: record?.market ?? null };
 }
 
 async function failedLaunch(
@@ -112,7 +152,8 @@ async function failedLaunch(
   priceCap: number,
   budgetText: string,
   request: LaunchRequest,
-): Promise<LaunchOutcome> {
+  markets: readonly string[],
+): Promise<LaunchOutcome | Elsewhere> {
   const { ctx, endpoints } = deps;
   if (!(await deps.confirmLead())) {
     // The new leader sees the row (and its record, if any) and settles them; nothing more here.
@@ -129,12 +170,19 @@ async function failedLaunch(
   if (record === null) await endpoints.replicas.forget(instanceId);
   // A round that saw the failed record meanwhile removed the replica and counted the failure: once only.
   else if (!(await endpoints.replicas.remove(instanceId))) return { kind: "failed" };
+  const failedIn = record?.market ?? undefined;
+  const others = markets.filter((m) => m !== failedIn);
+  if (failedIn !== undefined && markets.includes(failedIn) && others.length > 0) {
+    // That market's failure alone: no backoff, the other markets are tried now.
+    await note(deps, endpoint, "launch_failed", `launch of ${instanceId} failed in ${failedIn}: ${failureText(err)}; trying ${others.join(", ")} now`, instanceId);
+    return { kind: "elsewhere", market: failedIn };
+  }
   const templateMax = findTemplate(endpoint.templateName)?.config?.maxPrice ?? 0;
   // A bid-only launch (a move to a bid, a slot without fallback) that rents no bid failed: no budget hold.
   const bidOnly = request.interruptible && !request.fallback;
   if (err instanceof NotFoundError && record === null && priceCap < templateMax && !bidOnly) {
     // Nothing fits what is left of the budget: a hold, unless nothing fits the template at all.
-    if (await anyOfferFits(ctx, endpoint.templateName, endpoint.customConfig)) {
+    if (await anyOfferFits(ctx, endpoint.templateName, endpoint.customConfig, endpoint.capacity.markets)) {
       return holdBack(deps, endpoint, `one replica held back: no offer fits the ${budgetText}`, request);
     }
   }

@@ -1,6 +1,6 @@
 import type { UpdateEndpointRequest } from "../../../../gen/gpu/v1/gpu_service_pb.js";
 import { excerpt, InvalidInputError } from "../../../errors.js";
-import { DEFAULT_CAPACITY, validCapacity, type CapacityMarket } from "./endpoint-capacity.js";
+import { DEFAULT_CAPACITY, validCapacity, type CapacityMarkets } from "./endpoint-capacity.js";
 import { MAX_REPLICAS, replicasWithAutoscale, validAutoscale, validBudget, validReplicas } from "./endpoint-request.js";
 import type { EndpointChange, EndpointRecord } from "./endpoint-store.js";
 
@@ -46,7 +46,7 @@ function namedFields(req: UpdateEndpointRequest): Set<Field> {
  * Validates a PATCH on its own, before the endpoint is read: bad input is a 400 whatever the
  * endpoint. `market` tells whether interruptible capacity can be rented at all.
  */
-export function patchOf(req: UpdateEndpointRequest, market: CapacityMarket): EndpointChange {
+export function patchOf(req: UpdateEndpointRequest, market: CapacityMarkets): EndpointChange {
   const named = namedFields(req);
   if (named.size === 0) {
     throw bad("replicas", "Nothing to change: give replicas, max_cost_per_hour, autoscale and/or capacity");

@@ -2,7 +2,7 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import { excerpt, InvalidInputError } from "../../../errors.js";
 import { parseCustomConfig } from "../../creation/custom-config.js";
 import { findTemplate, listTemplates } from "../../creation/templates.js";
-import { DEFAULT_CAPACITY, validCapacity, type CapacityInput, type CapacityMarket } from "./endpoint-capacity.js";
+import { DEFAULT_CAPACITY, validCapacity, type CapacityInput, type CapacityMarkets } from "./endpoint-capacity.js";
 import type { AutoscaleSettings, NewEndpoint } from "./endpoint-store.js";
 
 // Validation of endpoint requests (SPEC.md section 2, "Endpoints"): bad input is a 400 naming
@@ -109,7 +109,7 @@ export function newEndpointOf(
     autoscale?: AutoscaleInput;
     capacity?: CapacityInput;
   },
-  market: CapacityMarket,
+  market: CapacityMarkets,
 ): NewEndpoint {
   const name = validName(request.name);
   if (!request.templateName) throw bad("template_name", "template_name is required");

@@ -7,7 +7,7 @@ import type { EndpointEventStore } from "./endpoint-events.js";
 import { checkPatch, patchOf } from "./endpoint-patch.js";
 import { newEndpointOf } from "./endpoint-request.js";
 import type { EndpointRecord, EndpointStore } from "./endpoint-store.js";
-import { capacitySummary, isDefaultCapacity } from "./endpoint-capacity.js";
+import { capacityMarketsOf, capacitySummary, isDefaultCapacity } from "./endpoint-capacity.js";
 import { autoscaleSummary, endpointMessage, eventMessage } from "./endpoint-view.js";
 import { replicaFactsOf } from "../replicas/replica-facts.js";
 
@@ -43,7 +43,7 @@ export function createEndpointRpcs(options: EndpointServiceOptions): EndpointRpc
 
   return {
     async createEndpoint(req, context) {
-      const fresh = newEndpointOf({ ...req, customConfig: req.customConfig }, ctx.marketplace);
+      const fresh = newEndpointOf({ ...req, customConfig: req.customConfig }, capacityMarketsOf(ctx.marketplace));
       const endpoint = await ctx.knex.transaction(async (trx) => {
         const created = await endpoints.insert(fresh, trx);
         await events.append(
@@ -69,7 +69,7 @@ export function createEndpointRpcs(options: EndpointServiceOptions): EndpointRpc
       return view(await requireEndpoint(name));
     },
     async updateEndpoint(req, context) {
-      const change = patchOf(req, ctx.marketplace);
+      const change = patchOf(req, capacityMarketsOf(ctx.marketplace));
       const current = await requireEndpoint(req.name);
       if (current.phase !== "active") throw new NotFoundError(`Endpoint '${excerpt(req.name)}' is ${current.phase}`);
       checkPatch(change, current);

@@ -37,6 +37,10 @@ export interface CapacitySettings {
   fallback: boolean;
   /** The bid over the offer's minimum bid, as a share: bid = min_bid x (1 + bidMargin). */
   bidMargin: number;
+  /** The markets (MARKETPLACE's names) its replicas may be rented on; empty: every configured one. */
+  markets: readonly string[];
+  /** Spread the replicas over the markets whose fitting offers are within 25% of the cheapest (slot-offers.ts). */
+  spreadMarkets: boolean;
 }
 
 export interface EndpointRecord {
@@ -112,6 +116,8 @@ interface EndpointRow {
   capacity_on_demand_base: number;
   capacity_fallback: boolean;
   capacity_bid_margin: number;
+  capacity_markets: string[] | null;
+  capacity_spread_markets: boolean | null;
   phase: EndpointPhase;
   ever_ready: boolean;
   budget_held: boolean;
@@ -139,6 +145,8 @@ function toEndpoint(row: EndpointRow): EndpointRecord {
       onDemandBase: row.capacity_on_demand_base,
       fallback: row.capacity_fallback,
       bidMargin: row.capacity_bid_margin,
+      markets: row.capacity_markets ?? [],
+      spreadMarkets: row.capacity_spread_markets ?? false,
     },
     phase: row.phase,
     everReady: row.ever_ready,
@@ -181,6 +189,8 @@ function capacityColumns(settings: CapacitySettings) {
     capacity_on_demand_base: settings.onDemandBase,
     capacity_fallback: settings.fallback,
     capacity_bid_margin: settings.bidMargin,
+    capacity_markets: settings.markets,
+    capacity_spread_markets: settings.spreadMarkets,
   };
 }
 

@@ -34,7 +34,7 @@ export function endpointMessage(endpoint: EndpointRecord, replicas: readonly Rep
     url: endpointUrl(endpoint.name),
     createdAt: timestampFromDate(endpoint.createdAt),
     autoscale: endpoint.autoscale ?? undefined,
-    capacity: endpoint.capacity,
+    capacity: { ...endpoint.capacity, markets: [...endpoint.capacity.markets] },
     onDemandReplicas: shown.length - interruptible,
     interruptibleReplicas: interruptible,
     instances: shown.map((f) => ({

@@ -128,8 +128,11 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
         return found.map(offerOf(market));
       }
       // An auto-pick's search: every market that may rent now and rents what is asked.
-      const asked = names.filter((n) => tracker.mayOffer(n, reported(n)) && (!filter.interruptible || adapter(n).interruptible === true));
-      const offers = answered(await eachMarket(asked, async (name, s) => (await adapter(name).searchOffers(filter, s)).map(offerOf(name)), signal));
+      const { markets: only, ...asMarket } = filter;
+      const asked = names.filter(
+        (n) => tracker.mayOffer(n, reported(n)) && (!filter.interruptible || adapter(n).interruptible === true) && (!only?.length || only.includes(n)),
+      );
+      const offers = answered(await eachMarket(asked, async (name, s) => (await adapter(name).searchOffers(asMarket, s)).map(offerOf(name)), signal));
       if (!several) return offers;
       return mergedOffers(offers, filter.order, filter.limit);
     },
