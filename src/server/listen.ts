@@ -77,7 +77,10 @@ export async function listen(options: ListenOptions): Promise<RunningServer> {
           plain[1].emit("connection", socket);
         } else {
           plain[0].emit("connection", socket);
-          socket.resume();
+          // On the next tick, once node:http has taken the socket: resumed at once, the socket
+          // reads a request's whole body whether or not anyone reads it (no backpressure), and a
+          // request refused before its body is read would still take all of it into memory.
+          process.nextTick(() => socket.resume());
         }
       });
     });

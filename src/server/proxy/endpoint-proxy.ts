@@ -4,7 +4,7 @@ import type { Logger } from "pino";
 import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from "../../module.js";
 import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
 import { downstreamHeaders, upstreamHeaders } from "./forward-headers.js";
-import { HoldQueues, RETRY_AFTER_SECONDS, refusalDetail, refuse, type Held } from "./hold-queue.js";
+import { closeUnread, HoldQueues, RETRY_AFTER_SECONDS, refusalDetail, refuse, type Held } from "./hold-queue.js";
 import { KeptBody, KeptBytes } from "./kept-body.js";
 import type { ProxyMetrics } from "./proxy-metrics.js";
 import { createProxyLoad } from "./proxy-load.js";
@@ -14,10 +14,10 @@ import { completionPathOf, StreamedAnswer, streamPlanOf, type StreamPlan } from 
 
 // The endpoint proxy (SPEC.md section 2, "Endpoints", Routing): one request to one ready replica,
 // chosen by least outstanding requests; the answer is passed on as it arrives, never buffered; a
-// connection error or a 502/503/504 before any answer byte is sent once more to another ready
-// replica. With no ready replica while one is coming, the request waits in the hold queue
-// (hold-queue.ts), and so does one whose replicas could not be reached at all (preempted between
-// two probes). A streamed completion is read as it passes (streamed-answer.ts), so that a replica
+// connection error or a 502/503/504 before any answer byte sends it to another ready replica it
+// has not tried. With no ready replica while one is coming, the request waits in the hold queue
+// (hold-queue.ts), and so does one whose every ready replica failed it before any answer byte
+// (preempted between two probes): 502 only when nothing is coming. A streamed completion is read as it passes (streamed-answer.ts), so that a replica
 // that fails mid-answer is replaced by another that continues it; every other answer is piped
 // untouched. docs/endpoints.md tells the rules an operator sees.
 
@@ -74,7 +74,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     shutdown: options.shutdown,
     // The first-byte clock (and metric) of a held request starts here: its wait is gpu_endpoint_hold_seconds.
     dispatch: (held: Held, route: EndpointRoute) =>
-      new Exchange(shared, held.req, held.res, held.name, route.endpointId, held.path, route.targets, process.hrtime.bigint(), held).start(),
+      new Exchange(shared, held.req, held.res, held.name, route, held.path, process.hrtime.bigint(), held).start(),
   });
   const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map(), load, kept, holds };
 
@@ -113,11 +113,11 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     if (route.targets.length > 0) {
       // Requests held before this one go first (a replica just became ready): first in first out.
       holds.release(name, route);
-      new Exchange(shared, req, res, name, route.endpointId, upstreamPath, route.targets, started).start();
+      new Exchange(shared, req, res, name, route, upstreamPath, started).start();
       return;
     }
     if (!route.coming) {
-      refuse(res, metrics, name, { reason: "not_coming", detail: refusalDetail(name, route.refusal) });
+      refuse(res, metrics, name, { reason: "not_coming", detail: refusalDetail(name, route.refusal) }, req);
       return;
     }
     holds.hold(req, res, name, upstreamPath, route);
@@ -145,9 +145,10 @@ class Exchange {
   private readonly body: KeptBody;
   private attempt: ClientRequest | undefined;
   private target!: RouteTarget;
-  /** The replicas this exchange could not reach. */
-  private readonly unreached: string[] = [];
-  private retried = false;
+  /** The replicas that failed this request before any answer byte, here or before it was held again. */
+  private readonly failed: string[];
+  /** A fresh connection was tried after a reset on a reused one (which says nothing of the replica). */
+  private reconnected = false;
   private answering = false;
   private settled = false;
   private finished = false;
@@ -166,9 +167,9 @@ class Exchange {
     private readonly req: NodeRequest,
     private readonly res: NodeResponse,
     private readonly name: string,
-    private readonly endpointId: string,
+    /** Its ready replicas, and whether another is coming, when it was sent. */
+    private readonly route: EndpointRoute,
     private readonly path: string,
-    private readonly targets: RouteTarget[],
     private readonly started: bigint,
     /** The hold queue's request: its body read while it waited, and whether it may go back there. */
     private readonly held?: Held,
@@ -178,24 +179,23 @@ class Exchange {
       this.body = held.body;
       this.body.onOverflow = () => this.onOverflow();
     }
+    this.failed = [...(held?.failed ?? [])];
     res.once("finish", () => (this.finished = true));
     res.once("close", () => this.onClientClose());
   }
 
   start(): void {
-    const first = () => this.send(this.shared.balancer.pick(this.targets)!);
+    const first = () => this.send(this.shared.balancer.pick(this.route.targets)!);
     const path = completionPathOf(this.req.method, this.path);
     // Only a completion is read, and only its body decides whether it streams.
     if (path === undefined || !this.body.replayable) return first();
+    // Its copy dropped while it arrives (it grew past what the process may still keep): nothing can
+    // be sent, and the rest of it is not read.
+    this.body.onUnkept = () => this.refuseUnkept();
     void this.body.whole(this.req).then((bytes) => {
+      this.body.onUnkept = undefined;
       if (this.settled || this.body.overflowed) return;
-      if (bytes === undefined) {
-        // Its copy was dropped while it arrived (the process keeps too many bodies): nothing to send.
-        this.settled = true;
-        this.count(503);
-        sendJson(this.res, 503, { detail: "the request's body could not be kept (GPU_ENDPOINT_KEPT_BODY_BYTES)" }, { "retry-after": String(RETRY_AFTER_SECONDS) });
-        return;
-      }
+      if (bytes === undefined) return this.refuseUnkept();
       this.plan = streamPlanOf(path, bytes);
       first();
     });
@@ -209,7 +209,7 @@ class Exchange {
       headers["content-length"] = String(this.plan.firstBytes.length);
       delete headers["accept-encoding"];
     }
-    const attempt = requestReplica(this.shared, this.endpointId, target, this.req.method, this.path, headers);
+    const attempt = requestReplica(this.shared, this.route.endpointId, target, this.req.method, this.path, headers);
     this.attempt = attempt;
     this.sentAt = performance.now();
     attempt.once("response", (answer) => this.onResponse(attempt, answer));
@@ -227,7 +227,14 @@ class Exchange {
     }
     clearTimeout(this.timer);
     const status = answer.statusCode ?? 502;
-    if (RETRYABLE_STATUS.has(status) && this.retryTo(this.nextTarget(false))) return;
+    if (RETRYABLE_STATUS.has(status)) {
+      this.failedBy(this.target);
+      if (this.retryTo(this.nextTarget(false))) return;
+      if (this.requeue(`replica ${this.target.instanceId} answered ${status}`)) {
+        answer.resume();
+        return;
+      }
+    }
     this.answering = true;
     // No retry from here on: the kept copy of the body is of no more use.
     this.body.release();
@@ -280,7 +287,7 @@ class Exchange {
     this.streamed = new StreamedAnswer({
       res: this.res,
       name: this.name,
-      endpointId: this.endpointId,
+      endpointId: this.route.endpointId,
       upstreamPath: this.path,
       callerHeaders: this.req.headers,
       plan,
@@ -312,7 +319,7 @@ class Exchange {
     if (attempt !== this.attempt || this.settled || this.answering) return;
     clearTimeout(this.timer);
     if (!attempt.reusedSocket) this.shared.balancer.shun(this.target);
-    if (!this.unreached.includes(this.target.instanceId)) this.unreached.push(this.target.instanceId);
+    this.failedBy(this.target);
     if (this.retryTo(this.nextTarget(attempt.reusedSocket))) return;
     this.shared.options.logger.warn({ endpoint: this.name, instance_id: this.target.instanceId, code: err.code }, "replica unreachable");
     const detail = `replica ${this.target.instanceId} could not be reached`;
@@ -320,23 +327,29 @@ class Exchange {
     this.reply(502, detail);
   }
 
+  private failedBy(target: RouteTarget): void {
+    if (!this.failed.includes(target.instanceId)) this.failed.push(target.instanceId);
+  }
+
   /**
    * Nothing was sent to the caller and the body is kept: the request waits in the hold queue for
-   * a replica other than the ones it could not reach, instead of answering 502.
+   * a replica other than the ones that failed it, instead of answering 502.
    */
   private requeue(detail: string): boolean {
+    // Nothing was coming when it was sent: the replica's failure is the answer, at once.
+    if (!this.route.coming || !this.body.replayable) return false;
     this.body.detach();
     const held: Held = {
       req: this.req,
       res: this.res,
       name: this.name,
-      endpointId: this.endpointId,
+      endpointId: this.route.endpointId,
       path: this.path,
       body: this.body,
       heldSince: this.held?.heldSince,
-      requeued: this.held?.requeued,
+      failed: this.failed,
     };
-    if (!this.shared.holds.requeue(held, { instanceIds: this.unreached, detail })) return false;
+    if (!this.shared.holds.requeue(held, { instanceIds: this.failed, detail })) return false;
     // This exchange is over without an answer: the one the hold queue starts answers.
     this.settled = true;
     this.counted = true;
@@ -372,25 +385,35 @@ class Exchange {
   }
 
   /**
-   * Another ready replica, or none. A connection reset on a reused keep-alive connection says
-   * nothing about the replica (it closed an idle connection as the request left), so with no
-   * other replica the same one is asked again on a new connection.
+   * A ready replica that has not failed this request, or none. A connection reset on a reused
+   * keep-alive connection says nothing about the replica (it closed an idle connection as the
+   * request left), so with no other replica the same one is asked once more on a new connection.
    */
   private nextTarget(reusedSocket: boolean): RouteTarget | undefined {
-    if (this.retried || !this.body.replayable) return undefined;
-    return this.shared.balancer.pick(this.targets, this.target) ?? (reusedSocket ? this.target : undefined);
+    if (!this.body.replayable) return undefined;
+    const next = this.shared.balancer.pick(this.route.targets.filter((target) => !this.failed.includes(target.instanceId)));
+    if (next !== undefined || !reusedSocket || this.reconnected) return next;
+    this.reconnected = true;
+    return this.target;
   }
 
   private retryTo(next: RouteTarget | undefined): boolean {
     if (next === undefined) return false;
-    this.retried = true;
     this.shared.options.metrics.retried(this.name);
     this.body.detach();
     this.attempt?.destroy();
     this.send(next);
-    // Back from the hold queue once already: this was its last send, the copy is of no more use.
-    if (this.held?.requeued === true) this.body.release();
     return true;
+  }
+
+  /** Its body grew past what the process may keep before it could be sent: 503, the rest unread. */
+  private refuseUnkept(): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.count(503);
+    this.shared.options.metrics.refused(this.name, "kept_bytes");
+    const detail = "the request's body could not be kept (GPU_ENDPOINT_KEPT_BODY_BYTES)";
+    sendJson(this.res, 503, { detail }, { "retry-after": String(RETRY_AFTER_SECONDS), ...closeUnread(this.req, this.res) });
   }
 
   /** The proxy's own answer (no replica's): the caller learns which replica failed. */

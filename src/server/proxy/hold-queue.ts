@@ -9,11 +9,13 @@ import type { ProxyMetrics, RefusalReason } from "./proxy-metrics.js";
 // endpoint (SPEC.md section 2, "Endpoints that follow their load", Holding): bounded in time
 // (holdMs) and in count (holdMax per endpoint in this process), dropped at once when their caller
 // leaves, and sent to the first replica that becomes ready. Held requests are counted as the
-// endpoint's load (ProxyLoad): they are what wakes and scales it. A request whose replicas could
-// not be reached before any answer byte (a machine preempted or gone between two probes) comes
+// endpoint's load (ProxyLoad): they are what wakes and scales it. A request whose replicas failed
+// before any answer byte (a machine preempted or gone between two probes, a 502/503/504) comes
 // back here rather than answering 502, passing those replicas over, while a replica is coming:
-// once, and within the hold limit counted from when it was first held. A held request's body is
-// kept in the process's KeptBytes: one that finds no room there is refused, not held. A streamed
+// as often as that happens, within the hold limit counted from when it was first held. A held
+// request's body is kept in the process's KeptBytes: one that finds no room there is refused from
+// its headers, its body not read and its connection closed (a flood of large bodies must not be
+// read only to be dropped). A streamed
 // answer cut mid-way whose continuation finds no ready replica (streamed-answer.ts) waits in the
 // same queue, by the same rules, its hold limit counted from the cut.
 
@@ -49,8 +51,8 @@ export interface Held {
   body: KeptBody;
   /** When it was first held (performance.now() ms): its hold limit counts from there. */
   heldSince?: number;
-  /** It came back to the queue once already: the next replicas it cannot reach answer 502. */
-  requeued?: boolean;
+  /** The replicas that failed it before any answer byte: not asked again for SHUN_MS. */
+  failed?: string[];
 }
 
 /** What a request sent back by `requeue` answers when nothing else is coming: the replica's failure. */
@@ -134,29 +136,31 @@ export class HoldQueues {
    */
   hold(req: NodeRequest, res: NodeResponse, name: string, path: string, route: EndpointRoute): void {
     const { kept, maxBodyBytes, metrics } = this.options;
-    const refusal = this.refusal(name) ?? (kept.bytes >= kept.limit ? keptBytesRefusal(name, kept) : undefined);
-    if (refusal !== undefined) return refuse(res, metrics, name, refusal);
+    // Decided from the headers (a declared length that does not fit): the body is never read.
+    const declared = Number(req.headers["content-length"] ?? 0);
+    const fits = kept.bytes < kept.limit && !(declared > kept.limit - kept.bytes);
+    const refusal = this.refusal(name) ?? (fits ? undefined : keptBytesRefusal(name, kept));
+    if (refusal !== undefined) return refuse(res, metrics, name, refusal, req);
     // Read while held: the upload must end within HTTP_REQUEST_TIMEOUT_MS, whatever the wait.
     const body = new KeptBody(req, maxBodyBytes, kept, () => undefined);
-    if (!body.replayable) return refuse(res, metrics, name, keptBytesRefusal(name, kept));
+    if (!body.replayable) return refuse(res, metrics, name, keptBytesRefusal(name, kept), req);
     this.enqueueRequest({ req, res, name, endpointId: route.endpointId, path, body });
   }
 
   /**
-   * Holds again a request whose replicas (`unreached`) could not be reached before any answer
-   * byte, its body kept: it goes to another replica that is or becomes ready, passing those over
-   * for SHUN_MS; with nothing coming it answers 502 naming them. Once per request, and within
-   * the hold limit counted from when it was first held (from now if it never was). False
-   * (nothing done) when it cannot wait: requeued once already, its hold limit over, the queue
-   * full, the service stopping, holding off, or its body not kept.
+   * Holds again a request whose replicas (`unreached`) failed before any answer byte, its body
+   * kept: it goes to another replica that is or becomes ready, passing those over for SHUN_MS;
+   * with nothing coming it answers 502 naming the last. Within the hold limit counted from when
+   * it was first held (from now if it never was). False (nothing done) when it cannot wait: its
+   * hold limit over, the queue full, the service stopping, holding off, or its body not kept.
    */
   requeue(held: Held, unreached: Unreached): boolean {
-    if (held.requeued === true || this.refusal(held.name) !== undefined || !held.body.replayable) return false;
+    if (this.refusal(held.name) !== undefined || !held.body.replayable) return false;
     const heldSince = held.heldSince ?? performance.now();
     if (heldSince + this.options.holdMs <= performance.now()) return false;
     const until = Date.now() + SHUN_MS;
     const avoid = new Map(unreached.instanceIds.map((id) => [id, until]));
-    this.enqueueRequest({ ...held, heldSince, requeued: true }, avoid, unreached);
+    this.enqueueRequest({ ...held, heldSince }, avoid, unreached);
     return true;
   }
 
@@ -218,7 +222,7 @@ export class HoldQueues {
         } else if (ending.nothingComing && unreached !== undefined) {
           metrics.answered(name, 502);
           sendJson(res, 502, { detail: unreached.detail }, { "x-endpoint-instance": unreached.instanceIds.at(-1)! });
-        } else refuse(res, metrics, name, ending.refusal);
+        } else refuse(res, metrics, name, ending.refusal, req);
       },
       left: () => {
         res.off("close", onClose);
@@ -333,9 +337,28 @@ function keptBytesRefusal(name: string, kept: KeptBytes): Refusal {
   };
 }
 
-/** 503 with Retry-After: the caller may come back; counted per endpoint, and by reason. */
-export function refuse(res: NodeResponse, metrics: ProxyMetrics, name: string, { reason, detail }: Refusal): void {
+/**
+ * 503 with Retry-After: the caller may come back; counted per endpoint, and by reason. Given its
+ * request, a body not read yet is left unread: the connection closes once the answer is out.
+ */
+export function refuse(res: NodeResponse, metrics: ProxyMetrics, name: string, { reason, detail }: Refusal, req?: NodeRequest): void {
   metrics.answered(name, 503);
   metrics.refused(name, reason);
-  sendJson(res, 503, { detail }, { "retry-after": String(RETRY_AFTER_SECONDS) });
+  const close = req === undefined ? {} : closeUnread(req, res);
+  sendJson(res, 503, { detail }, { "retry-after": String(RETRY_AFTER_SECONDS), ...close });
+}
+
+/**
+ * An answer given before its request's body has arrived: over HTTP/1.1 the body is not read (node
+ * would read all of it to keep the connection), the connection closes once the answer is flushed
+ * (`Connection: close`). HTTP/2's flow control already bounds what a stream sends unread.
+ */
+export function closeUnread(req: NodeRequest, res: NodeResponse): Record<string, string> {
+  if (req.httpVersionMajor !== 1 || req.complete) return {};
+  const socket = req.socket;
+  req.pause();
+  // 'finish': the answer is written to the system. node:http would read (and drop) the body until
+  // the connection's end is sent too; destroyed at once, it reads no more.
+  res.once("finish", () => socket.destroy());
+  return { connection: "close" };
 }

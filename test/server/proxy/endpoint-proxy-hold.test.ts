@@ -27,6 +27,21 @@ async function goneReplica(instanceId: string): Promise<RouteTarget> {
   return target;
 }
 
+/** A replica that fails every request before any answer byte: drops its connection, or answers `status`. */
+async function failingReplica(instanceId: string, how: "drop" | number): Promise<{ target: RouteTarget; hits: () => number }> {
+  let hits = 0;
+  const server = createServer((req, res) => {
+    hits += 1;
+    req.resume();
+    if (how === "drop") req.socket.destroy();
+    else res.writeHead(how, { "content-type": "application/json" }).end(JSON.stringify({ error: { message: "going down" } }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  servers.push(server);
+  const target = { instanceId, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: null };
+  return { target, hits: () => hits };
+}
+
 async function proxyWith(hold?: { ms: number; max: number }): Promise<ProxyUnderTest> {
   const proxy = await startProxy({ hold });
   proxies.push(proxy);
@@ -224,22 +239,42 @@ describe("holding in the endpoint proxy", () => {
     expect(await metricValue(short, "gpu_endpoint_hold_seconds_count", 'endpoint="clock"')).toBe(2);
   });
 
-  it("sends a request back to the queue once: the replicas it then cannot reach answer 502", async () => {
-    const first = await goneReplica("gpu-once-1");
-    proxy.endpoints.set("once", [first]);
-    proxy.coming.set("once", { coming: true });
-    const answer = callEndpoint(proxy, "/endpoints/once/v1/chat/completions", chat);
-    await heldCount(proxy, "once", 1);
-    // Its next replica is gone too: no second wait in the queue, even with a third coming.
-    proxy.endpoints.set("once", [first, await goneReplica("gpu-once-2")]);
-    await waitFor(async () => (await metricValue(proxy, "gpu_endpoint_hold_seconds_count", 'endpoint="once"')) === 1, "sent to gpu-once-2", 5_000);
+  it("retries a request whose replicas fail before their first byte on every other ready one, holds it while one is coming, and answers it from the one that comes", async () => {
+    // Preempted machines as the proxy meets them: one whose port is closed, one that takes the
+    // request and drops the connection, one that answers 503 (its model server going down).
+    const gone = await goneReplica("gpu-churn-gone");
+    const dropping = await failingReplica("gpu-churn-drop", "drop");
+    const failing = await failingReplica("gpu-churn-503", 503);
+    proxy.endpoints.set("churn", [gone, dropping.target]);
+    proxy.coming.set("churn", { coming: true });
+    const answer = callEndpoint(proxy, "/endpoints/churn/v1/chat/completions", chat, { headers: { "x-seq": "9" } });
+    await heldCount(proxy, "churn", 1);
+    expect(dropping.hits()).toBe(1);
+    // Another replica becomes ready and fails too: back to the queue again, not 502.
+    proxy.endpoints.set("churn", [gone, dropping.target, failing.target]);
+    await waitFor(() => failing.hits() === 1, "sent to gpu-churn-503", 5_000);
+    await heldCount(proxy, "churn", 1);
     await new Promise((resolve) => setTimeout(resolve, 300));
-    const third = await recordingReplica("gpu-once-3");
-    proxy.endpoints.set("once", [first, third.target]);
+    expect(counts(proxy, "churn").held).toBe(1);
+    const next = await recordingReplica("gpu-churn-next");
+    proxy.endpoints.set("churn", [gone, dropping.target, failing.target, next.target]);
     const res = await answer;
+    expect(res.status).toBe(200);
+    expect(res.headers.get("x-endpoint-instance")).toBe("gpu-churn-next");
+    expect(next.seen).toEqual(["9"]);
+    expect(counts(proxy, "churn")).toMatchObject({ held: 0, inFlight: 0 });
+    expect(await metricValue(proxy, "gpu_endpoint_requests_total", 'endpoint="churn",code="502"')).toBe(0);
+    expect(await metricValue(proxy, "gpu_endpoint_requests_total", 'endpoint="churn",code="200"')).toBe(1);
+  });
+
+  it("answers 502 at once when a request's replicas fail before their first byte and nothing is coming", async () => {
+    const dropping = await failingReplica("gpu-alone-drop", "drop");
+    proxy.endpoints.set("alone", [await goneReplica("gpu-alone-gone"), dropping.target]);
+    proxy.coming.set("alone", { coming: false });
+    const res = await callEndpoint(proxy, "/endpoints/alone/v1/chat/completions", chat);
     expect(res.status).toBe(502);
-    expect(res.headers.get("x-endpoint-instance")).toBe("gpu-once-2");
-    expect(third.seen).toEqual([]);
-    expect(counts(proxy, "once").held).toBe(0);
+    expect(((await res.json()) as { detail: string }).detail).toMatch(/^replica gpu-alone-(gone|drop) could not be reached$/);
+    expect(dropping.hits()).toBe(1);
+    expect(await metricValue(proxy, "gpu_endpoint_hold_seconds_count", 'endpoint="alone"')).toBe(0);
   });
 });
