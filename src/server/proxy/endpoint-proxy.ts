@@ -94,7 +94,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
       route = await directory.route(name);
     } catch (err) {
       logger.error({ err, endpoint: name }, "endpoint directory failed");
-      sendJson(res, 503, { detail: "endpoint routing is unavailable" }, { "retry-after": String(RETRY_AFTER_SECONDS) });
+      sendJson(res, 503, { detail: "endpoint routing is unavailable" }, { "retry-after": String(RETRY_AFTER_SECONDS), ...closeUnread(req, res) });
       return;
     } finally {
       res.off("close", onLeft);
