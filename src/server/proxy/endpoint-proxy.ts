@@ -225,7 +225,8 @@ class Exchange {
     if (!hasBody(this.req)) return null;
     const whole = this.body.arrived();
     if (whole !== undefined) return whole;
-    const sink = new PassThrough();
+    // undici destroys the body of a request that fails; the chunks that still come must not throw.
+    const sink = new PassThrough().on("error", () => undefined);
     this.body.sendTo(sink);
     return sink;
   }
