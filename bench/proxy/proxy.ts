@@ -87,7 +87,7 @@ function report(title: string, f: Record<Target, Figures>, chunks: number): void
   const cpu = f.proxy.cpuUs / f.nginx.cpuUs;
   const rps = f.proxy.rps / f.direct.rps;
   console.log(`targets: proxy CPU per ${chunks > 1 ? "chunk" : "request"} <= 3x nginx's: ${cpu.toFixed(2)}x ${verdict(cpu <= 3)}; req/s >= 0.5 of direct: ${rps.toFixed(2)} ${verdict(rps >= 0.5)}`);
-  console.log(`the proxy's own work over the floor of its client (node:http): ${signed(f.proxy.cpuUs - f["floor-http"].cpuUs)} us per request`);
+  console.log(`the proxy's own work over the floor of its client (undici): ${signed(f.proxy.cpuUs - f["floor-undici"].cpuUs)} us per request, ${(f.proxy.cpuUs / f["floor-undici"].cpuUs).toFixed(2)}x the floor's CPU (target <= 1.25x)`);
 }
 
 async function main(): Promise<void> {

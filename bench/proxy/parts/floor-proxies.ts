@@ -1,7 +1,8 @@
 // The floors under the endpoint proxy (bench:proxy): the least a Node process can do to pass a
 // request on, on the same node:http server the service listens with, with each HTTP client the
 // proxy could use for its hop to the replica. No auth, no routing, no metrics, no continuation:
-// the caller's request goes to the one replica and its answer comes back as it arrives. What the
+// the caller's request goes to the one replica (hop-by-hop headers dropped, the replica's key in
+// place of the caller's Authorization, as the proxy does) and its answer comes back as it arrives. What the
 // product's proxy spends above the floor of its client is its own work; what the floor spends
 // above nginx is Node's.
 import http from "node:http";
@@ -23,7 +24,7 @@ export async function startFloorProxy(floor: Floor, replicaPort: number): Promis
 function nodeHttpHop(replicaPort: number): http.RequestListener {
   const agent = new http.Agent({ keepAlive: true, scheduling: "lifo" });
   return (req, res) => {
-    const headers = { "content-type": req.headers["content-type"], "content-length": req.headers["content-length"] };
+    const headers = hopHeaders(req.headers);
     const hop = http.request({ agent, hostname: "127.0.0.1", port: replicaPort, method: req.method, path: upstreamPath(req.url), headers }, (answer) => {
       const out: http.OutgoingHttpHeaders = {};
       for (const name in answer.headers) if (!HOP_BY_HOP.has(name)) out[name] = answer.headers[name];
@@ -39,7 +40,7 @@ function nodeHttpHop(replicaPort: number): http.RequestListener {
 function undiciHop(replicaPort: number): http.RequestListener {
   const pool = new Pool(`http://127.0.0.1:${replicaPort}`, { connections: 256 });
   return (req, res) => {
-    const headers = { "content-type": String(req.headers["content-type"]), "content-length": String(req.headers["content-length"]) };
+    const headers = hopHeaders(req.headers);
     pool.dispatch(
       { method: req.method as "POST", path: upstreamPath(req.url), headers, body: req },
       {
@@ -60,6 +61,20 @@ function undiciHop(replicaPort: number): http.RequestListener {
       },
     );
   };
+}
+
+/** A replica's key, as the proxy sends a replica's `RouteTarget.apiKey`. */
+const REPLICA_KEY = "Bearer replica-key";
+
+/** The caller's headers without hop-by-hop ones, Host or its Authorization, and the replica's key. */
+function hopHeaders(incoming: http.IncomingHttpHeaders): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name in incoming) {
+    if (HOP_BY_HOP.has(name) || name === "host" || name === "authorization") continue;
+    out[name] = String(incoming[name]);
+  }
+  out.authorization = REPLICA_KEY;
+  return out;
 }
 
 function upstreamPath(url: string | undefined): string {

@@ -1,5 +1,5 @@
 import type http from "node:http";
-import type { ClientRequest, IncomingMessage } from "node:http";
+import { PassThrough, type Readable } from "node:stream";
 import type { Logger } from "pino";
 import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from "../../module.js";
 import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
@@ -9,7 +9,7 @@ import { KeptBody, KeptBytes } from "./kept-body.js";
 import type { ProxyMetrics } from "./proxy-metrics.js";
 import { createProxyLoad } from "./proxy-load.js";
 import { ReplicaBalancer } from "./replica-balancer.js";
-import { requestReplica, type ReplicaHop } from "./replica-request.js";
+import { requestReplica, type ReplicaAnswer, type ReplicaHop, type ReplicaRequest } from "./replica-request.js";
 import { completionPathOf, StreamedAnswer, streamPlanOf, type StreamPlan } from "./streamed-answer.js";
 
 // The endpoint proxy (SPEC.md section 2, "Endpoints", Routing): one request to one ready replica,
@@ -48,7 +48,7 @@ export interface EndpointProxyOptions {
 export interface EndpointProxy {
   /**
    * Serves one request already authorized, for `name`, asking the replica for `upstreamPath`.
-   * The pools' idle connections hold no process open (node:http unrefs them): no close needed.
+   * The pools' idle connections hold no process open (undici unrefs them): no close needed.
    */
   handle(req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): void;
 }
@@ -143,7 +143,7 @@ interface Shared extends ReplicaHop {
 /** One caller's request, from the first replica asked to the end of the answer. */
 class Exchange {
   private readonly body: KeptBody;
-  private attempt: ClientRequest | undefined;
+  private attempt: ReplicaRequest | undefined;
   private target!: RouteTarget;
   /** The replicas that failed this request before any answer byte, here or before it was held again. */
   private readonly failed: string[];
@@ -204,36 +204,42 @@ class Exchange {
   private send(target: RouteTarget): void {
     this.target = target;
     const headers = upstreamHeaders(this.req.headers, target.apiKey);
+    let body: Buffer | Readable | null;
     if (this.plan) {
       // Its own body (usage asked on every chunk), and an answer the reader can read as it comes.
       headers["content-length"] = String(this.plan.firstBytes.length);
       delete headers["accept-encoding"];
-    }
-    const attempt = requestReplica(this.shared, this.route.endpointId, target, this.req.method, this.path, headers);
+      body = this.plan.firstBytes;
+    } else body = this.bodyToSend();
+    const attempt = requestReplica(this.shared, this.route.endpointId, target, this.req.method, this.path, headers, body, {
+      onResponse: (answer) => this.onResponse(attempt, answer),
+      onError: (err, reused) => this.onUpstreamError(attempt, err, reused),
+    });
     this.attempt = attempt;
     this.sentAt = performance.now();
-    attempt.once("response", (answer) => this.onResponse(attempt, answer));
-    attempt.on("error", (err) => this.onUpstreamError(attempt, err));
     this.timer = setTimeout(() => this.onFirstByteTimeout(attempt), this.shared.options.firstByteMs);
-    if (this.plan) attempt.end(this.plan.firstBytes);
-    else this.body.sendTo(attempt);
   }
 
-  private onResponse(attempt: ClientRequest, answer: IncomingMessage): void {
-    answer.on("error", () => undefined); // a cut answer is handled on 'close' below
-    if (attempt !== this.attempt || this.settled) {
-      answer.resume();
-      return;
-    }
+  /** The caller's body as the replica gets it: in one piece once it has all come, or passed on as it comes. */
+  private bodyToSend(): Buffer | Readable | null {
+    if (!hasBody(this.req)) return null;
+    const whole = this.body.arrived();
+    if (whole !== undefined) return whole;
+    // undici destroys the body of a request that fails; the chunks that still come must not throw.
+    const sink = new PassThrough().on("error", () => undefined);
+    this.body.sendTo(sink);
+    return sink;
+  }
+
+  private onResponse(attempt: ReplicaRequest, answer: ReplicaAnswer): void {
+    // Another attempt's, or too late: its bytes are dropped as they come.
+    if (attempt !== this.attempt || this.settled) return;
     clearTimeout(this.timer);
-    const status = answer.statusCode ?? 502;
+    const status = answer.status;
     if (RETRYABLE_STATUS.has(status)) {
       this.failedBy(this.target);
       if (this.retryTo(this.nextTarget(false))) return;
-      if (this.requeue(`replica ${this.target.instanceId} answered ${status}`)) {
-        answer.resume();
-        return;
-      }
+      if (this.requeue(`replica ${this.target.instanceId} answered ${status}`)) return;
     }
     this.answering = true;
     // No retry from here on: the kept copy of the body is of no more use.
@@ -242,7 +248,6 @@ class Exchange {
     if (!streamed) {
       // A streamed answer's first byte is its first event (streamed-answer.ts): its headers come before the model's first token.
       this.shared.options.metrics.firstByte(this.name, Number(process.hrtime.bigint() - this.started) / 1e9);
-      this.passOn(status, answer);
     }
     try {
       (this.res as http.ServerResponse).writeHead(status, downstreamHeaders(answer.headers, this.target.instanceId));
@@ -254,22 +259,37 @@ class Exchange {
       return;
     }
     if (streamed) this.readStream(attempt, answer);
-    else answer.pipe(this.res as http.ServerResponse);
+    else this.passOn(status, answer);
   }
 
   /** An answer passed on untouched: counted when it ends, taken for the replica's failure when it is cut. */
-  private passOn(status: number, answer: IncomingMessage): void {
-    this.res.once("finish", () => this.count(status));
-    answer.once("close", () => {
-      // Complete, or dropped because the caller left (onClientClose): nothing was cut by the replica.
-      if (answer.complete || this.res.writableEnded || this.settled) return;
-      this.shared.options.logger.warn({ endpoint: this.name, instance_id: this.target.instanceId }, "replica's answer cut off");
-      // Counted as the replica's failure (502, as when it cannot be reached), before the caller's
-      // side closes: that close would otherwise count the caller as having left (499).
-      this.settled = true;
-      this.count(502);
-      this.res.destroy();
-    });
+  private passOn(status: number, answer: ReplicaAnswer): void {
+    const res = this.res;
+    res.once("finish", () => this.count(status));
+    const resume = () => answer.resume();
+    answer.read(
+      (chunk) => {
+        if (res.write(chunk)) return;
+        answer.pause();
+        res.once("drain", resume);
+      },
+      (complete) => this.passedOn(complete),
+    );
+  }
+
+  private passedOn(complete: boolean): void {
+    if (complete) {
+      this.res.end();
+      return;
+    }
+    // Dropped because the caller left (onClientClose): nothing was cut by the replica.
+    if (this.res.writableEnded || this.settled) return;
+    this.shared.options.logger.warn({ endpoint: this.name, instance_id: this.target.instanceId }, "replica's answer cut off");
+    // Counted as the replica's failure (502, as when it cannot be reached), before the caller's
+    // side closes: that close would otherwise count the caller as having left (499).
+    this.settled = true;
+    this.count(502);
+    this.res.destroy();
   }
 
   /**
@@ -277,7 +297,7 @@ class Exchange {
    * fails mid-answer. Its request stays kept for that (counted in the process's kept bytes); with
    * no room there it is passed on without continuation.
    */
-  private readStream(attempt: ClientRequest, answer: IncomingMessage): void {
+  private readStream(attempt: ReplicaRequest, answer: ReplicaAnswer): void {
     const plan = this.plan!;
     const { options, kept } = this.shared;
     if (plan.resumable.resumable) {
@@ -315,12 +335,12 @@ class Exchange {
     this.keptForStream = 0;
   }
 
-  private onUpstreamError(attempt: ClientRequest, err: NodeJS.ErrnoException): void {
+  private onUpstreamError(attempt: ReplicaRequest, err: NodeJS.ErrnoException, reused: boolean): void {
     if (attempt !== this.attempt || this.settled || this.answering) return;
     clearTimeout(this.timer);
-    if (!attempt.reusedSocket) this.shared.balancer.shun(this.target);
+    if (!reused) this.shared.balancer.shun(this.target);
     this.failedBy(this.target);
-    if (this.retryTo(this.nextTarget(attempt.reusedSocket))) return;
+    if (this.retryTo(this.nextTarget(reused))) return;
     this.shared.options.logger.warn({ endpoint: this.name, instance_id: this.target.instanceId, code: err.code }, "replica unreachable");
     const detail = `replica ${this.target.instanceId} could not be reached`;
     if (this.requeue(detail)) return;
@@ -357,7 +377,7 @@ class Exchange {
     return true;
   }
 
-  private onFirstByteTimeout(attempt: ClientRequest): void {
+  private onFirstByteTimeout(attempt: ReplicaRequest): void {
     if (attempt !== this.attempt || this.settled) return;
     const { firstByteMs, logger } = this.shared.options;
     logger.warn({ endpoint: this.name, instance_id: this.target.instanceId, first_byte_ms: firstByteMs }, "replica sent no answer in time");
@@ -401,7 +421,10 @@ class Exchange {
     if (next === undefined) return false;
     this.shared.options.metrics.retried(this.name);
     this.body.detach();
-    this.attempt?.destroy();
+    // Abandoned before its answer: its error is no longer this exchange's.
+    const abandoned = this.attempt;
+    this.attempt = undefined;
+    abandoned?.destroy();
     this.send(next);
     return true;
   }
@@ -435,6 +458,16 @@ class Exchange {
     this.shared.options.metrics.answered(this.name, code);
   }
 }
+
+/** Whether the caller's request carries a body to pass on (a GET's none: sent with no body at all). */
+function hasBody(req: NodeRequest): boolean {
+  const length = req.headers["content-length"];
+  if (length !== undefined) return Number(length) > 0;
+  if (req.httpVersionMajor === 1) return req.headers["transfer-encoding"] !== undefined;
+  return !BODYLESS.has(req.method ?? "GET");
+}
+
+const BODYLESS = new Set(["GET", "HEAD", "DELETE", "OPTIONS"]);
 
 /** HTTP/1.1: the rest of an oversized body is not worth reading; HTTP/2 forbids the header. */
 function closeAfter(req: NodeRequest): Record<string, string> {

@@ -94,6 +94,12 @@ export class KeptBody {
     });
   }
 
+  /** The whole body, when it has all arrived and is kept: sent in one piece. */
+  arrived(): Buffer | undefined {
+    if (!this.ended || this.chunks === undefined || this.overflowed) return undefined;
+    return this.chunks.length === 1 ? this.chunks[0] : Buffer.concat(this.chunks);
+  }
+
   /** True while the whole body so far is kept: it can be sent again. */
   get replayable(): boolean {
     return this.chunks !== undefined;

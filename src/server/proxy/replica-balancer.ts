@@ -1,13 +1,15 @@
-import { Agent } from "node:http";
-import { Agent as HttpsAgent } from "node:https";
+import type { Socket } from "node:net";
+import { Client, Pool, type Dispatcher } from "undici";
 import type { RouteTarget } from "../../module.js";
 
 // Least outstanding requests over an endpoint's ready replicas, counted in this process, with one
-// keep-alive connection pool per replica. Ties go round the list, so that an idle endpoint still
+// keep-alive connection pool (undici's) per replica. Ties go round the list, so that an idle endpoint still
 // spreads its requests.
 
 interface Replica {
-  agent: Agent;
+  pool: Pool;
+  /** A connection to it was up once: a reset since may be an idle connection's, not the replica's fault. */
+  connected: boolean;
   outstanding: number;
   lastUsed: number;
   /** Until then the replica is passed over while another can take the request. */
@@ -26,10 +28,49 @@ const SHUNNED_WEIGHT = 1e9;
 const IDLE_POOL_MS = 10 * 60_000;
 const SWEEP_EVERY_MS = 60_000;
 /**
- * Socket timeout of the pools: Node then honours a replica's `Keep-Alive: timeout=N` hint and
- * drops an idle connection a second before the replica would, instead of sending a request on it.
+ * A new connection to a replica must be up within this long. A machine gone from the network
+ * drops the connection attempt silently, and the system's own limit is about two minutes.
  */
-const SOCKET_TIMEOUT_MS = 120_000;
+export const CONNECT_TIMEOUT_MS = 5_000;
+
+/**
+ * The pools' options. An idle connection is kept 4 s, or as a replica's `Keep-Alive: timeout=N`
+ * says less one second (undici's defaults), so that no request goes out on one the replica is
+ * closing. No header or body timeout of undici's: the proxy's first-byte and stall clocks are the
+ * limits (a model may think for minutes), and the connect timeout is CONNECT_TIMEOUT_MS.
+ */
+const POOL_OPTIONS: Pool.Options = { connect: { timeout: CONNECT_TIMEOUT_MS }, headersTimeout: 0, bodyTimeout: 0, factory: clientFactory };
+
+/**
+ * A request that may need to drop its connection: told the connection of the client it went to.
+ * undici's own abort leaves an aborted request at the head of its client's queue, which then opens
+ * a new connection for nothing (a hung replica would get one per abandoned request); destroying
+ * the connection with an error of our own fails that request and opens none.
+ */
+export interface ConnectionAware {
+  connection?: () => Socket | undefined;
+}
+
+/** undici's clients, each told its connection, and telling the requests sent on it. */
+function clientFactory(origin: URL, options: object): Dispatcher {
+  let socket: Socket | undefined;
+  const connect = (options as { connect: (opts: object, callback: (err: Error | null, socket: Socket | null) => void) => void }).connect;
+  const client = new Client(origin, {
+    ...options,
+    connect: (opts, callback) =>
+      connect(opts, (err, made) => {
+        if (made !== null) socket = made;
+        (callback as (err: Error | null, socket: Socket | null) => void)(err, made);
+      }),
+  } as Client.Options);
+  const dispatch = client.dispatch.bind(client);
+  const connection = () => socket;
+  client.dispatch = (opts, handler) => {
+    (handler as ConnectionAware).connection = connection;
+    return dispatch(opts, handler);
+  };
+  return client;
+}
 
 export class ReplicaBalancer {
   private readonly replicas = new Map<string, Replica>();
@@ -59,19 +100,25 @@ export class ReplicaBalancer {
     return best;
   }
 
-  /** Counts a request to `target` as outstanding and returns the pool to send it on. */
-  begin(target: RouteTarget, secure: boolean): Agent {
+  /** Counts a request to `target` as outstanding and returns the pool to send it on (`origin`: the replica URL's). */
+  begin(target: RouteTarget, origin: string): Pool {
     const now = Date.now();
     if (now - this.lastSweep > SWEEP_EVERY_MS) this.sweep(now);
     let replica = this.replicas.get(key(target));
     if (replica === undefined) {
-      const pool = { keepAlive: true, scheduling: "lifo", timeout: SOCKET_TIMEOUT_MS } as const;
-      replica = { agent: secure ? new HttpsAgent(pool) : new Agent(pool), outstanding: 0, lastUsed: now, shunnedUntil: 0 };
+      const made: Replica = { pool: new Pool(origin, POOL_OPTIONS), connected: false, outstanding: 0, lastUsed: now, shunnedUntil: 0 };
+      made.pool.once("connect", () => (made.connected = true));
+      replica = made;
       this.replicas.set(key(target), replica);
     }
     replica.outstanding += 1;
     replica.lastUsed = now;
-    return replica.agent;
+    return replica.pool;
+  }
+
+  /** Whether a connection to `target` was ever up. */
+  connected(target: RouteTarget): boolean {
+    return this.replicas.get(key(target))?.connected ?? false;
   }
 
   /** The request to `target` is over (answered, failed or abandoned). */
@@ -90,7 +137,7 @@ export class ReplicaBalancer {
     this.lastSweep = now;
     for (const [name, replica] of this.replicas) {
       if (replica.outstanding === 0 && now - replica.lastUsed > IDLE_POOL_MS) {
-        replica.agent.destroy();
+        replica.pool.destroy().catch(() => undefined);
         this.replicas.delete(name);
       }
     }

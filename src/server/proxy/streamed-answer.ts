@@ -1,4 +1,3 @@
-import type { ClientRequest, IncomingMessage } from "node:http";
 import type { Logger } from "pino";
 import type { EndpointDirectory, RouteTarget } from "../../module.js";
 import type { NodeResponse } from "../node-http.js";
@@ -6,7 +5,7 @@ import { upstreamHeaders } from "./forward-headers.js";
 import type { HoldQueues } from "./hold-queue.js";
 import type { KeptBytes } from "./kept-body.js";
 import type { CutReason, ProxyMetrics } from "./proxy-metrics.js";
-import { requestReplica, type ReplicaHop } from "./replica-request.js";
+import { requestReplica, type ReplicaAnswer, type ReplicaHop, type ReplicaRequest } from "./replica-request.js";
 import { AnswerReader } from "./continuation/stream-reader.js";
 import { continuationRequest, firstRequest, resumability, type CompletionPath, type FirstRequest, type Resumability } from "./continuation/continuation-request.js";
 
@@ -82,8 +81,8 @@ export const WAITING_COMMENT_MS = 10_000;
 
 export class StreamedAnswer {
   private readonly reader: AnswerReader;
-  private answer: IncomingMessage | undefined;
-  private request: ClientRequest | undefined;
+  private answer: ReplicaAnswer | undefined;
+  private request: ReplicaRequest | undefined;
   private target!: RouteTarget;
   /** Replicas that failed this answer: a continuation goes elsewhere. */
   private readonly failed: string[] = [];
@@ -117,18 +116,19 @@ export class StreamedAnswer {
    * Reads a replica's answer (the first, or a continuation's) to the caller, its request sent at
    * `sentAt` (performance.now() ms): until its first event the first-byte limit holds, from then the stall clock.
    */
-  read(answer: IncomingMessage, target: RouteTarget, request: ClientRequest, sentAt: number): void {
+  read(answer: ReplicaAnswer, target: RouteTarget, request: ReplicaRequest, sentAt: number): void {
     this.answer = answer;
     this.request = request;
     this.target = target;
     this.sentAt = sentAt;
     this.reader.startReplica();
     this.awaitFirstEvent();
-    answer.on("data", (chunk: Buffer) => this.onData(answer, chunk));
-    answer.on("error", () => undefined); // a cut answer is handled on 'close'
-    answer.once("close", () => {
-      if (answer === this.answer && !this.over) this.cut(this.reader.done ? undefined : "its connection ended before the answer did");
-    });
+    answer.read(
+      (chunk) => this.onData(answer, chunk),
+      () => {
+        if (answer === this.answer && !this.over) this.cut(this.reader.done ? undefined : "its connection ended before the answer did");
+      },
+    );
   }
 
   /** The caller left: nothing more is asked of any replica. */
@@ -137,7 +137,7 @@ export class StreamedAnswer {
     this.request?.destroy();
   }
 
-  private onData(answer: IncomingMessage, chunk: Buffer): void {
+  private onData(answer: ReplicaAnswer, chunk: Buffer): void {
     if (answer !== this.answer || this.over) return;
     this.lastDataAt = performance.now();
     const started = this.reader.started;
@@ -268,47 +268,48 @@ export class StreamedAnswer {
     delete headers["accept-encoding"];
     headers["content-length"] = String(body.length);
     headers["content-type"] = "application/json";
-    const request = requestReplica(this.o.hop, this.o.endpointId, target, "POST", this.o.upstreamPath, headers);
+    const sentAt = performance.now();
+    const request: ReplicaRequest = requestReplica(this.o.hop, this.o.endpointId, target, "POST", this.o.upstreamPath, headers, body, {
+      onResponse: (answer) => this.onContinuation(request, answer, target, sentAt, firstByte),
+      onError: () => {
+        clearTimeout(firstByte);
+        if (request === this.request && !this.over) this.cut("its continuation could not be sent");
+      },
+    });
     this.request = request;
     this.target = target;
-    const sentAt = performance.now();
     const firstByte = setTimeout(() => request.destroy(), this.o.firstByteMs);
-    request.once("close", () => clearTimeout(firstByte));
-    request.once("response", (answer) => {
-      clearTimeout(firstByte);
-      if (this.over || request !== this.request) return void answer.resume();
-      // Answered: the continuation's body is sent and no longer kept.
-      this.releaseContinuation();
-      const status = answer.statusCode ?? 502;
-      if (status >= 400 && status < 500) return this.refused(answer, status);
-      const type = String(answer.headers["content-type"] ?? "");
-      if (status !== 200 || !type.includes("text/event-stream")) {
-        answer.resume();
-        return this.cut(`its continuation was answered ${status}`);
-      }
-      // A continuation counts once a replica answers it: one that could not be sent is tried elsewhere.
-      this.resumes += 1;
-      this.o.logger.info(
-        { endpoint: this.o.name, answer_id: answerId(this.reader.id), from: this.failed.at(-1), to: target.instanceId, tokens: this.reader.tokens, continuation: this.resumes },
-        "streamed answer continued on another replica",
-      );
-      this.read(answer, target, request, sentAt);
-    });
-    request.on("error", () => {
-      if (request === this.request && !this.over) this.cut("its continuation could not be sent");
-    });
-    request.end(body);
+  }
+
+  /** A continuation's answer headers came. */
+  private onContinuation(request: ReplicaRequest, answer: ReplicaAnswer, target: RouteTarget, sentAt: number, firstByte: NodeJS.Timeout): void {
+    clearTimeout(firstByte);
+    // Another replica's by now, or too late: its bytes are dropped as they come.
+    if (this.over || request !== this.request) return;
+    // Answered: the continuation's body is sent and no longer kept.
+    this.releaseContinuation();
+    const status = answer.status;
+    if (status >= 400 && status < 500) return this.refused(answer, status);
+    const type = String(answer.headers["content-type"] ?? "");
+    if (status !== 200 || !type.includes("text/event-stream")) return this.cut(`its continuation was answered ${status}`);
+    // A continuation counts once a replica answers it: one that could not be sent is tried elsewhere.
+    this.resumes += 1;
+    this.o.logger.info(
+      { endpoint: this.o.name, answer_id: answerId(this.reader.id), from: this.failed.at(-1), to: target.instanceId, tokens: this.reader.tokens, continuation: this.resumes },
+      "streamed answer continued on another replica",
+    );
+    this.read(answer, target, request, sentAt);
   }
 
   /**
    * A continuation answered 4xx: another replica would answer the same, so the answer ends now
    * with the error event naming the status and the replica's message.
    */
-  private refused(answer: IncomingMessage, status: number): void {
+  private refused(answer: ReplicaAnswer, status: number): void {
     const request = this.request;
     const replica = this.target.instanceId;
     // Its message is read as it comes, no longer than a stall: a refusal that never ends ends here.
-    const silence = setTimeout(() => answer.destroy(), this.o.stallMs);
+    const silence = setTimeout(() => request?.destroy(), this.o.stallMs);
     void readSome(answer, REFUSAL_BYTES).then((body) => {
       clearTimeout(silence);
       if (this.over || request !== this.request) return;
@@ -371,7 +372,7 @@ export class StreamedAnswer {
   }
 
   // One timer per silence, not one per chunk: when it fires after bytes came, it waits for the rest.
-  private stallIn(ms: number, answer: IncomingMessage | undefined): void {
+  private stallIn(ms: number, answer: ReplicaAnswer | undefined): void {
     this.stall = setTimeout(() => {
       if (answer !== this.answer || this.over) return;
       const silent = performance.now() - this.lastDataAt;
@@ -387,16 +388,17 @@ const KEPT_FULL = "this process keeps all the request bodies it may (GPU_ENDPOIN
 const REFUSAL_BYTES = 16 * 1024;
 
 /** Up to `limit` bytes of an answer, the rest read and dropped. */
-function readSome(answer: IncomingMessage, limit: number): Promise<string> {
+function readSome(answer: ReplicaAnswer, limit: number): Promise<string> {
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
     let size = 0;
-    answer.on("data", (chunk: Buffer) => {
-      if (size < limit) chunks.push(chunk);
-      size += chunk.length;
-    });
-    const done = () => resolve(Buffer.concat(chunks).subarray(0, limit).toString("utf8"));
-    answer.once("end", done).once("close", done);
+    answer.read(
+      (chunk) => {
+        if (size < limit) chunks.push(chunk);
+        size += chunk.length;
+      },
+      () => resolve(Buffer.concat(chunks).subarray(0, limit).toString("utf8")),
+    );
   });
 }
 
