@@ -55,7 +55,8 @@ const MARKET_STATES = ["ok", "failing", "rate_limited", "blocked"] as const;
 
 /**
  * Per configured market (MARKETPLACE): `gpu_market_calls_total` and `gpu_market_errors_total`
- * (failed calls; an answer about an offer, such as "taken", is no error), and `gpu_market_state`,
+ * (failed calls; an answer about an offer, such as "taken", is no error), the waits for its rate
+ * limit (`gpu_market_rate_limit_waits_total`, `gpu_market_rate_limit_wait_seconds_total`), and `gpu_market_state`,
  * 1 for the market's current state (ok, failing, rate_limited, blocked) and 0 for the others.
  */
 export function registerMarketMetrics(registry: Registry, marketplace: Marketplace): void {
@@ -73,6 +74,8 @@ export function registerMarketMetrics(registry: Registry, marketplace: Marketpla
     });
   counter("gpu_market_calls_total", "Calls made to each configured GPU market", (s) => s.calls);
   counter("gpu_market_errors_total", "Failed calls to each configured GPU market", (s) => s.errors);
+  counter("gpu_market_rate_limit_waits_total", "Calls held back by each GPU market's rate limit (its limiter's turn, or a 429 waited out)", (s) => s.rateLimitWaits?.count);
+  counter("gpu_market_rate_limit_wait_seconds_total", "Time calls waited for each GPU market's rate limit, seconds", (s) => s.rateLimitWaits?.seconds);
   new Gauge({
     name: "gpu_market_state",
     help: "1 for each configured GPU market's current state (ok, failing, rate_limited, blocked)",

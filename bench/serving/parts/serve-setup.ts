@@ -77,6 +77,9 @@ export function setupFor(wallMinutes: number, seed: number): Setup {
     // Through a cold start (5 simulated minutes) plus the load's publication (1 s wall), a
     // controller round and two probes, with room to spare.
     GPU_ENDPOINT_HOLD_MS: Math.round(Math.max(15_000, wallMs(600))),
+    // The way back to bids looks again every minute in a real deployment: a simulated minute
+    // here (at the default it is a minute of wall time, 144 simulated ones, after the dry spell).
+    GPU_ENDPOINT_MIX_RECHECK_MS: Math.round(Math.max(250, wallMs(60))),
   };
   const env = Object.fromEntries(Object.entries(clocks).map(([k, v]) => [k, String(v)]));
   const autoscale = {

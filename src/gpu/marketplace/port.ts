@@ -192,8 +192,18 @@ export interface Marketplace {
    * the adapter keeps no such state (then it counts as `ok`).
    */
   health?(): MarketHealth;
+  /** How long its calls have waited for the market's rate limits; absent where the adapter keeps no limiter. */
+  rateLimitWaits?(): RateLimitWaits;
   /** The markets it is made of, each answering for itself: present on markets/'s composite. */
   readonly markets?: MarketDirectory;
+}
+
+/** How long a market's calls have waited for its rate limits, since the start. */
+export interface RateLimitWaits {
+  /** Each time a call was held back: a limiter's turn, or a 429 waited out. */
+  count: number;
+  /** Their total length, seconds. */
+  seconds: number;
 }
 
 /** One market's answer to a call made of every market: its items, or why it has none. */
@@ -215,6 +225,8 @@ export interface MarketState {
   /** Calls made to it since the start, and how many failed (an answer about an offer is no failure); absent for a bare adapter. */
   calls?: number;
   errors?: number;
+  /** The calls' waits for the market's rate limits, where its adapter keeps a limiter. */
+  rateLimitWaits?: RateLimitWaits;
 }
 
 /** The configured markets behind one Marketplace, in order of preference (markets/several-markets.ts). */

@@ -9,7 +9,7 @@ import { createEndpoint, deleteAndWait, eventsOf, FAST_ENDPOINT_ENV, waitForEndp
 // from fallback": while no bid costs at most 90% of the fallback, the return waits (nothing
 // rented, no failure, one event), looked at again every GPU_ENDPOINT_MIX_RECHECK_MS (1 s here, a
 // minute by default: the figures below scale with it); once bids turn cheap, the return starts
-// within one recheck. Only a rental that fails backs off; a PATCH of capacity and a converged mix
+// within one recheck. A market run dry (no offer at all) is waited out the same way. Only a rental that fails backs off; a PATCH of capacity and a converged mix
 // start that backoff over. A returned bid that dies before it is ready counts against the moves'
 // backoff, never against the launches that fill a gap.
 
@@ -109,6 +109,40 @@ describe("the way back from a fallback on vast.ai", () => {
     expect(events.filter(isWait)).toHaveLength(1);
     expect(events.map((e) => e.kind)).not.toContain("launch_failed");
     await deleteAndWait(url, "back", svc.db.knex);
+  }, 120_000);
+
+  it("waits through a market run dry (no offer at all) without failing, and returns within one recheck once bids come back", async () => {
+    const url = svc.server.url;
+    await createEndpoint(url, { name: "dry", template_name: "budget", replicas: 1, max_cost_per_hour: 5, capacity: CAPACITY });
+    const { fallback, cost } = await onFallback("dry");
+    // Nothing to rent at all, as in a shortage: a search finds no offer, bid or on-demand.
+    const rentable = svc.vast.asks.map((ask) => ask.rentable);
+    for (const ask of svc.vast.asks) ask.rentable = false;
+    await waitFor("the wait for a bid", async () => (await eventsOf(url, "dry")).find(isWait), 10_000);
+    const sequence = await instanceSequence();
+    await sleep(10 * RECHECK_MS);
+    const row = await controlRow("dry");
+    expect(row).toMatchObject({ mix_failures: 0, launch_failures: 0 });
+    expect(row.next_mix_at!.getTime() - Date.now()).toBeLessThanOrEqual(RECHECK_MS);
+    expect(await instanceSequence()).toBe(sequence);
+    const events = await eventsOf(url, "dry");
+    expect(events.filter(isWait)).toHaveLength(1);
+    expect(events.map((e) => e.kind)).not.toContain("launch_failed");
+
+    // The market is back with cheap bids: the return starts within one recheck.
+    for (const [i, ask] of svc.vast.asks.entries()) ask.rentable = rentable[i]!;
+    priceBidsAt(0.8, cost);
+    const backAt = Date.now();
+    const launched = await waitFor(
+      "the bid launched to take the fallback's place",
+      async () => (await eventsOf(url, "dry")).find((e) => e.kind === "launched" && e.detail.includes(`to take ${fallback}'s place`)),
+      30_000,
+    );
+    const waitMs = Date.parse(launched.at) - backAt;
+    console.log(`bids back at 80% after ${10 * RECHECK_MS} ms with no offer at all (recheck every ${RECHECK_MS} ms): the bid launched +${waitMs} ms`);
+    expect(waitMs).toBeLessThanOrEqual(RECHECK_MS + 2000);
+    await waitForEndpoint(url, "dry", "the bid ready, the fallback gone", (e) => readyBids(e).length === 1 && instancesOf(e).length === 1, 30_000);
+    await deleteAndWait(url, "dry", svc.db.knex);
   }, 120_000);
 
   it("backs a returned bid that dies before it is ready off on the moves' backoff, not the launches'; a PATCH of capacity and a converged mix start it over", async () => {

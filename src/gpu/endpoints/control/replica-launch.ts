@@ -192,7 +192,7 @@ async function failedLaunch(
 
 /**
  * A move to a bid looks at the market first, with nothing written yet: the offers to rent, or, with
- * none cheap enough, a wait; a search that fails, or no offer within the budget, is a failed move.
+ * none to take (none cheap enough, none at all), a wait; only a search that fails is a failed move.
  */
 async function lookForBids(
   deps: LaunchDeps,
@@ -206,8 +206,10 @@ async function lookForBids(
   try {
     const choice = await chooseInterruptible(deps.ctx, creation, priceCap);
     if (!choice.none) return choice.candidates;
-    if (choice.none.kind !== "nothing-fits") return await waitForBids(deps, endpoint, request, nothingToRentText(choice.none));
-    await launchFailed(deps, endpoint, `${move} waits: no offer fits the ${budgetText}`, undefined, request);
+    // No bid to take (a market run dry, or none within the budget) is no failed rental either: the
+    // fallback serves meanwhile, and the next look comes a recheck later, not a backoff later.
+    const why = choice.none.kind === "nothing-fits" ? `no bid fits the ${budgetText}` : nothingToRentText(choice.none);
+    return await waitForBids(deps, endpoint, request, why);
   } catch (err) {
     await launchFailed(deps, endpoint, `${move} failed: ${failureText(err)}`, undefined, request);
   }

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
 import { OutcomeUnknownError, UnavailableError } from "../../../errors.js";
+import type { RateWaitCounter } from "./rate-waits.js";
 
 // The one JSON-over-HTTP client of the marketplace adapters (remote, vast.ai, RunPod): a timeout
 // per attempt, an optional limiter before each attempt, and retries with backoff and jitter.
@@ -35,6 +36,8 @@ export interface JsonHttpOptions {
   errorText?: (body: unknown) => string | undefined;
   /** Sees every answer's status and headers as it arrives, 429s included (RunPod's `RateLimit` headers). */
   onAnswer?: (endpoint: string, status: number, headers: Headers) => void;
+  /** Counts the time calls wait for the rate limit: the limiter's turns and 429s waited out. */
+  rateWaits?: RateWaitCounter;
   /** How long a 429 asks to wait, when its body says so (vast.ai's `threshold=`), ms. */
   waitOf429?: (body: unknown, endpoint: string) => number | undefined;
   logger?: Logger;
@@ -100,7 +103,11 @@ export function createJsonHttp(options: JsonHttpOptions): JsonHttp {
     const endpoint = call.endpoint ?? `${call.method} ${call.path}`;
     const repeatable = call.repeatable ?? true;
     for (let attemptNo = 0; ; attemptNo++) {
-      await options.limiter?.(endpoint, call.signal);
+      if (options.limiter) {
+        const askedAt = Date.now();
+        await options.limiter(endpoint, call.signal);
+        options.rateWaits?.waited(Date.now() - askedAt);
+      }
       const outcome = await attempt(call, endpoint);
       const answer = "answer" in outcome ? outcome.answer : undefined;
       const what = answer ? `HTTP ${answer.status}` : (outcome as { failure: string }).failure;
@@ -121,6 +128,7 @@ export function createJsonHttp(options: JsonHttpOptions): JsonHttp {
       }
       const delayMs = retryAfterMs ?? jitter(Math.min(options.maxBackoffMs, options.backoffMs * 2 ** attemptNo));
       options.logger?.warn({ marketplace: options.name, endpoint, attempt: attemptNo + 1, outcome: what, delay_ms: delayMs }, "marketplace call retried");
+      if (answer?.status === 429) options.rateWaits?.waited(delayMs);
       await sleep(delayMs, undefined, call.signal ? { signal: call.signal } : undefined);
     }
   };

@@ -19,7 +19,14 @@ export function directoryOf(marketplace: Marketplace): MarketDirectory {
     names: [BARE_MARKET],
     listOffersEach: (signal) => one(() => marketplace.listOffers(signal)),
     listInstancesEach: (labelPrefix, signal) => one(() => marketplace.listInstances(labelPrefix, signal)),
-    states: () => [{ market: BARE_MARKET, health: marketplace.health?.() ?? { state: "ok" }, interruptible: marketplace.interruptible === true }],
+    states: () => [
+      {
+        market: BARE_MARKET,
+        health: marketplace.health?.() ?? { state: "ok" },
+        interruptible: marketplace.interruptible === true,
+        rateLimitWaits: marketplace.rateLimitWaits?.(),
+      },
+    ],
     marketOfInstance: () => BARE_MARKET,
   };
 }

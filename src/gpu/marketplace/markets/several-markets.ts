@@ -97,6 +97,7 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
         health: tracker.health(market, reported(market)),
         interruptible: adapter(market).interruptible === true,
         ...tracker.counts(market),
+        rateLimitWaits: adapter(market).rateLimitWaits?.(),
       })),
     marketOfInstance(id) {
       try {

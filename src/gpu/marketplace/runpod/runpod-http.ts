@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import { MarketBlockedError, OperationFailedError, UnavailableError } from "../../../errors.js";
 import { createJsonHttp, type JsonAnswer, type JsonCall } from "../http/json-http.js";
+import { createRateWaitCounter, type RateWaitCounter } from "../http/rate-waits.js";
 import { createRunpodHealth, type RunpodHealth } from "./runpod-health.js";
 import { createRunpodRateLimiter } from "./runpod-rate.js";
 import { runpodErrorText } from "./runpod-wire.js";
@@ -27,6 +28,8 @@ export type RunpodCall = Omit<JsonCall, "endpoint"> & { endpoint: string };
 export interface RunpodHttp {
   (call: RunpodCall): Promise<JsonAnswer>;
   readonly health: RunpodHealth;
+  /** The calls' waits for RunPod's rate limits (the market's metrics). */
+  readonly rateWaits: RateWaitCounter;
 }
 
 /** The longest a call waits for RunPod's rate limit (a 429's Retry-After) before answering 503. */
@@ -35,6 +38,7 @@ export const MAX_RATE_WAIT_MS = 30_000;
 export function createRunpodHttp(options: RunpodHttpOptions): RunpodHttp {
   const limiter = createRunpodRateLimiter(MAX_RATE_WAIT_MS, options.timeoutMs);
   const health = createRunpodHealth(() => limiter.pausedUntil());
+  const rateWaits = createRateWaitCounter();
   const json = createJsonHttp({
     name: "RunPod",
     baseUrl: options.baseUrl,
@@ -45,6 +49,7 @@ export function createRunpodHttp(options: RunpodHttpOptions): RunpodHttp {
     maxBackoffMs: options.backoffMs * 8,
     maxRetryAfterMs: MAX_RATE_WAIT_MS,
     limiter: (_endpoint, signal) => limiter.wait(signal),
+    rateWaits,
     onAnswer: (_endpoint, status, headers) => limiter.observe(status, headers),
     errorText: runpodErrorText,
     logger: options.logger,
@@ -71,7 +76,7 @@ export function createRunpodHttp(options: RunpodHttpOptions): RunpodHttp {
     health.succeeded();
     return answer;
   };
-  return Object.assign(call, { health });
+  return Object.assign(call, { health, rateWaits });
 }
 
 function refusalOf(answer: JsonAnswer): string {

@@ -224,6 +224,7 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
       return (await listAll(signal)).filter((pod) => pod.label.startsWith(labelPrefix));
     },
     health: () => http.health.health(),
+    rateLimitWaits: () => http.rateWaits.read(),
     async close() {
       // Nothing held: fetch's connection pool closes idle sockets by itself.
     },

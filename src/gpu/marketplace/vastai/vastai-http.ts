@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import { OperationFailedError } from "../../../errors.js";
 import { createEndpointLimiter, createJsonHttp, type JsonAnswer } from "../http/json-http.js";
+import type { RateWaitCounter } from "../http/rate-waits.js";
 
 // vast.ai's calls (docs/marketplace-vastai.md) over the shared JSON client. vast.ai limits each API
 // key per endpoint as a minimum interval between calls and answers 429 ("API requests too
@@ -21,6 +22,8 @@ export interface VastHttpOptions {
   /** First backoff step, ms; doubles each retry up to maxBackoffMs. */
   backoffMs: number;
   maxBackoffMs: number;
+  /** Counts the calls' waits for vast.ai's rate limits (the market's metrics). */
+  rateWaits?: RateWaitCounter;
   logger?: Logger;
 }
 
@@ -84,6 +87,7 @@ export function createVastHttp(options: VastHttpOptions): VastHttp {
     backoffMs: options.backoffMs,
     maxBackoffMs: options.maxBackoffMs,
     limiter,
+    rateWaits: options.rateWaits,
     errorText: vastErrorMessage,
     // A 429 naming its threshold: wait that long, and keep that interval for the endpoint from now on.
     waitOf429: (body, endpoint) => {

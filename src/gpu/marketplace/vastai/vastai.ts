@@ -2,6 +2,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, OutcomeUnknownError } from "../../../errors.js";
 import { bidCostPerHour, type CreateMarketInstanceRequest, type Marketplace, type MarketInstance, type MarketOffer, type OfferFilter } from "../port.js";
 import { filterOffers } from "../offer-filter.js";
+import { createRateWaitCounter } from "../http/rate-waits.js";
 import { createVastHttp, unexpectedAnswer, vastErrorCode, vastErrorMessage, type VastAnswer, type VastHttpOptions } from "./vastai-http.js";
 import { parseInstancePage, parseOffers, parseShownInstance, toCreateBody, toSearchBody } from "./vastai-wire.js";
 
@@ -49,7 +50,8 @@ const DESTROY = "DELETE /api/v0/instances/{id}/";
 const CHANGE_BID = "PUT /api/v0/instances/bid_price/{id}/";
 
 export function createVastMarketplace(options: VastMarketplaceOptions): Marketplace {
-  const http = createVastHttp(options);
+  const rateWaits = createRateWaitCounter();
+  const http = createVastHttp({ ...options, rateWaits });
   const instancePath = (id: string) => `/api/v0/instances/${encodeURIComponent(id)}/`;
   // The terms of the asks searches showed, newest last: what a create rented before vast.ai shows
   // the instance, and whether a 404 on a create means "taken" (seen) or "no such ask" (never seen).
@@ -186,6 +188,7 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
   return {
     costIncludes: COST_INCLUDES,
     interruptible: true,
+    rateLimitWaits: () => rateWaits.read(),
     listOffers: (signal) => searchOffers({ limit: CATALOGUE_LIMIT }, signal),
     searchOffers,
     getInstance,

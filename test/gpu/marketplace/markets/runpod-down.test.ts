@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startVastRunpodService, type VastRunpodService } from "../../../support/markets/vast-and-runpod.js";
 import { rest, waitFor } from "../../helpers.js";
+import { marketsApi, type MarketAnswer, type Offer } from "./markets-api.js";
 
 // MARKETPLACE=vastai,runpod with RunPod down, on a service of its own so that no search before
 // has filled the RunPod catalogue's cache (a minute-old catalogue would answer for it): RunPod
@@ -8,27 +9,8 @@ import { rest, waitFor } from "../../helpers.js";
 // MARKETPLACE_TIMEOUT_MS and say RunPod failed; RunPod's instances keep their stored status
 // through the sync rounds; GET /api/gpu/markets says RunPod is failing.
 
-interface Offer {
-  id: string;
-  market: string;
-}
-interface MarketAnswer {
-  market: string;
-  ok: boolean;
-  offers: number;
-  error?: string;
-}
-interface Market {
-  name: string;
-  state: string;
-  error?: string;
-  instances: Array<{ instance_id: string; status: string }>;
-}
-
 let service: VastRunpodService;
-const url = () => service.server.url;
-const record = (id: string) => service.db.knex("gpu_instances").where({ instance_id: id }).first();
-const marketOf = async (name: string) => (await rest<{ markets: Market[] }>(url(), "GET", "/api/gpu/markets")).body.markets.find((m) => m.name === name)!;
+const { url, market: marketOf, record } = marketsApi(() => service);
 const statusIs = (id: string, status: string) => async () => ((await record(id)).status === status ? true : undefined);
 
 beforeAll(async () => {

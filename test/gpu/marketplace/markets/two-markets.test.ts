@@ -4,38 +4,15 @@ import { findTemplate } from "../../../../src/gpu/creation/templates.js";
 import { fitsTemplate, type VastAsk } from "../../../support/vastai/catalogue.js";
 import { startTwoMarketService, type TwoMarketService } from "../../../support/markets/two-markets.js";
 import { rest, waitFor } from "../../helpers.js";
+import { marketsApi, type MarketAnswer, type Offer } from "./markets-api.js";
 
 // GpuService on vast.ai (its emulator) and the simulated market at once, through its REST API:
 // one catalogue over both, a market that fails or hangs answering for itself alone, an
 // auto-pick refused in one market rented in the other, and instances kept as they were while
 // their market cannot be reached.
 
-interface Offer {
-  id: string;
-  market: string;
-  gpu_name: string;
-  dph_total: number;
-}
-interface MarketAnswer {
-  market: string;
-  ok: boolean;
-  offers: number;
-  error?: string;
-}
-interface Market {
-  name: string;
-  state: string;
-  error?: string;
-  since?: string;
-  interruptible: boolean;
-  instances: Array<{ instance_id: string; status: string; cost_per_hour: number }>;
-  dph_total: number;
-}
-
 let service: TwoMarketService;
-const url = () => service.server.url;
-const record = (id: string) => service.db.knex("gpu_instances").where({ instance_id: id }).first();
-const markets = async () => (await rest<{ markets: Market[] }>(url(), "GET", "/api/gpu/markets")).body.markets;
+const { url, markets, record } = marketsApi(() => service);
 
 beforeAll(async () => {
   service = await startTwoMarketService({ GPU_STATUS_SYNC_MS: "100" });

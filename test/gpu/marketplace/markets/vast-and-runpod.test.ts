@@ -5,6 +5,7 @@ import { startVastRunpodService, type VastRunpodService } from "../../../support
 import { dphTotal, fitsTemplate, type VastAsk } from "../../../support/vastai/catalogue.js";
 import { createEndpoint, deleteAndWait, FAST_ENDPOINT_ENV, readyIds, waitForEndpoint } from "../../endpoints/helpers.js";
 import { rest, waitFor } from "../../helpers.js";
+import { marketsApi, type MarketAnswer, type Offer } from "./markets-api.js";
 
 // GpuService with MARKETPLACE=vastai,runpod against both emulators at once, on the real
 // PostgreSQL, through its REST API and its endpoint proxy: a RunPod offer named by its id rented
@@ -12,31 +13,10 @@ import { rest, waitFor } from "../../helpers.js";
 // market and rented in the other, RunPod down (5xx, then hanging) while vast.ai answers, and an
 // endpoint healed on RunPod while vast.ai has nothing that fits.
 
-interface Offer {
-  id: string;
-  market: string;
-  dph_total: number;
-}
-interface MarketAnswer {
-  market: string;
-  ok: boolean;
-  offers: number;
-  error?: string;
-}
-interface Market {
-  name: string;
-  state: string;
-  error?: string;
-  instances: Array<{ instance_id: string; status: string }>;
-}
-
 let service: VastRunpodService;
-const url = () => service.server.url;
-const record = (id: string) => service.db.knex("gpu_instances").where({ instance_id: id }).first();
+const { url, market: marketOf, record } = marketsApi(() => service);
 /** The market's own id of an instance (its record keeps `<market>:<id>`). */
 const ownId = async (id: string) => ((await record(id)).market_instance_id as string).replace(/^\w+:/, "");
-const markets = async () => (await rest<{ markets: Market[] }>(url(), "GET", "/api/gpu/markets")).body.markets;
-const marketOf = async (name: string) => (await markets()).find((m) => m.name === name)!;
 const statusIs = (id: string, status: string) => async () => ((await record(id)).status === status ? true : undefined);
 
 beforeAll(async () => {

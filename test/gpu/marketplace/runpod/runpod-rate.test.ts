@@ -38,6 +38,10 @@ describe("RunPod's rate limits", () => {
     // Nothing reached RunPod before the second was up (a little slack for the clocks' rounding).
     for (const request of after) expect(request.at - throttled!.at).toBeGreaterThanOrEqual(1950);
     expect(market.health!().state).toBe("ok");
+    // Counted for the market's metrics: the 429 waited out by the first call, the pause by the second.
+    const waits = market.rateLimitWaits!();
+    expect(waits.count).toBeGreaterThanOrEqual(2);
+    expect(waits.seconds).toBeGreaterThanOrEqual(1.9);
   });
 
   it("a Retry-After longer than a call may wait answers 503 at once, and later calls too without asking RunPod", async () => {
@@ -59,6 +63,7 @@ describe("RunPod's rate limits", () => {
     expect(runpod.requests.map((r) => r.status)).toEqual(Array(11).fill(200));
     // 11 calls at 6 per 2 s cannot all fit in the first window.
     expect(Date.now() - started).toBeGreaterThanOrEqual(1000);
+    expect(market.rateLimitWaits!().count).toBeGreaterThanOrEqual(4);
   });
 
   it("a cold burst waits for RunPod's first answer to learn the quota, and overruns nothing", async () => {

@@ -60,6 +60,12 @@ describe("a busy vast.ai market", () => {
     // Creates are spaced by the create interval, not bunched and retried.
     const puts = vast.requests.filter((r) => r.method === "PUT" && r.status === 200).map((r) => r.at);
     for (let i = 1; i < puts.length; i++) expect(puts[i]! - puts[i - 1]!).toBeGreaterThanOrEqual(INTERVALS.ask - 5);
+    // The operator sees those waits per market: at least the creates' spacing, in seconds.
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    const waits = Number(/gpu_market_rate_limit_waits_total\{market="[^"]+"\} (\d+)/.exec(metrics)?.[1]);
+    const waited = Number(/gpu_market_rate_limit_wait_seconds_total\{market="[^"]+"\} ([\d.e-]+)/.exec(metrics)?.[1]);
+    expect(waits).toBeGreaterThanOrEqual(CREATES - 1);
+    expect(waited).toBeGreaterThanOrEqual(((CREATES - 1) * INTERVALS.ask) / 1000 - 0.05);
 
     await waitFor("all running", async () => ((await db.knex("gpu_instances").whereIn("status", ["running", "running_llm"])).length === CREATES ? true : undefined), 20_000);
   });
