@@ -1,5 +1,6 @@
 import { collectDefaultMetrics, Counter, Histogram, Registry } from "prom-client";
 import { Code, ConnectError, type Interceptor as ConnectInterceptor } from "@connectrpc/connect";
+import { keptChildren } from "./metric-children.js";
 
 /**
  * The Prometheus registry of the process, served at GET /metrics. Services register their own
@@ -45,11 +46,13 @@ export function createMetrics(): Metrics {
     registers: [registry],
   });
 
+  const requestsOf = keptChildren((...values) => httpRequests.labels(...values));
+  const durationOf = keptChildren((...values) => httpDuration.labels(...values));
   return {
     registry,
     observeHttp(route, method, status, seconds) {
-      httpRequests.inc({ route, method, status: String(status) });
-      httpDuration.observe({ route, method }, seconds);
+      requestsOf(route, method, String(status)).inc();
+      durationOf(route, method).observe(seconds);
     },
     rpcInterceptor: (next) => async (req) => {
       const labels = { service: req.service.typeName, method: req.method.name };

@@ -192,7 +192,7 @@ class Exchange {
     // Its copy dropped while it arrives (it grew past what the process may still keep): nothing can
     // be sent, and the rest of it is not read.
     this.body.onUnkept = () => this.refuseUnkept();
-    void this.body.whole(this.req).then((bytes) => {
+    this.body.whenWhole((bytes) => {
       this.body.onUnkept = undefined;
       if (this.settled || this.body.overflowed) return;
       if (bytes === undefined) return this.refuseUnkept();

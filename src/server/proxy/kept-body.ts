@@ -57,6 +57,8 @@ export class KeptBody {
   onOverflow: () => void;
   /** Called once if the budget cannot keep the body (nothing is kept from then on); set while held. */
   onUnkept: (() => void) | undefined;
+  /** Waits for the body's end (whenWhole). */
+  private onEnded: ((bytes: Buffer | undefined) => void) | undefined;
 
   constructor(req: NodeRequest, private readonly limit: number, private readonly budget: KeptBytes, onOverflow: () => void) {
     this.onOverflow = onOverflow;
@@ -77,26 +79,31 @@ export class KeptBody {
     req.once("end", () => {
       this.ended = true;
       if (!this.overflowed) this.sink?.end();
+      const then = this.onEnded;
+      this.onEnded = undefined;
+      then?.(this.kept());
     });
   }
 
   /**
-   * The whole body once it has arrived, while it is kept; undefined when it is not (over the
-   * limit, or no room in the budget), or when the request ended early.
+   * Calls `then` with the whole body once it has arrived (at once if it has), while it is kept;
+   * with undefined when it is not (over the limit, or no room in the budget). A request cut before
+   * its end never calls it: the caller's close ends the exchange that waits (no listener more per
+   * request for that, nor a promise).
    */
-  whole(req: NodeRequest): Promise<Buffer | undefined> {
-    const now = () => (this.chunks === undefined || this.overflowed ? undefined : Buffer.concat(this.chunks));
-    if (this.ended || this.chunks === undefined) return Promise.resolve(now());
-    return new Promise((resolve) => {
-      // After this body's own 'end' handler (added first); 'close' without 'end': the upload was cut.
-      const settle = () => resolve(this.ended ? now() : undefined);
-      req.once("end", settle).once("close", settle);
-    });
+  whenWhole(then: (bytes: Buffer | undefined) => void): void {
+    if (this.ended || this.chunks === undefined) then(this.kept());
+    else this.onEnded = then;
   }
 
   /** The whole body, when it has all arrived and is kept: sent in one piece. */
   arrived(): Buffer | undefined {
-    if (!this.ended || this.chunks === undefined || this.overflowed) return undefined;
+    return this.ended ? this.kept() : undefined;
+  }
+
+  /** What is kept of the body, in one piece; undefined when nothing is. */
+  private kept(): Buffer | undefined {
+    if (this.chunks === undefined || this.overflowed) return undefined;
     return this.chunks.length === 1 ? this.chunks[0] : Buffer.concat(this.chunks);
   }
 

@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
+import { keptChildren } from "../metric-children.js";
 import type { KeptBytes } from "./kept-body.js";
 
 /** Why a request got 503 from the proxy itself (gpu_endpoint_refused_total's `reason`; docs/endpoints.md, "Metrics"). */
@@ -94,14 +95,17 @@ export function createProxyMetrics(registry: Registry, kept: KeptBytes): ProxyMe
     buckets: FIRST_BYTE_BUCKETS,
     registers: [registry],
   });
+  const requestsOf = keptChildren((...values) => requests.labels(...values));
+  const firstByteOf = keptChildren((...values) => firstByte.labels(...values));
   return {
     resumed: (endpoint, seconds) => {
       resumed.inc({ endpoint });
       resume.observe({ endpoint }, seconds);
     },
     streamCut: (endpoint, reason) => cut.inc({ endpoint, reason }),
-    answered: (endpoint, code) => requests.inc({ endpoint, code: String(code) }),
-    firstByte: (endpoint, seconds) => firstByte.observe({ endpoint }, seconds),
+    // Once or twice per request: their label sets' children kept.
+    answered: (endpoint, code) => requestsOf(endpoint, String(code)).inc(),
+    firstByte: (endpoint, seconds) => firstByteOf(endpoint).observe(seconds),
     retried: (endpoint) => retries.inc({ endpoint }),
     refused: (endpoint, reason) => refusals.inc({ endpoint, reason }),
     held: (endpoint, seconds) => hold.observe({ endpoint }, seconds),

@@ -16,9 +16,17 @@ interface Minute {
 
 export function createProxyTraffic(now: () => number = Date.now): ProxyTraffic {
   const minutes = new Map<string, Minute>();
+  // Each endpoint's minute now: a request within it is counted with no key built or looked up.
+  const current = new Map<string, { start: number; minute: Minute }>();
   const minuteOf = (endpointName: string): Minute => {
     const at = now();
     const start = at - (at % MINUTE_MS);
+    const known = current.get(endpointName);
+    // (changedSince drops only minutes long past: the current one is always in `minutes`.)
+    if (known !== undefined && known.start === start) {
+      known.minute.changedAt = at;
+      return known.minute;
+    }
     const key = `${start}\n${endpointName}`;
     let minute = minutes.get(key);
     if (minute === undefined) {
@@ -26,6 +34,7 @@ export function createProxyTraffic(now: () => number = Date.now): ProxyTraffic {
       minute = { entry: { endpointName, minute: new Date(start), counts, firstByte: FIRST_BYTE_BOUNDS_MS.map(() => 0).concat(0) }, changedAt: at };
       minutes.set(key, minute);
     }
+    current.set(endpointName, { start, minute });
     minute.changedAt = at;
     return minute;
   };

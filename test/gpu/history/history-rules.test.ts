@@ -89,5 +89,13 @@ describe("the proxy's traffic", () => {
     expect(traffic.changedSince(now).map((e) => e.minute)).toEqual([new Date("2026-11-28T12:01:00Z")]);
     now += 10 * 60_000;
     expect(traffic.changedSince(0)).toEqual([]);
+    // Counted again later, and for two endpoints in turn: each in its own new minute.
+    counted.answered("chat", 200);
+    counted.answered("code", 500);
+    counted.answered("chat", 200);
+    expect(traffic.changedSince(0).map((e) => [e.endpointName, e.minute, e.counts.ok, e.counts.serverError])).toEqual([
+      ["chat", new Date("2026-11-28T12:11:00Z"), 2, 0],
+      ["code", new Date("2026-11-28T12:11:00Z"), 0, 1],
+    ]);
   });
 });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { continuationRequest, firstRequest, resumability } from "../../../../src/server/proxy/continuation/continuation-request.js";
+import { streamPlanOf } from "../../../../src/server/proxy/streamed-answer.js";
 
 const ASK = [{ role: "user", content: "hi" }];
 const chat = (extra: Record<string, unknown> = {}): Record<string, unknown> => ({ model: "m", messages: ASK, stream: true, ...extra });
@@ -97,5 +98,21 @@ describe("continuationRequest: the text so far and the tokens that remain", () =
   ])("is finished when no token of %s remains", (_, limits) => {
     expect(continuationRequest("chat", first(chat(limits)), "a b c d", 4)).toEqual({ finished: true });
     expect(continuationRequest("completions", first(text(limits)), "a b c d", 5)).toEqual({ finished: true });
+  });
+});
+
+describe("streamPlanOf: which completions are read as streams", () => {
+  const plan = (body: unknown) => streamPlanOf("chat", Buffer.from(typeof body === "string" ? body : JSON.stringify(body)));
+  it("plans a streamed chat completion, with usage asked on every chunk", () => {
+    expect(plan(chat())?.first.body).toMatchObject({ stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } });
+    expect(plan('{ "model": "m", "messages": [], "stream" : true }')).toBeDefined();
+  });
+  it.each([
+    ["no stream key at all (not parsed)", { model: "m", messages: ASK, max_tokens: 1 }],
+    ["stream false", chat({ stream: false })],
+    ['"stream" only inside a message', { model: "m", messages: [{ role: "user", content: '"stream": true' }] }],
+    ["not JSON", '"stream": true'],
+  ])("passes on untouched: %s", (_what, body) => {
+    expect(plan(body)).toBeUndefined();
   });
 });
