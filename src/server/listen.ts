@@ -32,7 +32,8 @@ const HTTP2_PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
  */
 export async function listen(options: ListenOptions): Promise<RunningServer> {
   const timeouts = options.timeouts ?? DEFAULT_TIMEOUTS;
-  const handler = withRequestTimeout(options.handler, timeouts.requestMs);
+  // On the plain port node:http times HTTP/1.1 bodies itself (its requestTimeout, below).
+  const handler = withRequestTimeout(options.handler, timeouts.requestMs, options.tls ? "every request" : "http/2 only");
   const sockets = new Set<net.Socket>();
   let front: net.Server;
   let h1: http.Server | undefined;
@@ -179,10 +180,12 @@ function closeIdleSessions(h2: http2.Http2Server | http2.Http2SecureServer, idle
 /**
  * Cuts off a request whose body has not fully arrived `requestMs` after its headers: 408 when
  * nothing was answered yet, then the request (an HTTP/2 stream, or the HTTP/1.1 connection) is
- * destroyed. Trickled bodies otherwise hold a connection for ever.
+ * destroyed. Trickled bodies otherwise hold a connection for ever. `http/2 only`: node:http's own
+ * requestTimeout answers HTTP/1.1's 408, and a request pays for no timer of its own.
  */
-function withRequestTimeout(handler: NodeHandler, requestMs: number): NodeHandler {
+function withRequestTimeout(handler: NodeHandler, requestMs: number, which: "every request" | "http/2 only"): NodeHandler {
   return (req, res) => {
+    if (which === "http/2 only" && req.httpVersionMajor === 1) return handler(req, res);
     const timer = setTimeout(() => {
       if (req.complete) return;
       if (res.headersSent) {
