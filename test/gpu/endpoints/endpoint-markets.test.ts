@@ -80,6 +80,39 @@ describe("capacity.markets", () => {
     for (const id of readyIds(ready)) expect(await marketOf(id)).toBe("simulated");
     await deleteAndWait(url(), "mk-narrow", service.db.knex);
   });
+
+  it("moves running replicas out of a market a PATCH of capacity.markets leaves out, one at a time, never fewer ready than the target", async () => {
+    makeVastCheapest("budget");
+    await createEndpoint(url(), { name: "mk-move", template_name: "budget", replicas: 2, max_cost_per_hour: 10 });
+    const before = await waitForEndpoint(url(), "mk-move", "two ready on vast.ai", (e) => readyIds(e).length === 2, 30_000);
+    const onVast = readyIds(before);
+    for (const id of onVast) expect(await marketOf(id)).toBe("vastai");
+
+    expect((await rest(url(), "PATCH", "/api/gpu/endpoints/mk-move", { capacity: { markets: ["simulated"] } })).status).toBe(200);
+    let fewestReady = 2;
+    let mostMachines = 0;
+    const moved = await waitForEndpoint(
+      url(),
+      "mk-move",
+      "both replicas on the simulated market",
+      (e) => {
+        const live = (e.instances ?? []).filter((i) => i.state !== "gone");
+        mostMachines = Math.max(mostMachines, live.length);
+        fewestReady = Math.min(fewestReady, readyIds(e).length);
+        return readyIds(e).length === 2 && live.length === 2 && readyIds(e).every((id) => !onVast.includes(id));
+      },
+      60_000,
+    );
+    for (const id of readyIds(moved)) expect(await marketOf(id)).toBe("simulated");
+    expect(fewestReady).toBe(2);
+    expect(mostMachines).toBeLessThanOrEqual(3);
+    const events = await eventsOf(url(), "mk-move");
+    for (const id of onVast) {
+      expect(events.some((e) => e.kind === "launched" && e.detail.includes(`to take ${id}'s place`))).toBe(true);
+      expect(events.find((e) => e.instance_id === id && /vastai is no longer among them/.test(e.detail))).toBeDefined();
+    }
+    await deleteAndWait(url(), "mk-move", service.db.knex);
+  }, 90_000);
 });
 
 describe("one market's failure", () => {

@@ -288,6 +288,25 @@ describe("endpoint plan", () => {
         expect(launches(planEndpoint(endpoint({ replicas: 2, capacity: settings }), facts, NOW, SETTINGS))).toEqual(expected);
       });
 
+      describe("a PATCH of capacity.markets to runpod and simulated: a replica in a market left out is moved, its kind kept", () => {
+        const narrowed = { ...capacity, onDemandBase: 1, markets: ["runpod", "simulated"] };
+        it.each<[string, Array<[string, Kind, "bid" | "on-demand", string]>, string[]]>([
+          ["an on-demand replica: an on-demand one launched beside it", [["o", "ready", "on-demand", "vastai"], ["b", "ready", "bid", "simulated"]], ["launch on-demand"]],
+          ["a bid: a bid or nothing beside it", [["o", "ready", "on-demand", "runpod"], ["b", "ready", "bid", "vastai"]], ["launch bid only"]],
+          ["the old one drains once the new one is ready (not the new one, of the same kind)", [["o1", "ready", "on-demand", "vastai"], ["b", "ready", "bid", "simulated"], ["o2", "ready", "on-demand", "runpod"]], ["drain o1"]],
+          ["nothing while the new one starts", [["o1", "ready", "on-demand", "vastai"], ["b", "ready", "bid", "simulated"], ["o2", "starting", "on-demand", "runpod"]], []],
+          ["every replica in a market named: nothing moves", [["o", "ready", "on-demand", "runpod"], ["b", "ready", "bid", "simulated"]], []],
+        ])("%s", (_what, replicas, expected) => {
+          const facts = replicas.map(([id, kind, as, market]) => {
+            const f = as === "on-demand" ? replica(id, kind) : slot(id, kind, as);
+            f.record = { ...f.record!, market };
+            return f;
+          });
+          facts.forEach((f, i) => (f.row.createdAt = ago(600_000 - i * 1000)));
+          expect(launches(planEndpoint(endpoint({ replicas: 2, capacity: narrowed }), facts, NOW, SETTINGS))).toEqual(expected);
+        });
+      });
+
       it("names the replica a move replaces, and the cost of the on-demand machine a bid must save 10% of", () => {
         const [o1, o2] = [replica("o1", "ready"), replica("o2", "ready")];
         o2.record = { ...o2.record!, costPerHour: 0.6 };

@@ -6,7 +6,8 @@ import { billedCost, replicaState, type ReplicaFacts } from "../replicas/replica
 // and bids for the rest (every machine on-demand without `interruptible`). A replica whose kind of
 // machine it no longer wants is misplaced: an on-demand one past the base (a fallback that stood
 // in for a bid, or one a PATCH turned into a bid's place), or a bid past the bids' share (a PATCH
-// turned `interruptible` off or raised the base). The mix converges as a fallback returns:
+// turned `interruptible` off or raised the base), or one rented in a market that `capacity.markets`
+// no longer names (a PATCH narrowed them). The mix converges as a fallback returns:
 // - a gap (a replica missing) is filled first, each launch of the kind still short: on-demand up
 //   to the base, then bids that may fall back to on-demand when no bid fits;
 // - then one launch at a time takes a misplaced replica's place, beside it (a surge within
@@ -64,14 +65,24 @@ export function launchKinds(capacity: CapacitySettings, target: number, serving:
  * `serving` comes in the order replicas go (the plan's scale-in order), fallbacks go before the
  * other on-demand ones.
  */
-export function misplaced(capacity: CapacitySettings, target: number, serving: readonly ReplicaFacts[]): ReplicaFacts[] {
+export function misplaced(capacity: CapacitySettings, target: number, inOrder: readonly ReplicaFacts[]): ReplicaFacts[] {
+  // Of a kind with one too many, the one in a market left out goes first.
+  const serving = [...inOrder.filter((f) => outsideMarkets(capacity, f)), ...inOrder.filter((f) => !outsideMarkets(capacity, f))];
   const onDemand = serving.filter(isOnDemand);
   const bids = serving.filter((f) => !isOnDemand(f));
   const bidsWanted = target - onDemandWanted(capacity, target);
   const extraOnDemand = capacity.interruptible
     ? [...onDemand.filter(isFallback), ...onDemand.filter((f) => !isFallback(f))].slice(0, Math.max(0, onDemand.length - onDemandWanted(capacity, target)))
     : [];
-  return [...extraOnDemand, ...bids.slice(0, Math.max(0, bids.length - bidsWanted))];
+  const wrongKind = [...extraOnDemand, ...bids.slice(0, Math.max(0, bids.length - bidsWanted))];
+  // A replica in a market the endpoint no longer rents from goes too, whatever its kind (its own first).
+  const wrongMarket = serving.filter((f) => outsideMarkets(capacity, f) && !wrongKind.includes(f));
+  return [...wrongKind, ...wrongMarket];
+}
+
+/** Rented in a market `capacity.markets` does not name (an empty list names every market). */
+function outsideMarkets(capacity: CapacitySettings, { record }: ReplicaFacts): boolean {
+  return capacity.markets.length > 0 && record?.market != null && record.market !== "" && !capacity.markets.includes(record.market);
 }
 
 /** Of the misplaced replicas, those that may go now: the rest keep at least `target` replicas, and `target` ready. */
@@ -96,19 +107,30 @@ export function goingNow(target: number, serving: readonly ReplicaFacts[], out: 
  * the move from the on-demand machine it replaces, or an on-demand machine for a bid. Undefined
  * when none is wanted now.
  */
-export function mixLaunch(target: number, serving: readonly ReplicaFacts[], out: readonly ReplicaFacts[]): MixLaunch | undefined {
+export function mixLaunch(capacity: CapacitySettings, target: number, serving: readonly ReplicaFacts[], out: readonly ReplicaFacts[]): MixLaunch | undefined {
   const first = out[0];
   if (first === undefined) return undefined;
   const others = serving.filter((f) => !out.includes(f));
   if (others.length >= target || serving.some((f) => replicaState(f) !== "ready")) return undefined;
   const replaces = first.row.instanceId;
+  // Of the right kind but in a market left out: the same kind again, in the markets named (a bid
+  // or nothing for a bid, so that a move never turns a bid into an on-demand machine).
+  if (outsideMarkets(capacity, first) && !misplacedByKind(capacity, target, serving, first)) {
+    return isOnDemand(first) ? { interruptible: false, fallback: false, replaces } : { interruptible: true, fallback: false, replaces };
+  }
   if (!isOnDemand(first)) return { interruptible: false, fallback: false, replaces };
   const cost = billedCost(first);
   return { interruptible: true, fallback: false, replaces, ...(cost > 0 ? { replacing: cost } : {}) };
 }
 
+/** Whether the replica is misplaced for its kind of machine alone (not for its market). */
+function misplacedByKind(capacity: CapacitySettings, target: number, serving: readonly ReplicaFacts[], f: ReplicaFacts): boolean {
+  return misplaced({ ...capacity, markets: [] }, target, serving).includes(f);
+}
+
 /** Why a misplaced replica goes, for its event. */
 export function whyMisplaced(capacity: CapacitySettings, f: ReplicaFacts): string {
+  if (outsideMarkets(capacity, f)) return `a replica in one of capacity.markets (${capacity.markets.join(", ")}) that takes its place is ready: ${f.record!.market} is no longer among them`;
   if (isFallback(f)) return "an interruptible replica that takes its place is ready";
   if (isOnDemand(f)) return `a bid that takes its place is ready (on_demand_base ${capacity.onDemandBase})`;
   const setting = capacity.interruptible ? `on_demand_base ${capacity.onDemandBase}` : "interruptible off";

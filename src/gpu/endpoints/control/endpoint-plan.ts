@@ -1,6 +1,6 @@
 import type { EndpointLoad } from "../load/load-store.js";
 import { DIRECTORY_CACHE_MS } from "../resource/endpoint-directory.js";
-import type { AutoscaleMemory, EndpointRecord } from "../resource/endpoint-store.js";
+import type { AutoscaleMemory, CapacitySettings, EndpointRecord } from "../resource/endpoint-store.js";
 import { billedCost, endedReason, replicaState, type ReplicaFacts } from "../replicas/replica-state.js";
 import { autoscale, type TargetChange } from "./autoscaler.js";
 import { goingNow, launchKinds, misplaced, mixLaunch, whyMisplaced, type LaunchKind, type MixLaunch } from "./capacity-mix.js";
@@ -140,7 +140,9 @@ export function planEndpoint(
   if (out.length === 0 && mixUnsettled(stored)) actions.push({ kind: "mix_settled" });
   const surplus = serving.length > target;
   const outNow = goingNow(target, serving, out.filter(canDestroy));
-  for (const f of outNow) actions.push(goes(f, surplus ? `scale down to ${target}` : whyMisplaced(endpoint.capacity, f)));
+  // One that a replica launched in its place makes surplus goes for the move, not for a scale-down.
+  const replaced = (f: ReplicaFacts) => serving.some((other) => other.row.replaces === f.row.instanceId);
+  for (const f of outNow) actions.push(goes(f, surplus && !replaced(f) ? `scale down to ${target}` : whyMisplaced(endpoint.capacity, f)));
   const kept = serving.filter((f) => !outNow.includes(f));
   const stillOut = out.filter((f) => !outNow.includes(f));
   actions.push(...scaleIn(kept.filter((f) => !out.includes(f)), target, load));
@@ -150,7 +152,7 @@ export function planEndpoint(
   if (ready >= target) {
     // The replacements are ready (or none are wanted): the condemned ones go.
     for (const f of retirable) actions.push({ kind: "retire", instanceId: f.row.instanceId, reason: "its replacement is ready" });
-    return [...actions, ...moveMix(target, kept, stillOut, machines - retirable.length)];
+    return [...actions, ...moveMix(endpoint.capacity, target, kept, stillOut, machines - retirable.length)];
   }
   let deficit = target - kept.length;
   // Draining replicas were ready moments ago and hold their model: take them back before renting,
@@ -175,7 +177,7 @@ export function planEndpoint(
     actions.push({ kind: "launch", ...kind, ...(retirable[0] ? { makeRoom: retirable[0].row.instanceId } : {}) });
     machines++;
   }
-  return deficit > 0 ? actions : [...actions, ...moveMix(target, kept, stillOut, machines)];
+  return deficit > 0 ? actions : [...actions, ...moveMix(endpoint.capacity, target, kept, stillOut, machines)];
 }
 
 /** Whether the moves of the mix still carry a backoff or a wait from an earlier wave. */
@@ -184,8 +186,8 @@ function mixUnsettled(endpoint: EndpointRecord): boolean {
 }
 
 /** One launch that takes a misplaced replica's place, when one may go beside them (replicas + 1). */
-function moveMix(target: number, serving: readonly ReplicaFacts[], out: readonly ReplicaFacts[], machines: number): Action[] {
-  const launch = mixLaunch(target, serving, out);
+function moveMix(capacity: CapacitySettings, target: number, serving: readonly ReplicaFacts[], out: readonly ReplicaFacts[], machines: number): Action[] {
+  const launch = mixLaunch(capacity, target, serving, out);
   return launch === undefined || machines + 1 > target + 1 ? [] : [{ kind: "launch", ...launch }];
 }
 
