@@ -62,8 +62,8 @@ export function launchKinds(capacity: CapacitySettings, target: number, serving:
 
 /**
  * The serving replicas whose kind of machine the capacity no longer wants, the first to go first:
- * `serving` comes in the order replicas go (the plan's scale-in order), fallbacks go before the
- * other on-demand ones.
+ * `inOrder` comes in the order replicas go (the plan's scale-in order), fallbacks go before the
+ * other on-demand ones, and of a kind those in a market `capacity.markets` left out go first.
  */
 export function misplaced(capacity: CapacitySettings, target: number, inOrder: readonly ReplicaFacts[]): ReplicaFacts[] {
   // Of a kind with one too many, the one in a market left out goes first.
@@ -75,7 +75,7 @@ export function misplaced(capacity: CapacitySettings, target: number, inOrder: r
     ? [...onDemand.filter(isFallback), ...onDemand.filter((f) => !isFallback(f))].slice(0, Math.max(0, onDemand.length - onDemandWanted(capacity, target)))
     : [];
   const wrongKind = [...extraOnDemand, ...bids.slice(0, Math.max(0, bids.length - bidsWanted))];
-  // A replica in a market the endpoint no longer rents from goes too, whatever its kind (its own first).
+  // A replica in a market the endpoint no longer rents from goes too, whatever its kind.
   const wrongMarket = serving.filter((f) => outsideMarkets(capacity, f) && !wrongKind.includes(f));
   return [...wrongKind, ...wrongMarket];
 }
