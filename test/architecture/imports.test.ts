@@ -17,7 +17,7 @@ const BOTTOM = [
   /^src\/gpu\/gpu-context\.ts$/, // what the GPU service's parts share
   /^src\/gpu\/marketplace\/(port|offer-filter)\.ts$/, // the adapters' interface and their shared offer filter
   /^src\/indexing\/(indexing-error|indexing-metrics|job-lock|kst-timestamp)\.ts$/,
-  /^src\/server\/(node-http|service-registration|client-gone)\.ts$/,
+  /^src\/server\/(node-http|service-registration|client-gone|metric-children)\.ts$/, // metric-children: the request metrics of the app and the proxy
 ];
 
 describe("the imports of src/", () => {
