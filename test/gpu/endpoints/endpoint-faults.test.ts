@@ -33,7 +33,7 @@ afterAll(async () => {
 const recordOf = async (instanceId: string) =>
   (await svc.db.knex("gpu_instances").where({ instance_id: instanceId }).first()) as { market_instance_id: string; cost_per_hour: number };
 const endpointRow = async (name: string) =>
-  (await svc.db.knex("gpu_endpoints").where({ name }).whereNot({ phase: "deleted" }).first()) as { launch_failures: number; next_launch_at: Date | null };
+  (await svc.db.knex("gpu_endpoints").where({ name }).whereNot({ phase: "deleted" }).first()) as { launch_failures: number; next_launch_at: Date | null; ever_ready: boolean };
 const kinds = (events: EventJson[], instanceId?: string) => events.filter((e) => !instanceId || e.instance_id === instanceId).map((e) => e.kind);
 const settle = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -81,6 +81,8 @@ describe("endpoints under faults", () => {
     await createEndpoint(svc.server.url, { name: "blip", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
     const ready = await waitForEndpoint(svc.server.url, "blip", "ready", (e) => e.state === "ready");
     const [replica] = readyIds(ready) as [string];
+    // The round that saw it ready ends the launch backoff after it shows ready: wait for that write first.
+    await waitFor("the first readiness recorded", async () => ((await endpointRow("blip")).ever_ready ? true : undefined), 10_000);
     // Launches have failed three times in a row, and the next may go in ten minutes.
     const nextLaunchAt = new Date(Date.now() + 600_000);
     await svc.db.knex("gpu_endpoints").where({ name: "blip" }).update({ launch_failures: 3, next_launch_at: nextLaunchAt });
