@@ -45,7 +45,9 @@ describe("MARKETPLACE=vastai,runpod with RunPod down", () => {
     const before = lists(503);
     await waitFor("three sync rounds with RunPod answering 503", async () => (lists(503) >= before + 3 ? true : undefined), 20_000);
     expect(await record(id)).toMatchObject({ status: "running_llm", destroyed_at: null });
-    expect(await marketOf("runpod")).toMatchObject({ state: "failing", error: expect.stringMatching(/HTTP 503/) });
+    // The last call's failure: RunPod's 503 after the read's retries, or the market's timeout when
+    // the retries' backoff outlasted MARKETPLACE_TIMEOUT_MS (which comes first depends on timing).
+    expect(await marketOf("runpod")).toMatchObject({ state: "failing", error: expect.stringMatching(/HTTP 503|did not answer within 1500 ms/) });
     expect((await marketOf("runpod")).instances.map((i) => i.instance_id)).toContain(id);
     expect(await marketOf("vastai")).toMatchObject({ state: "ok" });
 
