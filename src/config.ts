@@ -135,6 +135,8 @@ export interface MarketplaceConfig {
   readonly vastMinIntervalMs: number | undefined;
   /** vastai only: timeout of a create (renting can take vast.ai a minute), ms; other calls use timeoutMs. */
   readonly vastCreateTimeoutMs: number;
+  /** vastai only: how long a create with no answer is looked for by its label before it is left to the reconciler, ms. */
+  readonly vastCreateLookupMs: number;
   /** vastai only: hosts less reliable than this (vast.ai's reliability2, 0..1) are never offered. */
   readonly vastMinReliability: number;
   /** vastai only: retries of a call answered 429 (or failing transiently, when safe to repeat). */
@@ -272,6 +274,7 @@ function marketplaceConfig(env: Env): MarketplaceConfig {
     vastApiUrl: url(env, "VAST_API_URL", ["http:", "https:"]) ?? "https://console.vast.ai",
     vastMinIntervalMs: text(env, "VAST_MIN_INTERVAL_MS") === undefined ? undefined : integer(env, "VAST_MIN_INTERVAL_MS", 0, 0, 60_000),
     vastCreateTimeoutMs: integer(env, "VAST_CREATE_TIMEOUT_MS", 90_000, 1_000, 600_000),
+    vastCreateLookupMs: integer(env, "VAST_CREATE_LOOKUP_MS", 30_000, 0, 600_000),
     vastMinReliability: fraction(env, "VAST_MIN_RELIABILITY", 0.95),
     vastRetries: integer(env, "VAST_RETRIES", 8, 0, 20),
     vastBackoffMs: integer(env, "VAST_BACKOFF_MS", 500, 1, 60_000),

@@ -40,6 +40,7 @@ function createAdapter(name: MarketName, config: Config, logger: Logger, knex?: 
         apiKey: settings.vastApiKey,
         timeoutMs: settings.timeoutMs,
         createTimeoutMs: settings.vastCreateTimeoutMs,
+        createLookupMs: settings.vastCreateLookupMs,
         minReliability: settings.vastMinReliability,
         minIntervalMs: settings.vastMinIntervalMs,
         retries: settings.vastRetries,

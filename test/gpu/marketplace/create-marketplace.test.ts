@@ -32,6 +32,7 @@ describe("marketplace configuration", () => {
       vastRetries: 8,
       vastBackoffMs: 500,
       vastCreateTimeoutMs: 90_000,
+      vastCreateLookupMs: 30_000,
       vastMinReliability: 0.95,
       runpodApiKey: undefined,
       runpodApiUrl: "https://api.runpod.io",

@@ -18,6 +18,9 @@ type On<K extends Action["kind"]> = Extract<Action, { kind: K }>;
 /** Destroys what remains of a replica's machine (unless it is over already), drops the replica, then writes its event. */
 export async function finish(deps: RoundDeps, endpoint: EndpointRecord, facts: ReplicaFacts | undefined, instanceId: string, event: { kind: EventKind; detail: string } | null) {
   const record = facts?.record ?? null;
+  // A launch given up while its market's answer is unknown: nothing to destroy until the
+  // reconciler adopts its machine (destroyed then) or fails the record (dropped then).
+  if (record?.status === "creating" && record.marketInstanceId === null) return;
   if (record && !isTerminal(record.status)) await destroyRecord(deps.ctx, ACTOR_SYSTEM, record, "destroy_instance");
   await deps.endpoints.replicas.remove(instanceId);
   if (event) await note(deps, endpoint, event.kind, event.detail, instanceId);

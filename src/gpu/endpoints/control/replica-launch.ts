@@ -30,6 +30,7 @@ import type { EndpointRecord, EndpointStore } from "../resource/endpoint-store.j
 // the endpoint's other markets, in the same round; the launch backoff is raised only when the
 // last of them failed too (or when the failure names no market: nothing fits anywhere). The
 // market that failed is left out of the endpoint's next launches for a while (market-backoff.ts).
+// A creation whose outcome that market left unknown goes on elsewhere too; its replica is given up.
 
 /** Launch failures back off from 10 s, doubling, to 10 min (SPEC.md: nothing loops faster). */
 export const LAUNCH_BACKOFF_MS = { first: 10_000, max: 600_000 } as const;
@@ -161,18 +162,26 @@ async function failedLaunch(
     return { kind: "failed" };
   }
   const record = await ctx.instances.get(instanceId);
+  const failedIn = record?.market ?? undefined;
+  const others = markets.filter((m) => m !== failedIn);
+  const elsewhere = failedIn !== undefined && markets.includes(failedIn) && others.length > 0;
   if (record?.status === "creating") {
-    // Outcome unknown: the reconciler adopts the machine or fails the record, and the row stays
-    // with it; a failure is counted once, when the plan sees the record failed.
+    // Outcome unknown (the market's create answered 5xx or nothing, and its machine did not show
+    // up under the label): the reconciler adopts the machine or fails the record, and the row
+    // stays with it. With another market left, the endpoint does not wait for that: the row is
+    // given up (destroyed once its machine shows up, dropped once the record fails, with no
+    // failure counted) and the launch goes on in the other markets now.
     ctx.logger.warn({ err, endpoint: endpoint.name, instance_id: instanceId }, "replica launch outcome unknown; the reconciler settles it");
-    return { kind: "failed" };
+    if (!elsewhere) return { kind: "failed" }; // a failure is counted once, when the plan sees the record failed
+    const detail = `${instanceId} given up: ${failedIn} did not say whether it rented it; its machine, if one shows up, is destroyed`;
+    await endpoints.replicas.markDestroying(instanceId, { kind: "replaced", detail });
+    await note(deps, endpoint, "launch_failed", `launch of ${instanceId} failed in ${failedIn}: ${failureText(err)}; trying ${others.join(", ")} now`, instanceId);
+    return { kind: "elsewhere", market: failedIn };
   }
   if (record === null) await endpoints.replicas.forget(instanceId);
   // A round that saw the failed record meanwhile removed the replica and counted the failure: once only.
   else if (!(await endpoints.replicas.remove(instanceId))) return { kind: "failed" };
-  const failedIn = record?.market ?? undefined;
-  const others = markets.filter((m) => m !== failedIn);
-  if (failedIn !== undefined && markets.includes(failedIn) && others.length > 0) {
+  if (elsewhere) {
     // That market's failure alone: no backoff, the other markets are tried now.
     await note(deps, endpoint, "launch_failed", `launch of ${instanceId} failed in ${failedIn}: ${failureText(err)}; trying ${others.join(", ")} now`, instanceId);
     return { kind: "elsewhere", market: failedIn };

@@ -175,8 +175,9 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
         options.logger?.warn({ label: request.label, instance: machine.id }, "vast.ai did not answer a create, but rented the machine: adopted");
         return { ...machine, offerId: request.offerId };
       }
-      if (Date.now() + wait > until) break;
-      await sleep(wait, undefined, signal ? { signal } : undefined);
+      const left = until - Date.now();
+      if (left <= 0) break;
+      await sleep(Math.min(wait, left), undefined, signal ? { signal } : undefined);
     }
     throw new OutcomeUnknownError(
       `${cause.message}; no instance labelled ${request.label} appeared within ${Math.round(lookupMs / 1000)} s, ` +

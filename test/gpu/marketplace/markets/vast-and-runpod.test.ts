@@ -3,15 +3,16 @@ import { LLM_DISK_GB } from "../../../../src/gpu/creation/launch-plan.js";
 import { findTemplate } from "../../../../src/gpu/creation/templates.js";
 import { startVastRunpodService, type VastRunpodService } from "../../../support/markets/vast-and-runpod.js";
 import { dphTotal, fitsTemplate, type VastAsk } from "../../../support/vastai/catalogue.js";
-import { createEndpoint, deleteAndWait, FAST_ENDPOINT_ENV, readyIds, waitForEndpoint } from "../../endpoints/helpers.js";
+import { createEndpoint, deleteAndWait, eventsOf, FAST_ENDPOINT_ENV, readyIds, waitForEndpoint } from "../../endpoints/helpers.js";
 import { rest, waitFor } from "../../helpers.js";
 import { marketsApi, type MarketAnswer, type Offer } from "./markets-api.js";
 
 // GpuService with MARKETPLACE=vastai,runpod against both emulators at once, on the real
 // PostgreSQL, through its REST API and its endpoint proxy: a RunPod offer named by its id rented
 // and serving, an endpoint's replica rented where it is cheapest, an auto-pick refused in one
-// market and rented in the other, RunPod down (5xx, then hanging) while vast.ai answers, and an
-// endpoint healed on RunPod while vast.ai has nothing that fits.
+// market and rented in the other, an endpoint serving from RunPod while RunPod's API is down, an
+// endpoint launched on RunPod while vast.ai's creates fail, and an endpoint healed on RunPod while
+// vast.ai has nothing that fits.
 
 let service: VastRunpodService;
 const { url, market: marketOf, record } = marketsApi(() => service);
@@ -20,7 +21,8 @@ const ownId = async (id: string) => ((await record(id)).market_instance_id as st
 const statusIs = (id: string, status: string) => async () => ((await record(id)).status === status ? true : undefined);
 
 beforeAll(async () => {
-  service = await startVastRunpodService({ ...FAST_ENDPOINT_ENV, GPU_STATUS_SYNC_MS: "100" });
+  // A create with no answer is looked for 1 s (30 s by default), and fails 3 s after it (5 min by default).
+  service = await startVastRunpodService({ ...FAST_ENDPOINT_ENV, GPU_STATUS_SYNC_MS: "100", VAST_CREATE_LOOKUP_MS: "1000", GPU_CREATION_GRACE_MS: "3000" });
 });
 
 afterAll(async () => {
@@ -176,6 +178,102 @@ describe("MARKETPLACE=vastai,runpod: the service on both emulators at once", () 
       ].join("\n"),
     );
     expect((await rest(url(), "DELETE", `/api/gpu/instances/${id}`)).status).toBe(200);
+  });
+
+  it("keeps an endpoint serving from RunPod while RunPod's API fails and then hangs: its replica is neither lost nor replaced", async () => {
+    makeVastDearer("budget");
+    await createEndpoint(url(), { name: "runpod-api-down", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
+    const [replica] = readyIds(await waitForEndpoint(url(), "runpod-api-down", "ready on RunPod", (e) => e.state === "ready", 30_000)) as [string];
+    expect(await record(replica)).toMatchObject({ market: "runpod", status: "running_llm" });
+    const from = Date.now();
+    const podCalls = () => service.runpod.requests.filter((r) => r.at >= from && r.path.startsWith("/v2/pods"));
+    const serves = async () => {
+      for (let i = 0; i < 5; i++) expect((await chat(`${url()}/endpoints/runpod-api-down`)).status).toBe(200);
+    };
+
+    // RunPod's API answers 503 to everything; its pods' model servers answer as before.
+    service.runpod.failNext(1_000_000, 503);
+    await waitFor("three sync rounds answered 503", async () => (podCalls().filter((r) => r.method === "GET" && r.status === 503).length >= 3 ? true : undefined), 20_000);
+    await serves();
+    // Then it does not answer at all (longer than MARKETPLACE_TIMEOUT_MS).
+    service.runpod.failNext(0, 503);
+    service.runpod.delay(30_000);
+    const hungFrom = Date.now();
+    await waitFor("two sync rounds asking a hanging RunPod", async () => (podCalls().filter((r) => r.method === "GET" && r.at >= hungFrom).length >= 2 ? true : undefined), 20_000);
+    await new Promise((resolve) => setTimeout(resolve, 3_000)); // past the timeout of the rounds that asked
+    await serves();
+    expect(await marketOf("runpod")).toMatchObject({ state: "failing" });
+
+    // Throughout: the same replica, ready and running_llm; nothing rented, destroyed or replaced anywhere.
+    const endpoint = await waitForEndpoint(url(), "runpod-api-down", "still ready", (e) => e.state === "ready", 1_000);
+    expect(readyIds(endpoint)).toEqual([replica]);
+    expect(await record(replica)).toMatchObject({ status: "running_llm", destroyed_at: null });
+    expect(podCalls().filter((r) => r.method !== "GET")).toEqual([]);
+    expect(service.vast.requests.filter((r) => r.method === "PUT" && r.at >= from)).toEqual([]);
+    const events = (await eventsOf(url(), "runpod-api-down")).filter((e) => Date.parse(e.at) >= from);
+    expect(events.filter((e) => ["launched", "launch_failed", "not_ready", "unhealthy", "replaced", "ended", "drained"].includes(e.kind))).toEqual([]);
+
+    service.runpod.delay(0);
+    await waitFor("runpod ok again", async () => ((await marketOf("runpod")).state === "ok" ? true : undefined), 20_000);
+    expect(await record(replica)).toMatchObject({ status: "running_llm", destroyed_at: null });
+    await deleteAndWait(url(), "runpod-api-down", service.db.knex);
+  });
+
+  it("launches an endpoint's replica on RunPod in the same round when vast.ai answers its creates 500, renting nothing on vast.ai", async () => {
+    // vast.ai is the cheaper market for the template (its default catalogue); its creates fail with a 5xx, renting nothing.
+    let creates = 0;
+    service.vast.onCreate(() => {
+      creates++;
+      throw new Error("upstream failure");
+    });
+    const from = Date.now();
+    await createEndpoint(url(), { name: "vast-5xx", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
+    const [replica] = readyIds(await waitForEndpoint(url(), "vast-5xx", "ready", (e) => e.state === "ready", 30_000)) as [string];
+    expect(await record(replica)).toMatchObject({ market: "runpod" });
+    const puts = service.vast.requests.filter((r) => r.method === "PUT" && r.at >= from);
+    expect(puts.length).toBeGreaterThan(0);
+    expect(puts.every((r) => r.status === 500)).toBe(true);
+    expect(creates).toBe(puts.length);
+    // A create answered 5xx is looked up by its label before the next candidate: nothing of this launch runs on vast.ai.
+    expect([...service.vast.instances.values()].filter((i) => i.createdAt >= from)).toEqual([]);
+    const events = await eventsOf(url(), "vast-5xx");
+    const failed = events.filter((e) => e.kind === "launch_failed");
+    expect(failed).toHaveLength(1);
+    expect(failed[0]!.detail).toMatch(/failed in vastai: .*; trying runpod now$/);
+    expect(events.find((e) => e.kind === "launched")!.instance_id).toBe(replica);
+    // The launch given up on vast.ai: its record fails once the creation grace is over (no machine
+    // showed up), and its replica goes with it, with no launch failure counted for the endpoint.
+    const givenUp = failed[0]!.instance_id!;
+    await waitFor("the given-up record failed", statusIs(givenUp, "failed"), 20_000);
+    await waitFor("the given-up replica dropped", async () => ((await eventsOf(url(), "vast-5xx")).some((e) => e.kind === "replaced" && e.instance_id === givenUp) ? true : undefined), 20_000);
+    expect(await service.db.knex("gpu_endpoint_replicas").where({ instance_id: givenUp }).whereNull("removed_at").first()).toBeUndefined();
+    expect((await service.db.knex("gpu_endpoints").where({ name: "vast-5xx" }).first()).launch_failures).toBe(0);
+    expect(readyIds(await waitForEndpoint(url(), "vast-5xx", "still ready", (e) => e.state === "ready", 1_000))).toEqual([replica]);
+    await deleteAndWait(url(), "vast-5xx", service.db.knex);
+  });
+
+  it("destroys the machine of a launch it gave up when vast.ai shows it late, keeping the replica rented on RunPod", async () => {
+    // vast.ai rents the machine but answers after the create's timeout (2 s), and lists it only
+    // 5 s after it rented it, past the 1 s lookup: the launch goes on on RunPod, and the late
+    // machine is destroyed when it shows up (adopted and destroyed, or destroyed as an orphan
+    // when the creation grace failed its record first: never left running).
+    service.vast.answerCreatesAfter(2_500);
+    service.vast.showLag(5_000);
+    const from = Date.now();
+    try {
+      await createEndpoint(url(), { name: "vast-late", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
+      const [replica] = readyIds(await waitForEndpoint(url(), "vast-late", "ready", (e) => e.state === "ready", 30_000)) as [string];
+      expect(await record(replica)).toMatchObject({ market: "runpod" });
+      const [late] = [...service.vast.instances.values()].filter((i) => i.createdAt >= from);
+      expect(late).toBeDefined();
+      await waitFor("the late vast.ai machine destroyed", async () => (service.vast.instances.has(late!.id) ? undefined : true), 20_000);
+      expect(readyIds(await waitForEndpoint(url(), "vast-late", "still ready", (e) => e.state === "ready", 1_000))).toEqual([replica]);
+      expect((await service.db.knex("gpu_endpoints").where({ name: "vast-late" }).first()).launch_failures).toBe(0);
+      await deleteAndWait(url(), "vast-late", service.db.knex);
+    } finally {
+      service.vast.answerCreatesAfter(0);
+      service.vast.showLag(0);
+    }
   });
 
   it("heals an endpoint on RunPod when its replica on vast.ai is lost while vast.ai has no fitting offer", async () => {
