@@ -84,6 +84,9 @@ async function runDay(setup: ReturnType<typeof setupFor>, arrivals: readonly num
         continue;
       }
       created.push(policy);
+      if (requests[policy].autoscale !== undefined) {
+        await services.get(policy)!.db.knex("gpu_endpoints").where({ name: policy }).update({ autoscale_scale_down_after_s: setup.scaleDownAfterS });
+      }
       // A service that ignored `capacity` would serve on-demand under the spot name: not that policy.
       const shown = answer.body.capacity as { interruptible?: boolean } | undefined;
       if (policy === "spot" && shown?.interruptible !== true) {

@@ -50,6 +50,8 @@ export interface Setup {
   tokenDelayMs: number;
   env: Record<string, string>;
   autoscale: { min_replicas: number; max_replicas: number; target_in_flight: number; scale_up_after_s: number; scale_down_after_s: number };
+  /** The autoscaled endpoints' scale_down_after_s (wall s) for the day: 10 simulated minutes, under the API's floor. */
+  scaleDownAfterS: number;
   market: { catalogue: { size: number }; creatingMs: number; loadingMs: number; modelServerStartMs: number; tokenDelayMs: number; preemptPerHour: number; random: () => number };
   /** Lines that say what each clock is, wall and simulated. */
   describe: string[];
@@ -87,9 +89,14 @@ export function setupFor(wallMinutes: number, seed: number): Setup {
     max_replicas: fixedReplicas,
     target_in_flight: TARGET_IN_FLIGHT,
     scale_up_after_s: Math.round(120 / factor),
-    // The API's floor is 30 s (wall): at a high compression that is long in simulated time.
-    scale_down_after_s: Math.max(30, Math.round(600 / factor)),
+    // The API's floor (30 s): the endpoints are created with it, then given scaleDownAfterS.
+    scale_down_after_s: 30,
   };
+  // The default 10 simulated minutes, written into each autoscaled endpoint's row after it is
+  // created (the controller reads the row every round): at this compression the API's floor of
+  // 30 s wall would be 72 simulated minutes, and would keep every replica a scale-up brought (a
+  // burst's, a preemption's held requests') seven times as long as the day means to.
+  const scaleDownAfterS = Math.max(1, Math.round(600 / factor));
   // The loading time is drawn per rental: the simulated market reads loadingMs once per creation.
   const coldRandom = mulberry32(seed + 1);
   const market = {
@@ -111,12 +118,12 @@ export function setupFor(wallMinutes: number, seed: number): Setup {
     `simulated market: one per policy, each of ${CATALOGUE_SIZE} offers (10x its default catalogue, the same for the three); an endpoint rents the cheapest that fit the 'budget' template`,
     `preemptions: ${PREEMPT_PER_SIM_HOUR} per interruptible replica-hour (${market.preemptPerHour.toFixed(1)} per wall hour) plus half of them at 14:00; bids at min_bid x ${1 + BID_MARGIN}`,
     `fixed: ceil(2 x peak rate x stream length / target_in_flight) = ceil(2 x ${PEAK_IN_FLIGHT} / ${TARGET_IN_FLIGHT}) = ${fixedReplicas} replicas (the bursts' load); autoscaled: 0..${fixedReplicas}, target ${TARGET_IN_FLIGHT} in flight`,
-    `autoscale: scale_up_after_s ${autoscale.scale_up_after_s} (${simOf(autoscale.scale_up_after_s * 1000)}), scale_down_after_s ${autoscale.scale_down_after_s} (${simOf(autoscale.scale_down_after_s * 1000)}; the API's floor is 30 s)`,
+    `autoscale: scale_up_after_s ${autoscale.scale_up_after_s} (${simOf(autoscale.scale_up_after_s * 1000)}), scale_down_after_s ${scaleDownAfterS} (${simOf(scaleDownAfterS * 1000)}; under the API's floor of 30 s, written into the endpoints' rows)`,
     "clocks (wall ms = simulated):",
     ...Object.entries(clocks).map(([k, v]) => `  ${k}=${v}${k.endsWith("_MS") && v > 0 ? ` = ${simOf(v)}` : ""}`),
     "  load published by each process every 1000 ms (fixed in the service) = " + simOf(1000),
   ];
-  return { wallMinutes, factor, peakPerS, fixedReplicas, tokenDelayMs, env, autoscale, market, describe };
+  return { wallMinutes, factor, peakPerS, fixedReplicas, tokenDelayMs, env, autoscale, scaleDownAfterS, market, describe };
 }
 
 /** Simulated seconds as `45 s`, `2.4 min` or `1.2 h`. */
