@@ -349,6 +349,13 @@ export function refuse(res: NodeResponse, metrics: ProxyMetrics, name: string, {
 }
 
 /**
+ * How long a connection closed on an unread body stays half-open after its answer (nginx's
+ * lingering_timeout): closed at once, the bytes still unread make the system reset it, and a
+ * reset can take the answer with it before a busy caller has read it (RFC 9112, 9.6).
+ */
+export const LINGER_MS = 5_000;
+
+/**
  * An answer given before its request's body has arrived: over HTTP/1.1 the body is not read (node
  * would read all of it to keep the connection), the connection closes once the answer is flushed
  * (`Connection: close`). HTTP/2's flow control already bounds what a stream sends unread.
@@ -357,8 +364,18 @@ export function closeUnread(req: NodeRequest, res: NodeResponse): Record<string,
   if (req.httpVersionMajor !== 1 || req.complete) return {};
   const socket = req.socket;
   req.pause();
-  // 'finish': the answer is written to the system. node:http would read (and drop) the body until
-  // the connection's end is sent too; destroyed at once, it reads no more.
-  res.once("finish", () => socket.destroy());
+  // Once the answer is written to the system, node:http reads (and drops) the body and ends the
+  // connection with destroySoon (its end is sent after the answer, then the socket is destroyed).
+  // Here it ends the connection but neither reads on nor destroys it at once: the socket stays
+  // half-open, unread, for LINGER_MS or until the caller closes it, so that its caller reads the
+  // answer before the reset that the unread bytes bring.
+  socket.destroySoon = () => {
+    socket.end();
+    const linger = setTimeout(() => socket.destroy(), LINGER_MS);
+    socket.once("close", () => clearTimeout(linger));
+    // node resumes the body's reading on the next tick (to drop it): stopped after that.
+    setImmediate(() => socket.pause());
+  };
+  res.once("finish", () => socket.pause());
   return { connection: "close" };
 }

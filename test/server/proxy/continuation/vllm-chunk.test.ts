@@ -182,7 +182,8 @@ const BENDS: Array<(chunk: string) => string> = [
   (c) => c.replace(/^\{"id":("(?:[^"\\]|\\.)*"),"object":("(?:[^"\\]|\\.)*")/, '{"object":$2,"id":$1'),
   (c) => `${c.slice(0, -1)},"prompt_token_ids":[1,2]}`,
   (c) => c.replace(/"logprobs":null/, '"logprobs":{"content":[]}'),
-  (c) => c.replace(/"delta":\{/, '"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}],'),
+  // Before the delta's other fields, or alone in an empty delta (no comma then: still JSON).
+  (c) => c.replace(/"delta":\{(\}?)/, (_, empty: string) => `"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]${empty === "" ? "," : "}"}`),
   (c) => c.replace(/"completion_tokens":(\d+)\}/, '"completion_tokens":$1,"prompt_tokens_details":{"cached_tokens":0}}'),
   (c) => c.replace(/^\{"id":/, '{"service_tier":"default","id":'),
   (c) => `${c} `,
