@@ -165,6 +165,11 @@ async function failedLaunch(
   const failedIn = record?.market ?? undefined;
   const others = markets.filter((m) => m !== failedIn);
   const elsewhere = failedIn !== undefined && markets.includes(failedIn) && others.length > 0;
+  // That market's failure alone: no backoff, the other markets are tried now.
+  const tryElsewhere = async (): Promise<Elsewhere> => {
+    await note(deps, endpoint, "launch_failed", `launch of ${instanceId} failed in ${failedIn}: ${failureText(err)}; trying ${others.join(", ")} now`, instanceId);
+    return { kind: "elsewhere", market: failedIn! };
+  };
   if (record?.status === "creating") {
     // Outcome unknown (the market's create answered 5xx or nothing, and its machine did not show
     // up under the label): the reconciler adopts the machine or fails the record, and the row
@@ -175,17 +180,12 @@ async function failedLaunch(
     if (!elsewhere) return { kind: "failed" }; // a failure is counted once, when the plan sees the record failed
     const detail = `${instanceId} given up: ${failedIn} did not say whether it rented it; its machine, if one shows up, is destroyed`;
     await endpoints.replicas.markDestroying(instanceId, { kind: "replaced", detail });
-    await note(deps, endpoint, "launch_failed", `launch of ${instanceId} failed in ${failedIn}: ${failureText(err)}; trying ${others.join(", ")} now`, instanceId);
-    return { kind: "elsewhere", market: failedIn };
+    return tryElsewhere();
   }
   if (record === null) await endpoints.replicas.forget(instanceId);
   // A round that saw the failed record meanwhile removed the replica and counted the failure: once only.
   else if (!(await endpoints.replicas.remove(instanceId))) return { kind: "failed" };
-  if (elsewhere) {
-    // That market's failure alone: no backoff, the other markets are tried now.
-    await note(deps, endpoint, "launch_failed", `launch of ${instanceId} failed in ${failedIn}: ${failureText(err)}; trying ${others.join(", ")} now`, instanceId);
-    return { kind: "elsewhere", market: failedIn };
-  }
+  if (elsewhere) return tryElsewhere();
   const templateMax = findTemplate(endpoint.templateName)?.config?.maxPrice ?? 0;
   // A bid-only launch (a move to a bid, a slot without fallback) that rents no bid failed: no budget hold.
   const bidOnly = request.interruptible && !request.fallback;
