@@ -1,5 +1,5 @@
 import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import { connect, type AddressInfo } from "node:net";
 import pino, { type Logger } from "pino";
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
 import type { ConnectionTimeouts } from "../../src/config.js";
@@ -141,6 +141,34 @@ export function callEndpoint(proxy: ProxyUnderTest, path: string, body: unknown,
     ...init,
     headers: { authorization: `Bearer ${CALLER_TOKEN}`, "content-type": "application/json", ...(init.headers as Record<string, string>) },
     body: JSON.stringify(body),
+  });
+}
+
+/**
+ * A caller on a raw socket that sends a POST's headers and `sent` bytes of a body (declared
+ * `declared` bytes long, or chunked when undefined), 64 KiB more of it 100 ms later, and reads
+ * nothing for `readAfterMs`: resolves with what it then read, or the error that ended its
+ * connection after what it had read. A socket destroyed with body bytes unread, or that gets
+ * more of them after it was destroyed, is reset, and the reset drops an answer not read yet.
+ */
+export function callReadingLate(proxy: ProxyUnderTest, path: string, sent: number, declared: number | undefined, readAfterMs = 300): Promise<string> {
+  const { port } = new URL(proxy.url);
+  const length = declared === undefined ? "transfer-encoding: chunked" : `content-length: ${declared}`;
+  const part = (size: number) => {
+    const bytes = Buffer.alloc(size, " ");
+    return declared === undefined ? Buffer.concat([Buffer.from(`${size.toString(16)}\r\n`), bytes, Buffer.from("\r\n")]) : bytes;
+  };
+  return new Promise<string>((resolve) => {
+    const socket = connect(Number(port), "127.0.0.1", () => {
+      socket.write(`POST ${path} HTTP/1.1\r\nhost: proxy\r\nauthorization: Bearer ${CALLER_TOKEN}\r\ncontent-type: application/json\r\n${length}\r\n\r\n`);
+      socket.write(part(sent));
+      setTimeout(() => socket.writable && socket.write(part(64 * 1024)), 100);
+    });
+    socket.pause();
+    let text = "";
+    setTimeout(() => socket.on("data", (d: Buffer) => (text += d.toString())).resume(), readAfterMs);
+    socket.on("error", (err) => resolve(`${err.message} after ${JSON.stringify(text)}`));
+    socket.on("close", () => resolve(text));
   });
 }
 

@@ -81,7 +81,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
   const handle = async (req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): Promise<void> => {
     const started = process.hrtime.bigint();
     if (Number(req.headers["content-length"] ?? 0) > maxBodyBytes) {
-      sendJson(res, 413, { detail: `request body exceeds ${maxBodyBytes} bytes` }, closeAfter(req));
+      sendJson(res, 413, { detail: `request body exceeds ${maxBodyBytes} bytes` }, closeUnread(req, res));
       return;
     }
     // The directory may take a while (a database under load): a caller can leave meanwhile, and
@@ -390,7 +390,7 @@ class Exchange {
       this.res.destroy();
       return;
     }
-    this.reply(413, `request body exceeds ${this.shared.options.maxBodyBytes} bytes`, closeAfter(this.req));
+    this.reply(413, `request body exceeds ${this.shared.options.maxBodyBytes} bytes`, closeUnread(this.req, this.res));
   }
 
   private onClientClose(): void {
@@ -468,8 +468,3 @@ function hasBody(req: NodeRequest): boolean {
 }
 
 const BODYLESS = new Set(["GET", "HEAD", "DELETE", "OPTIONS"]);
-
-/** HTTP/1.1: the rest of an oversized body is not worth reading; HTTP/2 forbids the header. */
-function closeAfter(req: NodeRequest): Record<string, string> {
-  return req.httpVersionMajor === 1 ? { connection: "close" } : {};
-}

@@ -218,7 +218,7 @@ export class HoldQueues {
         body.release();
         if (ending.refusal === undefined) {
           metrics.answered(name, ending.status);
-          sendJson(res, ending.status, { detail: ending.detail }, ending.status === 413 && req.httpVersionMajor === 1 ? { connection: "close" } : {});
+          sendJson(res, ending.status, { detail: ending.detail }, ending.status === 413 ? closeUnread(req, res) : {});
         } else if (ending.nothingComing && unreached !== undefined) {
           metrics.answered(name, 502);
           sendJson(res, 502, { detail: unreached.detail }, { "x-endpoint-instance": unreached.instanceIds.at(-1)! });
@@ -371,7 +371,8 @@ export function closeUnread(req: NodeRequest, res: NodeResponse): Record<string,
   // answer before the reset that the unread bytes bring.
   socket.destroySoon = () => {
     socket.end();
-    const linger = setTimeout(() => socket.destroy(), LINGER_MS);
+    // Unref'd: a stopping process destroys its sockets itself, and waits for no caller.
+    const linger = setTimeout(() => socket.destroy(), LINGER_MS).unref();
     socket.once("close", () => clearTimeout(linger));
     // node resumes the body's reading on the next tick (to drop it): stopped after that.
     setImmediate(() => socket.pause());

@@ -1,9 +1,8 @@
 import { readFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
-import { connect } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEndpoint } from "../../gpu/endpoints/helpers.js";
-import { CALLER_TOKEN, callEndpoint, metricValue, MODEL, recordingReplica, startProxy, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
+import { CALLER_TOKEN, callEndpoint, callReadingLate, metricValue, MODEL, recordingReplica, startProxy, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
 import { elasticsearchUrl } from "../../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
 import { spawnService, type ServiceProcess } from "../../support/spawn-service.js";
@@ -225,24 +224,8 @@ describe("the count of kept bytes, in the proxy", () => {
     closing.push(() => proxy.close());
     proxy.endpoints.set("slow-reader", []);
     proxy.coming.set("slow-reader", { coming: true });
-    const { port } = new URL(proxy.url);
-    // A caller that sends most of a body past the bound and reads nothing for 300 ms: a socket
-    // destroyed with those bytes unread is reset, and the reset drops the answer it had not read.
-    const answers = await Promise.all(
-      Array.from({ length: 5 }, () =>
-        new Promise<string>((resolve) => {
-          const socket = connect(Number(port), "127.0.0.1", () => {
-            socket.write(`POST /endpoints/slow-reader/v1/chat/completions HTTP/1.1\r\nhost: proxy\r\nauthorization: Bearer ${CALLER_TOKEN}\r\ncontent-type: application/json\r\ncontent-length: 900000\r\n\r\n`);
-            socket.write(Buffer.alloc(800_000, " "));
-          });
-          socket.pause();
-          let text = "";
-          setTimeout(() => socket.on("data", (d: Buffer) => (text += d.toString())).resume(), 300);
-          socket.on("error", (err) => resolve(`${err.message} after ${JSON.stringify(text)}`));
-          socket.on("close", () => resolve(text));
-        }),
-      ),
-    );
+    // Callers that send most of a body past the bound and read nothing for 300 ms.
+    const answers = await Promise.all(Array.from({ length: 5 }, () => callReadingLate(proxy, "/endpoints/slow-reader/v1/chat/completions", 800_000, 900_000)));
     for (const answer of answers) expect(answer).toMatch(/^HTTP\/1\.1 503 Service Unavailable\r\n[^]*connection: close/i);
     expect(proxy.kept.bytes).toBe(0);
   });

@@ -4,7 +4,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ModelServer } from "../../../src/gpu/marketplace/simulated/model-server.js";
 import type { RouteTarget } from "../../../src/module.js";
-import { CALLER_TOKEN, MODEL, callEndpoint, metricValue, startProxy, startReplica, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
+import { CALLER_TOKEN, MODEL, callEndpoint, callReadingLate, metricValue, startProxy, startReplica, type ProxyUnderTest } from "../../support/endpoint-proxy.js";
 import { createTokenFile } from "../../support/token-file.js";
 
 // The endpoint proxy on its happy paths and refusals: real model servers, real sockets.
@@ -229,6 +229,16 @@ describe("endpoint proxy", () => {
     });
     expect(status).toBe(413);
     expect(replicas[0]!.server.stats.completions + replicas[1]!.server.stats.completions).toBe(before);
+  });
+
+  it("answers 413 to callers slow to read, their oversized bodies unread, with no reset taking the answer", async () => {
+    // Declared over the bound (answered before any of it is read), and chunked (answered once it
+    // grew past): each caller is still sending when the answer is written, and reads it 300 ms later.
+    const answers = await Promise.all([
+      ...Array.from({ length: 3 }, () => callReadingLate(proxy, "/endpoints/chat/v1/chat/completions", 800_000, 900_000)),
+      ...Array.from({ length: 3 }, () => callReadingLate(proxy, "/endpoints/chat/v1/chat/completions", 800_000, undefined)),
+    ]);
+    for (const answer of answers) expect(answer).toMatch(/^HTTP\/1\.1 413 Payload Too Large\r\n[^]*connection: close[^]*request body exceeds 4096 bytes/i);
   });
 
   it("keeps the request body for a retry until the answer starts, then lets it go", async () => {
