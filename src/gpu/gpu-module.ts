@@ -120,7 +120,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     service: registration(GpuService, service),
     syncLoop,
     endpointLoop,
-    endpoints: createEndpointDirectory({ ctx, endpoints }),
+    endpoints: createEndpointDirectory({ ctx, endpoints, logger: ctx.logger }),
     leadership: () => leadershipJson(leader.status()),
     async start() {
       loadPublisher.start();

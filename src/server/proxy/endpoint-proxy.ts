@@ -55,6 +55,9 @@ export interface EndpointProxy {
 
 export { CONNECT_TIMEOUT_MS } from "./replica-request.js";
 
+/** At most one log line this often for requests the endpoint directory failed. */
+const DIRECTORY_ERROR_LOG_MS = 10_000;
+
 /** Answers that say "this replica cannot take it", not "this request is wrong". */
 const RETRYABLE_STATUS = new Set([502, 503, 504]);
 
@@ -78,6 +81,17 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
   });
   const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map(), load, kept, holds };
 
+  // With the database away every request fails alike: one line per DIRECTORY_ERROR_LOG_MS says so, and how many.
+  let failedSinceLine = 0;
+  let lineAt = -Infinity;
+  const directoryFailed = (err: unknown, name: string): void => {
+    failedSinceLine += 1;
+    if (performance.now() - lineAt < DIRECTORY_ERROR_LOG_MS) return;
+    logger.error({ err, endpoint: name, requests: failedSinceLine }, "endpoint directory failed: requests answered 503");
+    lineAt = performance.now();
+    failedSinceLine = 0;
+  };
+
   const handle = async (req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): Promise<void> => {
     const started = process.hrtime.bigint();
     if (Number(req.headers["content-length"] ?? 0) > maxBodyBytes) {
@@ -93,7 +107,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     try {
       route = await directory.route(name);
     } catch (err) {
-      logger.error({ err, endpoint: name }, "endpoint directory failed");
+      directoryFailed(err, name);
       sendJson(res, 503, { detail: "endpoint routing is unavailable" }, { "retry-after": String(RETRY_AFTER_SECONDS), ...closeUnread(req, res) });
       return;
     } finally {

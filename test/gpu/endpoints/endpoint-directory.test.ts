@@ -3,6 +3,7 @@ import { comingOf, createEndpointDirectory } from "../../../src/gpu/endpoints/re
 import { EndpointStore, type AutoscaleSettings } from "../../../src/gpu/endpoints/resource/endpoint-store.js";
 import { DEFAULT_CAPACITY } from "../../../src/gpu/endpoints/resource/endpoint-capacity.js";
 import { InstanceStore } from "../../../src/gpu/store/instance-store.js";
+import { createKnex } from "../../../src/db/knex.js";
 import type { EndpointDirectory } from "../../../src/module.js";
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
 
@@ -50,6 +51,23 @@ describe("endpoint directory: is a replica coming?", () => {
     expect(await directory.route("budget")).toMatchObject({ coming: false, refusal: "budget" });
     await store.replicas.insert(endpoint.id, "gpu-on-its-way");
     expect(await directory.route("budget")).toMatchObject({ coming: true });
+  });
+});
+
+describe("endpoint directory: the database away", () => {
+  it("routes an endpoint from its last answer while the database cannot be read, for staleMs at most", async () => {
+    await create("remembered", 1);
+    // A pool of its own, destroyed as the database going away: every read fails from then on.
+    const knex = createKnex(db.url, { poolMax: 2 });
+    const away = createEndpointDirectory({ ctx: { instances: InstanceStore.create({ knex }) }, endpoints: EndpointStore.create({ knex }) }, 0, 300);
+    const known = await away.route("remembered");
+    expect(known).toMatchObject({ coming: true });
+    await knex.destroy();
+    expect(await away.route("remembered")).toEqual(known);
+    // Never read: nothing to route it from.
+    await expect(away.route("starting")).rejects.toThrow();
+    await new Promise((resolve) => setTimeout(resolve, 350));
+    await expect(away.route("remembered")).rejects.toThrow();
   });
 });
 
