@@ -99,6 +99,8 @@ interface Entry {
 interface Queue {
   entries: Entry[];
   poll: NodeJS.Timeout | undefined;
+  /** The directory failed its last poll: said once, not every poll, until it answers again. */
+  unreadable: boolean;
 }
 
 /** The 503's detail for an endpoint with no ready replica and none coming. */
@@ -240,7 +242,7 @@ export class HoldQueues {
     const { name } = waiter;
     let queue = this.queues.get(name);
     if (queue === undefined) {
-      queue = { entries: [], poll: undefined };
+      queue = { entries: [], poll: undefined, unreadable: false };
       this.queues.set(name, queue);
     }
     const timeout: Refusal = { reason: "hold_timeout", detail: `no replica of endpoint '${name}' became ready within ${holdMs} ms` };
@@ -287,8 +289,9 @@ export class HoldQueues {
       route = await this.options.directory.route(name);
     } catch (err) {
       // The database away is not the caller's fault: the request keeps waiting, up to holdMs.
-      this.options.logger.warn({ err, endpoint: name }, "endpoint directory failed while requests are held");
+      if (!queue.unreadable) this.options.logger.warn({ err, endpoint: name }, "endpoint directory failed while requests are held");
     }
+    queue.unreadable = route === null;
     if (route === undefined) this.endAll(name, { status: 404, detail: `endpoint '${name}' not found` });
     else if (route !== null) {
       this.release(name, route);

@@ -273,6 +273,44 @@ describe("endpoint proxy under faults", () => {
     expect(await left()).toBe(1);
   });
 
+  it("says a failing directory once per 10 s with a count, and once per outage to held requests, not per request or poll", async () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const destination = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        for (const line of chunk.toString().split("\n").filter(Boolean)) lines.push(JSON.parse(line) as Record<string, unknown>);
+        done();
+      },
+    });
+    let away = false;
+    const failing = await startProxy({
+      logger: createLogger("info", destination),
+      hold: { ms: 10_000, max: 10 },
+      holdLookup: async () => {
+        if (away) throw new Error("database away");
+      },
+    });
+    opened.push(failing);
+    failing.endpoints.set("fk", []);
+    failing.coming.set("fk", { coming: true });
+    const held = callEndpoint(failing, "/endpoints/fk/v1/chat/completions", chat);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+
+    // The directory fails for a second: every new request is answered 503, the held one waits
+    // through four polls that fail.
+    away = true;
+    const refused = await Promise.all(Array.from({ length: 20 }, () => callEndpoint(failing, "/endpoints/fk/v1/chat/completions", chat)));
+    expect(refused.map((res) => res.status)).toEqual(Array(20).fill(503));
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    away = false;
+    const replica = await answeringTarget("gpu-fk", 200);
+    failing.endpoints.set("fk", [replica.target]);
+    expect((await held).status).toBe(200);
+
+    const said = (msg: string) => lines.filter((line) => line.msg === msg);
+    expect(said("endpoint directory failed: requests answered 503")).toMatchObject([{ requests: 1, endpoint: "fk" }]);
+    expect(said("endpoint directory failed while requests are held")).toHaveLength(1);
+  });
+
   it("gives an HTTP/2 caller its answer when the replica's first byte comes after HTTP2_IDLE_TIMEOUT_MS", async () => {
     // The session has a stream open and no frame either way while the model thinks: not idle.
     const patient = await startProxy({ firstByteMs: 5_000, timeouts: { ...DEFAULT_TIMEOUTS, http2IdleMs: 300 } });
