@@ -1,9 +1,8 @@
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
-import pg from "pg";
 import { describe, expect, it } from "vitest";
 import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
-import { adminDatabaseUrl } from "../support/postgres.js";
+import { allowConnections, refuseConnections } from "../support/postgres.js";
 import { useTestServer } from "../support/server.js";
 import { waitFor } from "../support/wait.js";
 
@@ -14,25 +13,6 @@ import { waitFor } from "../support/wait.js";
 const t = useTestServer();
 const DETAIL = "the database is unavailable; try again shortly";
 
-async function admin(sql: string): Promise<void> {
-  const client = new pg.Client({ connectionString: adminDatabaseUrl() });
-  await client.connect();
-  try {
-    await client.query(sql);
-  } finally {
-    await client.end();
-  }
-}
-
-async function takeDatabaseDown(): Promise<void> {
-  await admin(`alter database ${t.db.name} allow_connections false`);
-  await admin(`select pg_terminate_backend(pid) from pg_stat_activity where datname = '${t.db.name}'`);
-}
-
-async function bringDatabaseBack(): Promise<void> {
-  await admin(`alter database ${t.db.name} allow_connections true`);
-}
-
 const rpcTransports = [
   ["Connect", () => createConnectTransport({ baseUrl: t.server.url, httpVersion: "1.1" })],
   ["gRPC", () => createGrpcTransport({ baseUrl: t.server.url })],
@@ -42,7 +22,7 @@ const rpcTransports = [
 describe("the database refusing and dropping connections", () => {
   it("is 503 unavailable on REST and every RPC protocol, fast, with no SQL, and recovers by itself", async () => {
     expect((await fetch(`${t.server.url}/api/gpu/instances`)).status).toBe(200);
-    await takeDatabaseDown();
+    await refuseConnections(t.db);
     try {
       for (const path of ["/api/gpu/instances", "/api/gpu/statistics", "/api/gpu/instances/gpu-1/enhanced", "/api/gpu/instances/gpu-1/cost-analysis"]) {
         const started = Date.now();
@@ -60,7 +40,7 @@ describe("the database refusing and dropping connections", () => {
         expect((err as ConnectError).rawMessage, name).toBe(DETAIL);
       }
     } finally {
-      await bringDatabaseBack();
+      await allowConnections(t.db);
     }
     const back = Date.now();
     await waitFor(async () => (await fetch(`${t.server.url}/api/gpu/instances`)).status === 200, "the GPU API to answer again", 2_000);

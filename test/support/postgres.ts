@@ -29,6 +29,17 @@ export async function queryOnServer<T extends pg.QueryResultRow>(database: Pick<
   }
 }
 
+/** The database away as in a restart or a failover: new connections refused, every session ended. */
+export async function refuseConnections(database: Pick<TestDatabase, "name" | "url">): Promise<void> {
+  await queryOnServer(database, `alter database ${database.name} allow_connections false`);
+  await queryOnServer(database, "select pg_terminate_backend(pid) from pg_stat_activity where datname = $1", [database.name]);
+}
+
+/** The database taking connections again. */
+export async function allowConnections(database: Pick<TestDatabase, "name" | "url">): Promise<void> {
+  await queryOnServer(database, `alter database ${database.name} allow_connections true`);
+}
+
 export interface TestDatabase {
   readonly name: string;
   readonly url: string;

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { queryOnServer } from "../../support/postgres.js";
+import { allowConnections, refuseConnections } from "../../support/postgres.js";
 import { rest, waitFor } from "../helpers.js";
 import { createEndpoint, deleteAndWait, startSimulatedService, waitForEndpoint, type SimulatedService } from "./helpers.js";
 
@@ -9,26 +9,15 @@ import { createEndpoint, deleteAndWait, startSimulatedService, waitForEndpoint, 
 // read is answered 503; with the database back, everything reads it again.
 
 let svc: SimulatedService;
-let database: string;
 
 beforeAll(async () => {
   svc = await startSimulatedService();
-  database = new URL(svc.db.url).pathname.slice(1);
 });
 
 afterAll(async () => {
-  await allowConnections();
+  if (svc !== undefined) await allowConnections(svc.db);
   await svc?.close();
 });
-
-async function refuseConnections(): Promise<void> {
-  await queryOnServer(svc.db, `ALTER DATABASE "${database}" ALLOW_CONNECTIONS false`);
-  await queryOnServer(svc.db, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", [database]);
-}
-
-async function allowConnections(): Promise<void> {
-  if (database !== undefined) await queryOnServer(svc.db, `ALTER DATABASE "${database}" ALLOW_CONNECTIONS true`);
-}
 
 /** A chat completion through the endpoint, streamed or not: its status and text. */
 async function chat(name: string, stream = false): Promise<{ status: number; text: string }> {
@@ -47,7 +36,7 @@ describe("an endpoint with its database away", () => {
     await waitForEndpoint(svc.server.url, "served", "ready", (e) => e.state === "ready");
     expect((await chat("served")).status).toBe(200);
 
-    await refuseConnections();
+    await refuseConnections(svc.db);
     try {
       // The API says the database is away (once the ended connections are found so); the model is still served.
       await waitFor("the API answering 503", async () => ((await rest(svc.server.url, "GET", "/api/gpu/endpoints/served")).status === 503 ? true : undefined));
@@ -63,7 +52,7 @@ describe("an endpoint with its database away", () => {
       expect(unread.status).toBe(503);
       expect(JSON.parse(unread.text)).toEqual({ detail: "endpoint routing is unavailable" });
     } finally {
-      await allowConnections();
+      await allowConnections(svc.db);
     }
 
     await waitFor("the API reading the database again", async () => ((await rest(svc.server.url, "GET", "/api/gpu/endpoints/unread")).status === 200 ? true : undefined));

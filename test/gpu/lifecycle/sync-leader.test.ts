@@ -1,7 +1,7 @@
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { elasticsearchUrl } from "../../support/elasticsearch.js";
-import { createTestDatabase, queryOnServer, type TestDatabase } from "../../support/postgres.js";
+import { allowConnections, createTestDatabase, queryOnServer, refuseConnections, type TestDatabase } from "../../support/postgres.js";
 import { serviceGroup, type ServiceProcess } from "../../support/spawn-service.js";
 import { waitFor } from "../../support/wait.js";
 
@@ -85,10 +85,9 @@ const onServer = <T extends pg.QueryResultRow>(sql: string, params: unknown[] = 
 
 /** The database goes away as in a restart (every session ended, connections refused), and comes back; resolves when it is back. */
 async function restartDatabase(): Promise<number> {
-  await onServer(`alter database ${db.name} allow_connections false`);
-  await onServer(`select pg_terminate_backend(pid) from pg_stat_activity where datname = $1`, [db.name]);
+  await refuseConnections(db);
   await new Promise((resolve) => setTimeout(resolve, DOWN_MS));
-  await onServer(`alter database ${db.name} allow_connections true`);
+  await allowConnections(db);
   return Date.now();
 }
 

@@ -18,17 +18,23 @@ let proxy: ProxyUnderTest;
 const opened: Array<{ close(): Promise<void> | void }> = [];
 const chat = { model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 1 };
 
-const logLines: Array<Record<string, unknown>> = [];
-const logged = (msg: string) => logLines.filter((line) => line.msg === msg).length;
-
-beforeAll(async () => {
+/** A logger whose lines are kept, parsed, in `lines`. */
+function capturedLog(): { logger: ReturnType<typeof createLogger>; lines: Array<Record<string, unknown>> } {
+  const lines: Array<Record<string, unknown>> = [];
   const destination = new Writable({
     write(chunk: Buffer, _encoding, done) {
-      for (const line of chunk.toString().split("\n").filter(Boolean)) logLines.push(JSON.parse(line) as Record<string, unknown>);
+      for (const line of chunk.toString().split("\n").filter(Boolean)) lines.push(JSON.parse(line) as Record<string, unknown>);
       done();
     },
   });
-  proxy = await startProxy({ firstByteMs: 400, logger: createLogger("info", destination) });
+  return { logger: createLogger("info", destination), lines };
+}
+
+const log = capturedLog();
+const logged = (msg: string) => log.lines.filter((line) => line.msg === msg).length;
+
+beforeAll(async () => {
+  proxy = await startProxy({ firstByteMs: 400, logger: log.logger });
 });
 
 afterEach(async () => {
@@ -236,7 +242,7 @@ describe("endpoint proxy under faults", () => {
     });
     await waitFor(() => slow.server.stats.abandoned === 1, "the model server to see its client leave", 3000);
     // The caller left: nothing to warn about, the replica cut nothing.
-    expect(logLines.filter((line) => (line.level as number) >= 40 && line.endpoint === "ff")).toEqual([]);
+    expect(log.lines.filter((line) => (line.level as number) >= 40 && line.endpoint === "ff")).toEqual([]);
     expect(await metricValue(proxy, "gpu_endpoint_requests_total", 'endpoint="ff",code="499"')).toBe(gone + 1);
   });
 
@@ -274,16 +280,10 @@ describe("endpoint proxy under faults", () => {
   });
 
   it("says a failing directory once per 10 s with a count, and once per outage to held requests, not per request or poll", async () => {
-    const lines: Array<Record<string, unknown>> = [];
-    const destination = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        for (const line of chunk.toString().split("\n").filter(Boolean)) lines.push(JSON.parse(line) as Record<string, unknown>);
-        done();
-      },
-    });
+    const { logger, lines } = capturedLog();
     let away = false;
     const failing = await startProxy({
-      logger: createLogger("info", destination),
+      logger,
       hold: { ms: 10_000, max: 10 },
       holdLookup: async () => {
         if (away) throw new Error("database away");
