@@ -13,7 +13,8 @@ import { continuationRequest, firstRequest, resumability, type CompletionPath, t
 // their replica"): every replica's bytes go through the answer's reader (continuation/), and only
 // what it returns reaches the caller. A replica that fails after its headers (its answer ends
 // before `data: [DONE]`, it sends an error event, it sends no event within firstByteMs of the
-// request, or nothing for stallMs once its first event came) is replaced mid-answer: the
+// request, or nothing for stallMs once its first event came; an opening role chunk sent before the
+// first token is not that event) is replaced mid-answer: the
 // continuation request (the text so far, the tokens that remain) goes to another ready replica,
 // waiting for one in the endpoint's hold queue while one is coming (its rules and limits; an SSE
 // comment every 10 s keeps the caller's connection alive), at most resumeMax times. An answer that
@@ -359,7 +360,8 @@ export class StreamedAnswer {
 
   /**
    * Until the replica's first event: the first-byte limit, counted from its request. vLLM sends
-   * its headers at once and its first event after queueing and prefill: that wait is not a stall.
+   * its headers at once and its first event after queueing and prefill (other servers an opening
+   * role chunk at once, then nothing until the first token): that wait is not a stall.
    */
   private awaitFirstEvent(): void {
     clearTimeout(this.stall);

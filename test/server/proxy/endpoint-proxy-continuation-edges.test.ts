@@ -123,6 +123,21 @@ describe("a streamed answer whose first event comes long after its headers (vLLM
     expect(value("_sum")).toBeGreaterThanOrEqual(4 * 0.9);
   });
 
+  it(`is answered whole, not cut, when the replica sends its opening role chunk at once and its first token ${STALL_MS * 3} ms later`, async () => {
+    // As the simulated model server does (and servers other than vLLM): the role with the headers, then the prefill's silence.
+    const late = await startReplica("gpu-role-first", { tokenDelayMs: 5, firstTokenMs: STALL_MS * 3 });
+    opened.push(late.server);
+    proxy.endpoints.set("rolefirst", [late.target]);
+    const started = performance.now();
+    const answer = await (await readStream(await callEndpoint(proxy, "/endpoints/rolefirst/v1/chat/completions", CHAT))).whole;
+    expect(performance.now() - started).toBeGreaterThanOrEqual(STALL_MS * 3);
+    const uncut = await straightFrom(late.server, "/v1/chat/completions", asTheReplicaGetsIt(CHAT));
+    expectTheUncutAnswer(answer, uncut, "none");
+    expect(late.server.stats.completions).toBe(2);
+    expect(await metricValue(proxy, "gpu_endpoint_streams_resumed_total", 'endpoint="rolefirst"')).toBe(0);
+    expect(await count(proxy, "rolefirst", 200)).toBe(1);
+  });
+
   it("is held to GPU_ENDPOINT_FIRST_BYTE_MS until its first event: continued elsewhere when it can be, else ended with the error event naming the limit", async () => {
     const patient = await opening(startProxy({ firstByteMs: 1_000, continuation: { stallMs: STALL_MS, resumeMax: 2 } }));
     const model = await replica("gpu-model", 0);

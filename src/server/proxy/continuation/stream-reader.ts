@@ -68,7 +68,7 @@ export class AnswerReader {
   private uncounted = false;
   private replicaPassedText = false;
   private replicaCounted = false;
-  /** This replica sent a `data:` event. */
+  /** This replica sent a `data:` event other than its opening role chunk. */
   private replicaStarted = false;
   /** This replica was asked the caller's own prompt (nothing passed on before it): its prompt_tokens are the caller's. */
   private ownPrompt = true;
@@ -100,7 +100,7 @@ export class AnswerReader {
     this.ownPrompt = this.choices.every((c) => c.text === "");
   }
 
-  /** The current replica sent its first `data:` event (its headers alone are not a start). */
+  /** The current replica sent its first `data:` event other than its opening role chunk (its headers alone are not a start either). */
   get started(): boolean {
     return this.replicaStarted;
   }
@@ -171,9 +171,11 @@ export class AnswerReader {
     if (this.error !== undefined) return "";
     const data = eventData(raw);
     if (data === undefined) return raw;
-    this.replicaStarted = true;
+    const scan = data === "[DONE]" ? undefined : scanChunk(data);
+    // Any event starts the replica's answer but its opening role chunk, which some servers send
+    // with their headers, long before the model's first token.
+    if (!isOpening(scan)) this.replicaStarted = true;
     if (data === "[DONE]") return this.finish();
-    const scan = scanChunk(data);
     if (scan === undefined) {
       this.unreadable += 1;
       return raw;
@@ -277,6 +279,12 @@ function applied(data: string, edits: Edit[]): string {
 
 function at(data: string, span: Span | undefined): string | undefined {
   return span === undefined ? undefined : data.slice(span.start, span.end);
+}
+
+/** A chunk that only opens the answer: every choice's role, and no text, reasoning or finish yet. */
+function isOpening(scan: ChunkScan | undefined): boolean {
+  const choices = scan?.choices;
+  return choices !== undefined && choices.length > 0 && choices.every((c) => c.role && !c.text && !c.reasoningContent && !c.reasoning && !c.finishReason);
 }
 
 /** The message of a replica's error event (`{"error": {"message": ...}}`, or vLLM's older `{"object": "error", "message": ...}`). */
