@@ -19,6 +19,7 @@ import { createRestHandler } from "./rest/rest-handler.js";
 import { sendJson, type NodeHandler, type NodeRequest, type NodeResponse } from "./node-http.js";
 import { ENDPOINT_PREFIX, ENDPOINT_ROUTE, parseEndpointPath } from "./proxy/endpoint-path.js";
 import { createEndpointProxy } from "./proxy/endpoint-proxy.js";
+import { sendRefusalBody } from "./proxy/refusal-body.js";
 import { KeptBytes } from "./proxy/kept-body.js";
 import { createProxyMetrics } from "./proxy/proxy-metrics.js";
 import { withTraffic } from "./proxy/proxy-traffic.js";
@@ -164,12 +165,12 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     const pathOnly = url.split("?", 1)[0]!;
     const verdict = checkAccess(req.headers.authorization, scopeOfHttpPath(pathOnly), `${req.method} ${excerpt(pathOnly)}`);
     if (!verdict.ok) {
-      sendRefusal(res, verdict);
+      sendRefusalBody(res, verdict.status, verdict.detail, verdict.status === 401 ? { "www-authenticate": "Bearer" } : {});
       return;
     }
     const path = parseEndpointPath(url);
     if (path.kind === "ok") proxy.handle(req, res, path.name, path.upstreamPath);
-    else if (path.kind === "invalid") sendJson(res, 400, { detail: path.detail });
-    else sendJson(res, 404, { detail: `no route for ${req.method} ${excerpt(pathOnly)}` });
+    else if (path.kind === "invalid") sendRefusalBody(res, 400, path.detail);
+    else sendRefusalBody(res, 404, `no route for ${req.method} ${excerpt(pathOnly)}`, {}, { code: "no_route" });
   };
 }

@@ -2,7 +2,8 @@ import type http from "node:http";
 import { PassThrough, type Readable } from "node:stream";
 import type { Logger } from "pino";
 import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from "../../module.js";
-import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
+import type { NodeRequest, NodeResponse } from "../node-http.js";
+import { sendRefusalBody } from "./refusal-body.js";
 import { downstreamHeaders, upstreamHeaders } from "./forward-headers.js";
 import { closeUnread, HoldQueues, RETRY_AFTER_SECONDS, refusalDetail, refuse, type Held } from "./hold-queue.js";
 import { KeptBody, KeptBytes } from "./kept-body.js";
@@ -95,7 +96,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
   const handle = async (req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): Promise<void> => {
     const started = process.hrtime.bigint();
     if (Number(req.headers["content-length"] ?? 0) > maxBodyBytes) {
-      sendJson(res, 413, { detail: `request body exceeds ${maxBodyBytes} bytes` }, closeUnread(req, res));
+      sendRefusalBody(res, 413, `request body exceeds ${maxBodyBytes} bytes`, closeUnread(req, res));
       return;
     }
     // The directory may take a while (a database under load): a caller can leave meanwhile, and
@@ -108,7 +109,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
       route = await directory.route(name);
     } catch (err) {
       directoryFailed(err, name);
-      sendJson(res, 503, { detail: "endpoint routing is unavailable" }, { "retry-after": String(RETRY_AFTER_SECONDS), ...closeUnread(req, res) });
+      sendRefusalBody(res, 503, "endpoint routing is unavailable", { "retry-after": String(RETRY_AFTER_SECONDS), ...closeUnread(req, res) }, { code: "routing_unavailable" });
       return;
     } finally {
       res.off("close", onLeft);
@@ -120,7 +121,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     }
     // Unknown names are not counted per endpoint: the label would take any value a caller sends.
     if (route === undefined) {
-      sendJson(res, 404, { detail: `endpoint '${name}' not found` });
+      sendRefusalBody(res, 404, `endpoint '${name}' not found`);
       return;
     }
     load.arrived(route.endpointId);
@@ -141,7 +142,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     handle(req, res, name, upstreamPath) {
       handle(req, res, name, upstreamPath).catch((err: unknown) => {
         logger.error({ err, endpoint: name }, "endpoint proxy failed");
-        sendJson(res, 500, { detail: "internal server error" });
+        sendRefusalBody(res, 500, "internal server error");
       });
     },
   };
@@ -450,7 +451,7 @@ class Exchange {
     this.count(503);
     this.shared.options.metrics.refused(this.name, "kept_bytes");
     const detail = "the request's body could not be kept (GPU_ENDPOINT_KEPT_BODY_BYTES)";
-    sendJson(this.res, 503, { detail }, { "retry-after": String(RETRY_AFTER_SECONDS), ...closeUnread(this.req, this.res) });
+    sendRefusalBody(this.res, 503, detail, { "retry-after": String(RETRY_AFTER_SECONDS), ...closeUnread(this.req, this.res) }, { code: "kept_bytes" });
   }
 
   /** The proxy's own answer (no replica's): the caller learns which replica failed. */
@@ -463,7 +464,7 @@ class Exchange {
     this.count(status);
     // No replica asked yet (a body refused before its send): none to name.
     const target = this.target as RouteTarget | undefined;
-    sendJson(this.res, status, { detail }, { ...headers, ...(target ? { "x-endpoint-instance": target.instanceId } : {}) });
+    sendRefusalBody(this.res, status, detail, { ...headers, ...(target ? { "x-endpoint-instance": target.instanceId } : {}) });
   }
 
   private count(code: number): void {

@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import type { EndpointDirectory, EndpointRoute, ProxyLoad } from "../../module.js";
-import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
+import type { NodeRequest, NodeResponse } from "../node-http.js";
+import { sendRefusalBody } from "./refusal-body.js";
 import { KeptBody, type KeptBytes } from "./kept-body.js";
 import { SHUN_MS } from "./replica-balancer.js";
 import type { ProxyMetrics, RefusalReason } from "./proxy-metrics.js";
@@ -220,10 +221,10 @@ export class HoldQueues {
         body.release();
         if (ending.refusal === undefined) {
           metrics.answered(name, ending.status);
-          sendJson(res, ending.status, { detail: ending.detail }, ending.status === 413 ? closeUnread(req, res) : {});
+          sendRefusalBody(res, ending.status, ending.detail, ending.status === 413 ? closeUnread(req, res) : {});
         } else if (ending.nothingComing && unreached !== undefined) {
           metrics.answered(name, 502);
-          sendJson(res, 502, { detail: unreached.detail }, { "x-endpoint-instance": unreached.instanceIds.at(-1)! });
+          sendRefusalBody(res, 502, unreached.detail, { "x-endpoint-instance": unreached.instanceIds.at(-1)! });
         } else refuse(res, metrics, name, ending.refusal, req);
       },
       left: () => {
@@ -348,7 +349,7 @@ export function refuse(res: NodeResponse, metrics: ProxyMetrics, name: string, {
   metrics.answered(name, 503);
   metrics.refused(name, reason);
   const close = req === undefined ? {} : closeUnread(req, res);
-  sendJson(res, 503, { detail }, { "retry-after": String(RETRY_AFTER_SECONDS), ...close });
+  sendRefusalBody(res, 503, detail, { "retry-after": String(RETRY_AFTER_SECONDS), ...close }, { code: reason });
 }
 
 /**

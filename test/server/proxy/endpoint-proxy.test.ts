@@ -1,6 +1,7 @@
 import http2 from "node:http2";
 import { createServer, request, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import OpenAI, { APIError } from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ModelServer } from "../../../src/gpu/marketplace/simulated/model-server.js";
 import type { RouteTarget } from "../../../src/module.js";
@@ -200,6 +201,32 @@ describe("endpoint proxy", () => {
       req.end();
     });
     expect(status).toBe(400);
+  });
+
+  it("answers every refusal in OpenAI's error shape, detail kept, and the OpenAI SDK raises it", async () => {
+    const url = `${proxy.url}/endpoints`;
+    const bad = (path: string) => fetch(`${url}${path}`, { method: "POST", headers: { authorization: `Bearer ${CALLER_TOKEN}` }, body: JSON.stringify(chat) });
+    const refusals: Array<[number, Promise<Response>, string, string]> = [
+      [401, fetch(`${url}/chat/v1/chat/completions`, { method: "POST", body: JSON.stringify(chat) }), "authentication_error", "invalid_api_key"],
+      [403, callEndpoint(proxy, "/endpoints/chat/v1/chat/completions", chat, { headers: { authorization: "Bearer reader-secret" } }), "permission_error", "permission_denied"],
+      [404, bad("/nope/v1/chat/completions"), "not_found_error", "not_found"],
+      [404, bad("/chat/v2/x"), "not_found_error", "no_route"],
+      [413, callEndpoint(proxy, "/endpoints/chat/v1/chat/completions", { ...chat, messages: [{ role: "user", content: "x".repeat(5000) }] }), "invalid_request_error", "request_too_large"],
+      [503, bad("/empty/v1/chat/completions"), "server_error", "not_coming"],
+    ];
+    for (const [status, answer, type, code] of refusals) {
+      const res = await answer;
+      expect(res.status).toBe(status);
+      const body = (await res.json()) as { error: { message: string; type: string; code: string }; detail: string };
+      expect(body.error).toEqual({ message: body.detail, type, code });
+      expect(body.detail.length).toBeGreaterThan(0);
+    }
+    const client = new OpenAI({ baseURL: `${url}/empty/v1`, apiKey: CALLER_TOKEN, maxRetries: 0 });
+    const error = await client.chat.completions.create({ model: MODEL, messages: chat.messages as never }).catch((err: unknown) => err);
+    expect(error).toBeInstanceOf(APIError);
+    expect((error as APIError).status).toBe(503);
+    expect((error as APIError).code).toBe("not_coming");
+    expect((error as APIError).message).toContain("endpoint 'empty' has no ready replica");
   });
 
   it("answers 503 with Retry-After when no replica is ready", async () => {
