@@ -13,6 +13,7 @@ import type { Metrics } from "./metrics.js";
 import type { ApiHints } from "./openapi/api-hints.js";
 import { createApiDocs } from "./openapi/api-docs.js";
 import { createDashboardHandler } from "./dashboard/dashboard-handler.js";
+import { createKeyUsageMetrics } from "./keys/key-usage-metrics.js";
 import { createInProcessCaller } from "./rest/in-process-caller.js";
 import { createRpcHandler } from "./rpc-handler.js";
 import { createRestHandler } from "./rest/rest-handler.js";
@@ -152,6 +153,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     kept,
     shutdown: options.shutdown,
     metrics: options.endpointTraffic ? withTraffic(createProxyMetrics(metrics.registry, kept), options.endpointTraffic) : createProxyMetrics(metrics.registry, kept),
+    settle: createKeyUsageMetrics(metrics.registry),
     logger,
   });
   return (req, res) => {
@@ -169,7 +171,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
       return;
     }
     const path = parseEndpointPath(url);
-    if (path.kind === "ok") proxy.handle(req, res, path.name, path.upstreamPath);
+    if (path.kind === "ok") proxy.handle(req, res, path.name, verdict.actor, path.upstreamPath);
     else if (path.kind === "invalid") sendRefusalBody(res, 400, path.detail);
     else sendRefusalBody(res, 404, `no route for ${req.method} ${excerpt(pathOnly)}`, {}, { code: "no_route" });
   };

@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from "../../module.js";
 import type { NodeRequest, NodeResponse } from "../node-http.js";
 import { sendRefusalBody } from "./refusal-body.js";
+import { NO_USAGE, USAGE_ANSWER_BYTES, wholeAnswerUsage, type AnswerUsage } from "./answer-usage.js";
 import { downstreamHeaders, upstreamHeaders } from "./forward-headers.js";
 import { closeUnread, HoldQueues, RETRY_AFTER_SECONDS, refusalDetail, refuse, type Held } from "./hold-queue.js";
 import { KeptBody, KeptBytes } from "./kept-body.js";
@@ -44,14 +45,26 @@ export interface EndpointProxyOptions {
   stallMs: number;
   /** Continuations of one streamed answer (GPU_ENDPOINT_RESUME_MAX). */
   resumeMax: number;
+  /** Told of every answer that reached a replica's exchange when it ends: who, its status, what it used. */
+  settle?: (answer: SettledAnswer) => void;
+}
+
+/** One answer at its end, for its caller's usage. */
+export interface SettledAnswer {
+  endpoint: string;
+  caller: string;
+  /** The status counted for it (499: the caller left). */
+  status: number;
+  usage: AnswerUsage;
 }
 
 export interface EndpointProxy {
   /**
-   * Serves one request already authorized, for `name`, asking the replica for `upstreamPath`.
+   * Serves one request already authorized, for `name`, asking the replica for `upstreamPath`;
+   * `caller` is who calls (the actor: a token's or key's name), for its usage.
    * The pools' idle connections hold no process open (undici unrefs them): no close needed.
    */
-  handle(req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): void;
+  handle(req: NodeRequest, res: NodeResponse, name: string, caller: string, upstreamPath: string): void;
 }
 
 export { CONNECT_TIMEOUT_MS } from "./replica-request.js";
@@ -78,7 +91,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     shutdown: options.shutdown,
     // The first-byte clock (and metric) of a held request starts here: its wait is gpu_endpoint_hold_seconds.
     dispatch: (held: Held, route: EndpointRoute) =>
-      new Exchange(shared, held.req, held.res, held.name, route, held.path, process.hrtime.bigint(), held).start(),
+      new Exchange(shared, held.req, held.res, held.name, held.caller, route, held.path, process.hrtime.bigint(), held).start(),
   });
   const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map(), load, kept, holds };
 
@@ -93,7 +106,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     failedSinceLine = 0;
   };
 
-  const handle = async (req: NodeRequest, res: NodeResponse, name: string, upstreamPath: string): Promise<void> => {
+  const handle = async (req: NodeRequest, res: NodeResponse, name: string, caller: string, upstreamPath: string): Promise<void> => {
     const started = process.hrtime.bigint();
     if (Number(req.headers["content-length"] ?? 0) > maxBodyBytes) {
       sendRefusalBody(res, 413, `request body exceeds ${maxBodyBytes} bytes`, closeUnread(req, res));
@@ -128,19 +141,19 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     if (route.targets.length > 0) {
       // Requests held before this one go first (a replica just became ready): first in first out.
       holds.release(name, route);
-      new Exchange(shared, req, res, name, route, upstreamPath, started).start();
+      new Exchange(shared, req, res, name, caller, route, upstreamPath, started).start();
       return;
     }
     if (!route.coming) {
       refuse(res, metrics, name, { reason: "not_coming", detail: refusalDetail(name, route.refusal) }, req);
       return;
     }
-    holds.hold(req, res, name, upstreamPath, route);
+    holds.hold(req, res, name, caller, upstreamPath, route);
   };
 
   return {
-    handle(req, res, name, upstreamPath) {
-      handle(req, res, name, upstreamPath).catch((err: unknown) => {
+    handle(req, res, name, caller, upstreamPath) {
+      handle(req, res, name, caller, upstreamPath).catch((err: unknown) => {
         logger.error({ err, endpoint: name }, "endpoint proxy failed");
         sendRefusalBody(res, 500, "internal server error");
       });
@@ -176,12 +189,15 @@ class Exchange {
   private keptForStream = 0;
   /** When the request was sent to its replica (performance.now() ms): a streamed answer's first event is due firstByteMs later. */
   private sentAt = 0;
+  /** What the answer used, once known: settled with its count. */
+  private usage: AnswerUsage = NO_USAGE;
 
   constructor(
     private readonly shared: Shared,
     private readonly req: NodeRequest,
     private readonly res: NodeResponse,
     private readonly name: string,
+    private readonly caller: string,
     /** Its ready replicas, and whether another is coming, when it was sent. */
     private readonly route: EndpointRoute,
     private readonly path: string,
@@ -277,13 +293,21 @@ class Exchange {
     else this.passOn(status, answer);
   }
 
-  /** An answer passed on untouched: counted when it ends, taken for the replica's failure when it is cut. */
+  /**
+   * An answer passed on untouched: counted when it ends, taken for the replica's failure when it
+   * is cut. A completion's answer is also kept (up to USAGE_ANSWER_BYTES) for its usage.
+   */
   private passOn(status: number, answer: ReplicaAnswer): void {
     const res = this.res;
-    res.once("finish", () => this.count(status));
+    const usage = status === 200 && completionPathOf(this.req.method, this.path) !== undefined ? new AnswerCopy() : undefined;
+    res.once("finish", () => {
+      if (usage !== undefined) this.usage = wholeAnswerUsage(usage.whole(), this.body.received);
+      this.count(status);
+    });
     const resume = () => answer.resume();
     answer.read(
       (chunk) => {
+        usage?.add(chunk);
         if (res.write(chunk)) return;
         answer.pause();
         res.once("drain", resume);
@@ -336,9 +360,11 @@ class Exchange {
       stallMs: options.stallMs,
       resumeMax: options.resumeMax,
       firstByteMs: options.firstByteMs,
-      onEnd: (status) => {
+      bodyBytes: this.body.received,
+      onEnd: (status, usage) => {
         this.settled = true;
         this.releaseStreamKept();
+        this.usage = usage;
         this.count(status);
       },
     });
@@ -378,6 +404,7 @@ class Exchange {
       req: this.req,
       res: this.res,
       name: this.name,
+      caller: this.caller,
       endpointId: this.route.endpointId,
       path: this.path,
       body: this.body,
@@ -471,6 +498,26 @@ class Exchange {
     if (this.counted) return;
     this.counted = true;
     this.shared.options.metrics.answered(this.name, code);
+    // A caller gone mid-stream used what reached it so far.
+    if (code === 499 && this.streamed !== undefined) this.usage = this.streamed.usage;
+    this.shared.options.settle?.({ endpoint: this.name, caller: this.caller, status: code, usage: this.usage });
+  }
+}
+
+/** A whole answer's bytes, up to USAGE_ANSWER_BYTES: past that none is kept. */
+class AnswerCopy {
+  private chunks: Buffer[] | undefined = [];
+  private size = 0;
+
+  add(chunk: Buffer): void {
+    if (this.chunks === undefined) return;
+    this.size += chunk.length;
+    if (this.size > USAGE_ANSWER_BYTES) this.chunks = undefined;
+    else this.chunks.push(chunk);
+  }
+
+  whole(): Buffer | undefined {
+    return this.chunks === undefined ? undefined : Buffer.concat(this.chunks);
   }
 }
 

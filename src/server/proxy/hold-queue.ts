@@ -47,6 +47,8 @@ export interface Held {
   req: NodeRequest;
   res: NodeResponse;
   name: string;
+  /** Who calls: the token's or key's name, for its usage. */
+  caller: string;
   endpointId: string;
   path: string;
   body: KeptBody;
@@ -137,7 +139,7 @@ export class HoldQueues {
    * declared body finds no room in the process's kept bytes (one that grows past them while held
    * is answered 503 then).
    */
-  hold(req: NodeRequest, res: NodeResponse, name: string, path: string, route: EndpointRoute): void {
+  hold(req: NodeRequest, res: NodeResponse, name: string, caller: string, path: string, route: EndpointRoute): void {
     const { kept, maxBodyBytes, metrics } = this.options;
     // Decided from the headers (a declared length that does not fit): the body is never read.
     const declared = Number(req.headers["content-length"] ?? 0);
@@ -147,7 +149,7 @@ export class HoldQueues {
     // Read while held: the upload must end within HTTP_REQUEST_TIMEOUT_MS, whatever the wait.
     const body = new KeptBody(req, maxBodyBytes, kept, () => undefined);
     if (!body.replayable) return refuse(res, metrics, name, keptBytesRefusal(name, kept), req);
-    this.enqueueRequest({ req, res, name, endpointId: route.endpointId, path, body });
+    this.enqueueRequest({ req, res, name, caller, endpointId: route.endpointId, path, body });
   }
 
   /**

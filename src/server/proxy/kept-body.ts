@@ -107,6 +107,11 @@ export class KeptBody {
     return this.chunks.length === 1 ? this.chunks[0] : Buffer.concat(this.chunks);
   }
 
+  /** Bytes of the body received so far, kept or not: a prompt's size when no replica counted it. */
+  get received(): number {
+    return this.size;
+  }
+
   /** True while the whole body so far is kept: it can be sent again. */
   get replayable(): boolean {
     return this.chunks !== undefined;

@@ -6,6 +6,7 @@ import type { HoldQueues } from "./hold-queue.js";
 import type { KeptBytes } from "./kept-body.js";
 import type { CutReason, ProxyMetrics } from "./proxy-metrics.js";
 import { requestReplica, type ReplicaAnswer, type ReplicaHop, type ReplicaRequest } from "./replica-request.js";
+import { streamedUsage, type AnswerUsage } from "./answer-usage.js";
 import { AnswerReader } from "./continuation/stream-reader.js";
 import { continuationRequest, firstRequest, resumability, type CompletionPath, type FirstRequest, type Resumability } from "./continuation/continuation-request.js";
 
@@ -78,8 +79,10 @@ export interface StreamedAnswerOptions {
   stallMs: number;
   resumeMax: number;
   firstByteMs: number;
-  /** The caller's answer is over: its status for the request metric (200 whole, 502 ended with an error). */
-  onEnd(status: number): void;
+  /** The caller's request body's bytes: its prompt's estimate when no replica counted it. */
+  bodyBytes: number;
+  /** The caller's answer is over: its status for the request metric (200 whole, 502 ended with an error), and what it used. */
+  onEnd(status: number, usage: AnswerUsage): void;
 }
 
 /** How often a caller whose answer waits for a replica hears that it is still alive. */
@@ -135,6 +138,11 @@ export class StreamedAnswer {
         if (answer === this.answer && !this.over) this.cut(this.reader.done ? undefined : "its connection ended before the answer did");
       },
     );
+  }
+
+  /** What the answer used as the caller received it, so far. */
+  get usage(): AnswerUsage {
+    return streamedUsage(this.reader, this.o.bodyBytes);
   }
 
   /** The caller left: nothing more is asked of any replica. */
@@ -339,7 +347,7 @@ export class StreamedAnswer {
     // or its connection would stay busy, counted in flight, until the replica's idle timeout.
     this.answer?.resume();
     this.o.res.end();
-    this.o.onEnd(status);
+    this.o.onEnd(status, this.usage);
   }
 
   private stop(): void {

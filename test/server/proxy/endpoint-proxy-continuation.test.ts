@@ -114,6 +114,10 @@ describe("a streamed answer whose replica's connection is reset mid-answer", () 
     expect(await metricValue(proxy, "gpu_endpoint_streams_resumed_total", `endpoint="${name}"`)).toBe(1);
     expect(await metricValue(proxy, "gpu_endpoint_resume_seconds_count", `endpoint="${name}"`)).toBe(1);
     expect(await metricValue(proxy, "gpu_endpoint_requests_total", `endpoint="${name}",code="200"`)).toBe(1);
+    // Its usage counts once, as the caller received it: the caller's prompt, 40 tokens in all.
+    const usage = (kind: string) => metricValue(proxy, "gpu_endpoint_key_tokens_total", `endpoint="${name}",key="AUTH_TOKENS#1",kind="${kind}"`);
+    const uncutUsage = sseChunks(uncut).at(-1)!.usage!;
+    expect([await usage("prompt"), await usage("completion")]).toEqual([uncutUsage.prompt_tokens, 40]);
   });
 });
 

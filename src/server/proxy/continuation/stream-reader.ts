@@ -55,6 +55,8 @@ export class AnswerReader {
   unreadable = 0;
   /** The caller's prompt tokens, as the first replica counted them. */
   promptTokens: number | undefined;
+  /** Events passed on that carried text: the completion tokens' estimate when a replica did not count them. */
+  textEvents = 0;
 
   private readonly options: Required<AnswerReaderOptions>;
   private decoder = new StringDecoder("utf8");
@@ -196,6 +198,7 @@ export class AnswerReader {
     const roleOnly = choices.length > 0 && choices.every((c) => c.role && !c.text && !c.finishReason);
     if (roleOnly && this.rolePassed) return ""; // a continuation's opening chunk: the caller has its role
     if (roleOnly) this.rolePassed = true;
+    if (choices.some((choice) => choice.text)) this.textEvents += 1;
     for (const choice of choices) {
       const soFar = this.choices[choice.index];
       if (soFar === undefined) continue;
