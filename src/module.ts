@@ -122,3 +122,31 @@ export interface ProxyTraffic {
   /** The minutes changed since `since` (epoch ms), newest included; older minutes are forgotten. */
   changedSince(since: number): TrafficEntry[];
 }
+
+/** One caller's usage of one endpoint through this process's proxy in one minute: absolute counts so far. */
+export interface KeyUsageEntry {
+  /** A key's name, or a static token's (`AUTH_TOKENS#1`, a token file's name). */
+  caller: string;
+  endpointName: string;
+  /** The minute's start. */
+  minute: Date;
+  /** Answers admitted (that reached a replica's exchange), whatever their status. */
+  requests: number;
+  promptTokens: number;
+  completionTokens: number;
+  /** Answers whose usage was estimated (no replica counted it). */
+  estimated: number;
+  /** Requests refused for the caller's limits, by reason (rpm_limit, tpm_limit, parallel_limit, budget_exceeded). */
+  refused: Record<string, number>;
+}
+
+/**
+ * What each caller used through this process's proxy, per endpoint and minute: the proxy's settle
+ * step counts (server/keys/key-usage.ts), the GPU module publishes with the traffic.
+ */
+export interface KeyUsage {
+  settled(answer: { endpoint: string; caller: string; usage: { promptTokens: number; completionTokens: number; estimated: boolean } }): void;
+  refused(caller: string, endpointName: string, reason: string): void;
+  /** The minutes changed since `since` (epoch ms), newest included; older minutes are forgotten. */
+  changedSince(since: number): KeyUsageEntry[];
+}

@@ -2,7 +2,7 @@ import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { excerpt } from "../errors.js";
 import { ENDPOINT_PROXY_DEFAULTS } from "../config.js";
 import type { Logger } from "pino";
-import type { EndpointDirectory, ProxyLoad, ProxyTraffic } from "../module.js";
+import type { EndpointDirectory, KeyUsage, ProxyLoad, ProxyTraffic } from "../module.js";
 import { createAccessCheck, sendRefusal } from "./auth/access-check.js";
 import { checkRpc, createAuthInterceptor } from "./auth/auth-interceptor.js";
 import { scopeOfHttpPath } from "./auth/scope-table.js";
@@ -19,7 +19,7 @@ import { createRpcHandler } from "./rpc-handler.js";
 import { createRestHandler } from "./rest/rest-handler.js";
 import { sendJson, type NodeHandler, type NodeRequest, type NodeResponse } from "./node-http.js";
 import { ENDPOINT_PREFIX, ENDPOINT_ROUTE, parseEndpointPath } from "./proxy/endpoint-path.js";
-import { createEndpointProxy } from "./proxy/endpoint-proxy.js";
+import { createEndpointProxy, type SettledAnswer } from "./proxy/endpoint-proxy.js";
 import { sendRefusalBody } from "./proxy/refusal-body.js";
 import { KeptBytes } from "./proxy/kept-body.js";
 import { createProxyMetrics } from "./proxy/proxy-metrics.js";
@@ -52,6 +52,8 @@ export interface AppOptions {
   endpointKept?: KeptBytes;
   /** Where the proxy counts its answers per endpoint and minute, for the endpoints' history. */
   endpointTraffic?: ProxyTraffic;
+  /** Where the proxy counts each caller's usage per endpoint and minute, for the keys' usage. */
+  endpointUsage?: KeyUsage;
   /** Aborted when the service stops: requests held by the proxy are answered 503 at once. */
   shutdown?: AbortSignal;
 }
@@ -153,7 +155,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     kept,
     shutdown: options.shutdown,
     metrics: options.endpointTraffic ? withTraffic(createProxyMetrics(metrics.registry, kept), options.endpointTraffic) : createProxyMetrics(metrics.registry, kept),
-    settle: createKeyUsageMetrics(metrics.registry),
+    settle: settleStep(createKeyUsageMetrics(metrics.registry), options.endpointUsage),
     logger,
   });
   return (req, res) => {
@@ -174,5 +176,14 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     if (path.kind === "ok") proxy.handle(req, res, path.name, verdict.actor, path.upstreamPath);
     else if (path.kind === "invalid") sendRefusalBody(res, 400, path.detail);
     else sendRefusalBody(res, 404, `no route for ${req.method} ${excerpt(pathOnly)}`, {}, { code: "no_route" });
+  };
+}
+
+/** The proxy's settle step: each answer's end counted in the per-key metrics and this process's usage minutes. */
+function settleStep(metrics: (answer: SettledAnswer) => void, usage: KeyUsage | undefined): (answer: SettledAnswer) => void {
+  if (usage === undefined) return metrics;
+  return (answer) => {
+    metrics(answer);
+    usage.settled(answer);
   };
 }
