@@ -135,10 +135,12 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
       }
       // An auto-pick's search: every market that may rent now and rents what is asked.
       const { markets: only, ...asMarket } = filter;
-      const rentsIt = names.filter((n) => (!filter.interruptible || adapter(n).interruptible === true) && (!only?.length || only.includes(n)));
-      const asked = rentsIt.filter((n) => tracker.mayOffer(n, reported(n)));
-      // Every market the pick could rent on refuses the account: that is the answer, not "no offer".
-      if (asked.length === 0 && rentsIt.length > 0) throw refusalOf(rentsIt[0]!);
+      const allowed = names.filter((n) => !only?.length || only.includes(n));
+      const unblocked = allowed.filter((n) => tracker.mayOffer(n, reported(n)));
+      // Every market the pick may rent on refuses the account: that is the answer, not "no offer".
+      // (One that is open elsewhere, though it rents no bids, leaves a bid search empty instead.)
+      if (unblocked.length === 0 && allowed.length > 0) throw refusalOf(allowed[0]!);
+      const asked = unblocked.filter((n) => !filter.interruptible || adapter(n).interruptible === true);
       const offers = answered(await eachMarket(asked, async (name, s) => (await adapter(name).searchOffers(asMarket, s)).map(offerOf(name)), signal));
       if (!several) return offers;
       return mergedOffers(offers, filter.order, filter.limit);
