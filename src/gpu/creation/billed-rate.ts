@@ -30,13 +30,14 @@ export function checkBudget(record: InstanceRecord, billed: number, budget: Repl
 /** Throws ResourceExhaustedError naming GPU_MAX_FLEET_DPH when the rate with the other active instances' passes the cap. */
 export async function checkFleetCap(ctx: Pick<GpuContext, "knex">, record: InstanceRecord, billed: number, cap: number | undefined): Promise<void> {
   if (cap === undefined) return;
+  const spend = await activeSpendBeside(ctx, record.instanceId);
+  // The sum rounded as the reservation rounds it (fleet-reservation.ts): a machine billing what its offer showed always passes.
+  if (roundMoney(spend + billed) <= cap) return;
   const rate = roundMoney(billed);
-  const spend = roundMoney(await activeSpendBeside(ctx, record.instanceId));
-  if (roundMoney(spend + rate) <= cap) return;
   throw new ResourceExhaustedError(
     `The fleet cap GPU_MAX_FLEET_DPH of $${cap}/h leaves no room for the machine rented for ${record.instanceId}: it bills $${rate}/h ` +
-      `(its offer '${record.offerId}' showed $${record.costPerHour}/h) and the other active instances cost $${spend}/h`,
-    { extra: { fleet_cap: cap, fleet_spend: spend, offer_id: record.offerId, cost_per_hour: rate } },
+      `(its offer '${record.offerId}' showed $${record.costPerHour}/h) and the other active instances cost $${roundMoney(spend)}/h`,
+    { extra: { fleet_cap: cap, fleet_spend: roundMoney(spend), offer_id: record.offerId, cost_per_hour: rate } },
   );
 }
 
