@@ -13,7 +13,11 @@ import {
   UnavailableError,
 } from "../errors.js";
 
-const codeOfDomainError = new Map<new (...args: never[]) => DomainError, Code>([
+type DomainErrorClass = abstract new (...args: never[]) => DomainError;
+
+// By kind: an error takes the code of its nearest mapped class up its class chain, so that a
+// subclass (MarketBlockedError, OutcomeUnknownError are kinds of UnavailableError) answers as its kind.
+const codeOfDomainError = new Map<DomainErrorClass, Code>([
   [InvalidInputError, Code.InvalidArgument],
   [NotFoundError, Code.NotFound],
   [ConflictError, Code.Aborted],
@@ -46,7 +50,7 @@ export function toConnectError(err: unknown, logger: Logger, rpc: string): Conne
     return err;
   }
   if (err instanceof DomainError) {
-    const code = codeOfDomainError.get(err.constructor as new () => DomainError) ?? Code.Internal;
+    const code = codeOfKind(err);
     if (code === Code.Internal) logger.error({ err, rpc }, "rpc failed");
     // A dependency that is down is expected now and then: one line, no stack trace.
     if (code === Code.Unavailable) logger.warn({ rpc, reason: err.message }, "dependency unavailable");
@@ -65,6 +69,14 @@ export function toConnectError(err: unknown, logger: Logger, rpc: string): Conne
   }
   logger.error({ err, rpc }, "unexpected error");
   return new ConnectError("internal server error", Code.Internal);
+}
+
+function codeOfKind(err: DomainError): Code {
+  for (let proto = Object.getPrototypeOf(err) as object | null; proto !== null; proto = Object.getPrototypeOf(proto) as object | null) {
+    const code = codeOfDomainError.get(proto.constructor as DomainErrorClass);
+    if (code !== undefined) return code;
+  }
+  return Code.Internal;
 }
 
 // PostgreSQL refuses NUL characters and invalid byte sequences in text (SQLSTATE 22021). Any

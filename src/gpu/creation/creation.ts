@@ -10,6 +10,7 @@ import { limitsFor } from "../money/limits.js";
 import { releaseMachine } from "../lifecycle/machine-release.js";
 import type { MarketInstance, MarketOffer } from "../marketplace/port.js";
 import { asMarketplaceError, rentOffer, type CreationFence } from "./offer-rental.js";
+import { checkBudget, checkFleetCap, type ReplicaBudget } from "./billed-rate.js";
 import { autoPickTemplate, candidateFilter, checkTemplateLimits, fittingOffers, noOfferMatches, offerCandidates } from "./offer-choice.js";
 import { findTemplate } from "./templates.js";
 import { asBids, spreadOver, type Candidate } from "./bid-choice.js";
@@ -66,7 +67,8 @@ export interface CreationResult {
 
 export async function createInstance(ctx: GpuContext, request: CreationRequest, hooks: CreationHooks = {}): Promise<CreationResult> {
   const replicaOf = request.replicaOf;
-  const template = capped(templateOf(request.templateName), replicaOf?.priceCap);
+  const named = templateOf(request.templateName);
+  const template = capped(named, replicaOf?.priceCap);
   const custom = parseCustomConfig(request.customConfig, template !== undefined);
   // Every model server gets a key of its own, so that its public port serves nobody else.
   const modelApiKey = template ? newModelApiKey() : null;
@@ -104,7 +106,8 @@ export async function createInstance(ctx: GpuContext, request: CreationRequest, 
       }),
     });
     await hooks.afterMarketplaceCreate?.(instanceId);
-    await completeOrRelease(ctx, request.actor, record, market, template, started);
+    const budget = replicaOf && { endpoint: replicaOf.endpoint, left: replicaOf.priceCap };
+    await completeOrRelease(ctx, request.actor, record, market, { template: named, budget }, started);
     return { instanceId, templateName: template?.name ?? "", message: messageOf(instanceId, template, market), modelApiKey };
   } finally {
     ctx.inFlight.delete(instanceId);
@@ -227,20 +230,24 @@ async function offersFor(
 
 /**
  * Completes the record with what the marketplace rented, and writes the creation log record. If
- * that cannot be done (the rented price breaks the template's cap, the database refuses the
- * write, the record was settled elsewhere), the machine is destroyed and the record ends failed.
+ * that cannot be done (the rented price breaks the endpoint's budget, the template's cap or the
+ * fleet cap, the database refuses the write, the record was settled elsewhere), the machine is
+ * destroyed and the record ends failed.
  */
 async function completeOrRelease(
   ctx: GpuContext,
   actor: string,
   record: InstanceRecord,
   market: MarketInstance,
-  template: Template | undefined,
+  caps: { template: Template | undefined; budget: ReplicaBudget | undefined },
   started: number,
 ): Promise<void> {
   try {
-    // The cap holds for the price actually rented, not only the price the offer showed.
-    if (template) checkTemplateLimits({ id: market.offerId, gpuRam: market.gpuRam }, template, market.dphTotal);
+    // The caps hold for the price actually rented, not only the price the offer showed (billed-rate.ts):
+    // an endpoint's budget first, the one its replica was chosen under, then the template's, then the fleet's.
+    if (caps.budget) checkBudget(record, market.dphTotal, caps.budget);
+    if (caps.template) checkTemplateLimits({ id: market.offerId, gpuRam: market.gpuRam }, caps.template, market.dphTotal);
+    await checkFleetCap(ctx, record, market.dphTotal, ctx.maxFleetDph);
     if (await completeCreation(ctx, actor, record, market, "creating", started)) return;
     // Someone else settled the record meanwhile (another replica's reconciler). Adopted with this
     // very machine is a success; anything else means the machine is not ours to report.

@@ -47,6 +47,8 @@ export interface RunpodEmulator {
   readonly breaches: string[];
   /** The type's stock in the cloud from now on; `upToCount` also bounds the counts that have any. */
   setStock(gpuTypeId: string, cloud: Cloud, level: Level, upToCount?: number): void;
+  /** Pods created from now on bill this much more per hour than the catalogue's price for them, $/h. */
+  billAbove(dollarsPerHour: number): void;
   /** The next create is refused: 400 (no capacity), 401 (key), 402 (balance), 403 (pool). */
   refuseNextCreate(status: 400 | 401 | 402 | 403): void;
   /** The next `count` requests answer 429 with this Retry-After, seconds. */
@@ -91,6 +93,7 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
     createAnswerMs: 0,
     listLagMs: 0,
     corrupt: 0,
+    surcharge: 0,
   };
 
   let createHook: ((body: unknown) => void) | undefined;
@@ -211,7 +214,7 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
     const max = cloud === "SECURE" ? type.maxCount.secure : type.maxCount.community;
     if (count > max) return [400, problem(400, `at most ${max} GPUs of ${type.id} fit one pod in ${cloud}`)];
     if (refusal === 400 || stockOf(type, cloud, count) === "NONE") return [400, problem(400, NO_CAPACITY)];
-    const pod = pods.add(request, type);
+    const pod = pods.add(request, type, switches.surcharge);
     if (switches.createAnswerMs > 0) await sleep(switches.createAnswerMs);
     if (switches.failAfterRenting > 0) {
       switches.failAfterRenting--;
@@ -267,6 +270,7 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
       type.stock[cloud] = level;
       if (upToCount !== undefined) type.stockCount[cloud] = upToCount;
     },
+    billAbove: (dollarsPerHour) => void (switches.surcharge = dollarsPerHour),
     refuseNextCreate: (status) => void (switches.refuse = status),
     throttle: (count, retryAfterS) => Object.assign(switches, { throttle: count, retryAfterS }),
     failNext: (count, status) => Object.assign(switches, { fail: count, failStatus: status }),

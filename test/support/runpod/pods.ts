@@ -28,6 +28,8 @@ export interface EmulatedPod {
   count: number;
   dataCenterId: string;
   createdAt: number;
+  /** What it bills per hour above its catalogue price (a control: RunPod's `cost` is the pod's own). */
+  surcharge: number;
   /** Set by a control: the status from then on. */
   forced: "EXITED" | "ERROR" | undefined;
   server: ModelServer | undefined;
@@ -85,7 +87,7 @@ export function createPods(clock: PodClock) {
           return pub === undefined ? [] : [{ private: port, public: pub, type: "tcp", ip: "127.0.0.1" }];
         })
       : [];
-    const cost = running || status === "STARTING" || status === "PROVISIONING" ? round(priceOf(pod) * pod.count) : 0;
+    const cost = running || status === "STARTING" || status === "PROVISIONING" ? round(priceOf(pod) * pod.count + pod.surcharge) : 0;
     return {
       id: pod.id,
       name: pod.name,
@@ -116,7 +118,7 @@ export function createPods(clock: PodClock) {
   return {
     all,
     view,
-    add(request: PodRequest, type: EmulatedGpuType): EmulatedPod {
+    add(request: PodRequest, type: EmulatedGpuType, surcharge = 0): EmulatedPod {
       const cloud = request.cloud ?? "SECURE";
       const pod: EmulatedPod = {
         id: `rp${String(next++).padStart(8, "0")}`,
@@ -131,6 +133,7 @@ export function createPods(clock: PodClock) {
         count: request.gpu.count ?? 1,
         dataCenterId: type.dataCenters[cloud][0]?.id ?? "US-KS-2",
         createdAt: Date.now(),
+        surcharge,
         forced: undefined,
         server: undefined,
         starting: undefined,

@@ -11,13 +11,15 @@ import type {
 } from "../port.js";
 import { createHealthTracker, refusesAccount, type HealthTracker } from "./market-health.js";
 import { createMarketIds } from "./market-ids.js";
+import { createMarketRefusals } from "./market-refusals.js";
 import { mergedOffers } from "./merged-offers.js";
 
 // The configured markets behind the one port (SPEC.md section 2, "Several marketplaces"). A
 // search asks every market at once, each under its own timeout, and answers with what the
 // markets that answered offer; each offer and instance names its market, and with several
 // markets their ids carry it, so that every instance call goes to the instance's own market.
-// A blocked market (MarketBlockedError) is left out of auto-picks but for one create a minute.
+// A blocked market (MarketBlockedError) is left out of auto-picks but for one create a minute;
+// when it is the only market a pick may rent on, the pick answers its refusal (market-refusals.ts).
 
 export interface NamedMarket {
   name: string;
@@ -46,6 +48,8 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
   const tracker = createHealthTracker(names, options.now);
   const several = names.length > 1;
   const reported = (name: string) => adapter(name).health?.();
+  const refusals = createMarketRefusals(several);
+  const refusalOf = (name: string) => refusals.answerFor(name, tracker.health(name, reported(name)));
 
   /** One market's call, counted in its health; with several markets, cut at the timeout. */
   async function call<T>(name: string, what: "read" | "create", run: (signal?: AbortSignal) => Promise<T>, signal?: AbortSignal, timed = false): Promise<T> {
@@ -55,6 +59,7 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
       return result;
     } catch (err) {
       tracker.failed(name, err);
+      refusals.noted(name, err);
       throw err;
     }
   }
@@ -130,9 +135,12 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
       }
       // An auto-pick's search: every market that may rent now and rents what is asked.
       const { markets: only, ...asMarket } = filter;
-      const asked = names.filter(
-        (n) => tracker.mayOffer(n, reported(n)) && (!filter.interruptible || adapter(n).interruptible === true) && (!only?.length || only.includes(n)),
-      );
+      const allowed = names.filter((n) => !only?.length || only.includes(n));
+      const unblocked = allowed.filter((n) => tracker.mayOffer(n, reported(n)));
+      // Every market the pick may rent on refuses the account: that is the answer, not "no offer".
+      // (One that is open elsewhere, though it rents no bids, leaves a bid search empty instead.)
+      if (unblocked.length === 0 && allowed.length > 0) throw refusalOf(allowed[0]!);
+      const asked = unblocked.filter((n) => !filter.interruptible || adapter(n).interruptible === true);
       const offers = answered(await eachMarket(asked, async (name, s) => (await adapter(name).searchOffers(asMarket, s)).map(offerOf(name)), signal));
       if (!several) return offers;
       return mergedOffers(offers, filter.order, filter.limit);
@@ -140,10 +148,7 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
 
     async createInstance(request: CreateMarketInstanceRequest, signal) {
       const { market, id } = ids.ofOffer(request.offerId);
-      if (!tracker.mayRent(market, reported(market))) {
-        const health = tracker.health(market, reported(market));
-        throw new MarketBlockedError(`The market '${market}' refuses this account (${health.error ?? "blocked"}); it is tried again once a minute`);
-      }
+      if (!tracker.mayRent(market, reported(market))) throw refusalOf(market);
       try {
         const created = await call(market, "create", (s) => adapter(market).createInstance({ ...request, offerId: id }, s), signal);
         return instanceOf(market)(created);

@@ -67,6 +67,8 @@ export function createRunpodHttp(options: RunpodHttpOptions): RunpodHttp {
       const why = refusalOf(answer);
       health.blocked(why);
       options.logger?.error({ marketplace: "runpod", endpoint: request.endpoint, status: answer.status }, why);
+      // A refused key is a configuration error naming RUNPOD_API_KEY (500), as vast.ai's is; no balance, the market's state (503).
+      if (answer.status === 401) throw new OperationFailedError(why, { extra: { code: "MARKETPLACE_AUTH_REFUSED" } });
       throw new MarketBlockedError(why, { extra: { code: "MARKETPLACE_BLOCKED" } });
     }
     if (answer.status >= 500) {

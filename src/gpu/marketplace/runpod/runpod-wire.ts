@@ -1,10 +1,12 @@
 import { InvalidInputError } from "../../../errors.js";
 import { jsonReader, type Json } from "../http/json-reader.js";
 import type { CreateMarketInstanceRequest, MarketInstance, MarketOffer, MarketStatus } from "../port.js";
+import { diskPerHour, withDisk } from "./runpod-disk.js";
 
 // RunPod's REST v2 JSON (docs/marketplace-runpod.md; its OpenAPI file is the contract) and its
 // mapping to the port's types. Units: `memory` is GB per GPU, `price` $/h per GPU, `cost` the $/h
-// billed for the whole pod. Answers are read field by field: a changed wire format fails with a
+// billed for the whole pod but its container disk, which the port's prices include
+// (runpod-disk.ts). Answers are read field by field: a changed wire format fails with a
 // clear error naming the field, never a NaN price or a pod read as gone.
 
 const { object, array, string, number, integer, boolean, optional } = jsonReader("RunPod");
@@ -96,23 +98,25 @@ function parseGpuType(value: unknown, where: string): GpuType {
 
 /**
  * The offers of one catalogue answer, asked for `count` GPUs in `cloud`: one per GPU type that
- * the cloud rents in that count and that has stock (availability not NONE).
+ * the cloud rents in that count and that has stock (availability not NONE), priced with the
+ * container disk a pod would ask for (`diskGb`).
  */
-export function offersOf(types: readonly GpuType[], count: number, cloud: Cloud): MarketOffer[] {
+export function offersOf(types: readonly GpuType[], count: number, cloud: Cloud, diskGb: number): MarketOffer[] {
   return types.flatMap((type) => {
     const price = type.price[cloud];
     if (price === undefined || count > type.maxCount[cloud] || type.availability === "NONE") return [];
-    return [offerOf(type, count, cloud, price)];
+    return [offerOf(type, count, cloud, price, diskGb)];
   });
 }
 
-function offerOf(type: GpuType, count: number, cloud: Cloud, price: number): MarketOffer {
+function offerOf(type: GpuType, count: number, cloud: Cloud, price: number, diskGb: number): MarketOffer {
   return {
     id: offerIdOf({ cloud, count, gpuTypeId: type.id }),
     gpuName: type.name,
     numGpus: count,
     gpuRam: type.memory,
-    dphTotal: round6(price * count),
+    dphTotal: withDisk(price * count, diskGb),
+    storagePerHour: diskPerHour(diskGb),
     rentable: true,
     location: type.dataCenters.join(", "),
     // A pod publishes the TCP ports it asks for on a public address (runtime.ports).
@@ -120,8 +124,6 @@ function offerOf(type: GpuType, count: number, cloud: Cloud, price: number): Mar
     ...(type.cudaMaxGood !== undefined && { cudaMaxGood: type.cudaMaxGood }),
   };
 }
-
-const round6 = (value: number) => Math.round(value * 1_000_000) / 1_000_000;
 
 /** The part of a model server's start command RunPod takes: the image's entrypoint is `vllm serve`. */
 const VLLM_SERVE = /^\s*vllm\s+serve\s+/;
@@ -169,11 +171,14 @@ export function cudaVersionText(version: number | undefined): string | undefined
 
 /**
  * A pod as the port names it. The address is runtime.ports' public mapping of each TCP port the
- * pod asked for (`ports`); a pod RUNNING before they are all mapped is still loading.
+ * pod asked for (`ports`); a pod RUNNING before they are all mapped is still loading. Its rate is
+ * `cost` with its container disk; a stopped pod (cost 0) keeps no container disk and bills nothing.
  */
 export function parsePod(value: unknown, where: string): MarketInstance {
   const o = object(value, where);
   const status = string(o.status, `${where}.status`);
+  const cost = number(o.cost, `${where}.cost`);
+  const disk = integer(o.disk, `${where}.disk`);
   const gpu = optional(object, o.gpu, `${where}.gpu`);
   const gpuTypeId = gpu ? string(gpu.id, `${where}.gpu.id`) : "";
   const count = gpu ? (optional(integer, gpu.count, `${where}.gpu.count`) ?? 1) : 0;
@@ -193,7 +198,7 @@ export function parsePod(value: unknown, where: string): MarketInstance {
     gpuName: gpuTypeId,
     numGpus: count,
     gpuRam: 0,
-    dphTotal: number(o.cost, `${where}.cost`),
+    dphTotal: cost > 0 ? withDisk(cost, disk) : 0,
     ...(status === "ERROR" && { failure: "RunPod reports the pod's container in an unrecoverable error state (ERROR)" }),
     interruptible: false,
   };

@@ -6,7 +6,20 @@ import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOf
 import { createRunpodCatalogue } from "./runpod-catalogue.js";
 import { createTwinWatch } from "./runpod-twins.js";
 import { createRunpodHttp, unexpectedAnswer, unreadable } from "./runpod-http.js";
-import { CLOUDS, offersOf, parseOfferId, parsePod, parsePodList, isTerminated, runpodErrorText, slugOf, toCreateBody, type OfferKey } from "./runpod-wire.js";
+import { withDisk } from "./runpod-disk.js";
+import {
+  CLOUDS,
+  DEFAULT_DISK_GB,
+  offersOf,
+  parseOfferId,
+  parsePod,
+  parsePodList,
+  isTerminated,
+  runpodErrorText,
+  slugOf,
+  toCreateBody,
+  type OfferKey,
+} from "./runpod-wire.js";
 
 // The marketplace port over RunPod's REST API v2 (docs/marketplace-runpod.md; its OpenAPI file is
 // the contract). Transport, rate limits and the market's health live in runpod-http.ts, the JSON
@@ -40,10 +53,11 @@ const CREATE_RETRIES = 2;
 
 /**
  * RunPod bills a pod's `cost` per second of uptime: the GPUs with the vCPUs and memory that come
- * with them. The pod's disk is billed beside it (billing's diskAmount); RunPod bills no traffic.
+ * with them. The pod's container disk is billed beside it (billing's diskAmount) and added here
+ * (runpod-disk.ts); RunPod bills no traffic.
  */
 const COST_INCLUDES =
-  "RunPod's cost over the uptime: the GPUs with the vCPUs and memory that come with them; the pod's container disk is billed by RunPod beside it and is not included; RunPod bills no data transfer";
+  "RunPod's cost over the uptime: the GPUs with the vCPUs and memory that come with them, and the pod's container disk at $0.10 per GB-month; RunPod bills no data transfer";
 
 const PODS = "GET /v2/pods";
 const POD = "GET /v2/pods/{id}";
@@ -67,15 +81,16 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
   async function searchOffers(filter: OfferFilter): Promise<MarketOffer[]> {
     // RunPod rents no interruptible pods.
     if (filter.interruptible === true) return [];
+    const diskGb = filter.diskGb ?? DEFAULT_DISK_GB;
     if (filter.offerId !== undefined) {
       const key = parseOfferId(filter.offerId);
       if (!key) return [];
       const types = await catalogue.types({ count: key.count, cloud: key.cloud });
-      return filterOffers(offersOf(types, key.count, key.cloud), filter);
+      return filterOffers(offersOf(types, key.count, key.cloud, diskGb), filter);
     }
     const counts = countsOf(filter);
     const answers = await Promise.all(
-      CLOUDS.flatMap((cloud) => counts.map(async (count) => offersOf(await catalogue.types({ count, cloud, minCuda: filter.minCuda }), count, cloud))),
+      CLOUDS.flatMap((cloud) => counts.map(async (count) => offersOf(await catalogue.types({ count, cloud, minCuda: filter.minCuda }), count, cloud, diskGb))),
     );
     return filterOffers(answers.flat(), filter);
   }
@@ -127,8 +142,8 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
     throw unexpectedAnswer(answer, `delete pod ${id}`);
   }
 
-  /** The offer's GPU type, count and cloud, as the catalogue knows them; NotFoundError for any other id. */
-  async function offerKeyOf(offerId: string): Promise<{ key: OfferKey; terms: Pick<MarketOffer, "gpuName" | "numGpus" | "gpuRam" | "dphTotal"> }> {
+  /** The offer's GPU type, count and cloud, as the catalogue knows them, priced with its disk; NotFoundError for any other id. */
+  async function offerKeyOf(offerId: string, diskGb: number): Promise<{ key: OfferKey; terms: Pick<MarketOffer, "gpuName" | "numGpus" | "gpuRam" | "dphTotal"> }> {
     const parsed = parseOfferId(offerId);
     if (!parsed) throw offerNotFound(offerId);
     const types = await catalogue.types({ count: parsed.count, cloud: parsed.cloud });
@@ -137,7 +152,7 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
     if (!type || price === undefined || parsed.count > type.maxCount[parsed.cloud]) throw offerNotFound(offerId);
     return {
       key: { cloud: parsed.cloud, count: parsed.count, gpuTypeId: type.id },
-      terms: { gpuName: type.name, numGpus: parsed.count, gpuRam: type.memory, dphTotal: price * parsed.count },
+      terms: { gpuName: type.name, numGpus: parsed.count, gpuRam: type.memory, dphTotal: withDisk(price * parsed.count, diskGb) },
     };
   }
 
@@ -180,7 +195,7 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
       const { error } = http.health.health();
       throw new MarketBlockedError(`RunPod is blocked (${error ?? "refused"}); one create a minute goes through to find out whether that changed`);
     }
-    const { key, terms } = await offerKeyOf(request.offerId);
+    const { key, terms } = await offerKeyOf(request.offerId, request.diskGb ?? DEFAULT_DISK_GB);
     const onTerms = (pod: MarketInstance): MarketInstance => ({ ...pod, offerId: request.offerId, gpuName: terms.gpuName, gpuRam: terms.gpuRam });
     for (let attempt = 0; ; attempt++) {
       try {

@@ -48,7 +48,8 @@ describe("GpuService on RunPod through the REST API", () => {
     expect(created.status).toBe(200);
     const id = created.body.instance_id;
     const row = await record(id);
-    expect(row).toMatchObject({ offer_id: "community-2x-NVIDIA_GeForce_RTX_4090", cost_per_hour: 0.68 });
+    // $0.34 a GPU, and the model server's 100 GB of container disk at $0.10 per GB-month.
+    expect(row).toMatchObject({ offer_id: "community-2x-NVIDIA_GeForce_RTX_4090", cost_per_hour: 0.693699 });
 
     const [create] = runpod.requests.filter((r) => r.method === "POST" && r.path === "/v2/pods");
     const body = create!.body as { name: string; gpu: unknown; args: string; ports: string[]; env: Record<string, string>; cloud: string };
@@ -65,7 +66,7 @@ describe("GpuService on RunPod through the REST API", () => {
     expect(enhanced.body.data.basic_status.public_ip).toBe("127.0.0.1");
 
     const cost = await rest<{ cost_per_hour: number; cost_includes: string }>(server.url, "GET", `/api/gpu/instances/${id}/cost-analysis`);
-    expect(cost.body.cost_per_hour).toBeCloseTo(0.68, 4);
+    expect(cost.body.cost_per_hour).toBeCloseTo(0.693699, 4);
     expect(cost.body.cost_includes).toMatch(/RunPod's cost over the uptime/);
 
     const podId = (await record(id)).market_instance_id as string;

@@ -56,13 +56,14 @@ describe("a RunPod create refused", () => {
   });
 
   it.each([
-    [402, /lack of balance/],
-    [401, /refused the API key.*RUNPOD_API_KEY/],
-  ] as const)("with %i blocks the market until a create succeeds, letting one probe a minute through", async (status, why) => {
+    // No balance is the market's state (503); a refused key a configuration error naming its variable (500), as vast.ai's.
+    [402, /lack of balance/, MarketBlockedError],
+    [401, /refused the API key.*RUNPOD_API_KEY/, OperationFailedError],
+  ] as const)("with %i blocks the market until a create succeeds, letting one probe a minute through", async (status, why, Refusal) => {
     vi.useFakeTimers({ toFake: ["Date"] });
     try {
       runpod.refuseNextCreate(status);
-      await expect(market.createInstance(llmRequest(OFFER, "gpu-b1"))).rejects.toThrow(MarketBlockedError);
+      await expect(market.createInstance(llmRequest(OFFER, "gpu-b1"))).rejects.toThrow(Refusal);
       expect(market.health!()).toMatchObject({ state: "blocked", error: expect.stringMatching(why), since: expect.any(Date) });
 
       // Refused at once, RunPod not asked.
@@ -198,7 +199,9 @@ describe("RunPod unreachable or unreadable", () => {
 
   it("a refused key on a read blocks the market and says so", async () => {
     const wrong = runpodOn(runpod, "rpa_wrong_key");
-    await expect(wrong.listInstances("gpu-")).rejects.toThrow(MarketBlockedError);
+    const refused = await wrong.listInstances("gpu-").catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(OperationFailedError);
+    expect((refused as OperationFailedError).extra).toMatchObject({ code: "MARKETPLACE_AUTH_REFUSED" });
     expect(wrong.health!()).toMatchObject({ state: "blocked", error: expect.stringContaining("RUNPOD_API_KEY") });
     await wrong.close();
   });

@@ -119,7 +119,7 @@ describe("RunPod's pods", () => {
     expect(read.failure !== undefined).toBe(status === "ERROR");
   });
 
-  it("takes the address and the billed rate from the pod", () => {
+  it("takes the address and the billed rate from the pod, its container disk added", () => {
     expect(parsePod(pod(), "answer")).toMatchObject({
       id: "7h9k2m4n6p",
       label: "gpu-3f2a",
@@ -127,9 +127,14 @@ describe("RunPod's pods", () => {
       publicIp: "45.23.12.1",
       portMappings: { "8000/tcp": 43210 },
       numGpus: 2,
-      dphTotal: 1.38,
+      // cost 1.38, and 100 GB of container disk at $0.10 per GB-month of 730 hours.
+      dphTotal: 1.393699,
       interruptible: false,
     });
+  });
+
+  it("bills nothing for a stopped pod (cost 0: its container disk is gone with it)", () => {
+    expect(parsePod(pod({ status: "EXITED", cost: 0 }), "answer").dphTotal).toBe(0);
   });
 
   it("leaves TERMINATED pods out of a list, and refuses a pod without the fields it needs, naming the field", () => {

@@ -28,8 +28,8 @@ const catalogueCalls = () => runpod.requests.filter((r) => r.method === "GET" &&
 const creates = () => runpod.requests.filter((r) => r.method === "POST" && r.path === "/v2/pods");
 
 describe("RunPod offers", () => {
-  it("are one per GPU type, count and cloud with stock, priced per GPU times the count, from the catalogue with availability", async () => {
-    const offers = await market.searchOffers({ gpuName: "4090", numGpus: 2 });
+  it("are one per GPU type, count and cloud with stock, priced per GPU times the count with the container disk, from the catalogue with availability", async () => {
+    const offers = await market.searchOffers({ gpuName: "4090", numGpus: 2, diskGb: 73 });
     expect(catalogueCalls().map((r) => Object.fromEntries(r.query))).toEqual(
       expect.arrayContaining([
         { include: "AVAILABILITY", product: "POD", count: "2", cloud: "SECURE" },
@@ -43,13 +43,15 @@ describe("RunPod offers", () => {
         gpuName: "RTX 4090",
         numGpus: 2,
         gpuRam: 24,
-        dphTotal: 0.68,
+        // $0.34 a GPU, and 73 GB of container disk at $0.10 per GB-month of 730 hours.
+        dphTotal: 0.69,
+        storagePerHour: 0.01,
         rentable: true,
         location: "EU-RO-1",
         directPortCount: 1,
         cudaMaxGood: 12.8,
       },
-      expect.objectContaining({ id: "secure-2x-NVIDIA_GeForce_RTX_4090", dphTotal: 1.38, location: "US-KS-2, EU-RO-1" }),
+      expect.objectContaining({ id: "secure-2x-NVIDIA_GeForce_RTX_4090", dphTotal: 1.39, location: "US-KS-2, EU-RO-1" }),
     ]);
   });
 
@@ -89,8 +91,8 @@ describe("RunPod offers", () => {
     expect(runpod.requests).toHaveLength(0);
   });
 
-  it("find one offer by its id, and nothing for an id that is not RunPod's", async () => {
-    expect(await market.searchOffers({ offerId: "secure-1x-NVIDIA_A100-SXM4-80GB" })).toEqual([expect.objectContaining({ gpuName: "A100 SXM", dphTotal: 1.49 })]);
+  it("find one offer by its id, priced with the disk a search names none of (16 GB), and nothing for an id that is not RunPod's", async () => {
+    expect(await market.searchOffers({ offerId: "secure-1x-NVIDIA_A100-SXM4-80GB" })).toEqual([expect.objectContaining({ gpuName: "A100 SXM", dphTotal: 1.492192 })]);
     expect(await market.searchOffers({ offerId: "31000001" })).toEqual([]);
   });
 
@@ -115,7 +117,7 @@ describe("RunPod pods", () => {
       args: `${MODEL} --host 0.0.0.0 --port 8000`,
       ports: ["8000/tcp"],
     });
-    expect(created).toMatchObject({ offerId: "secure-1x-NVIDIA_GeForce_RTX_4090", label: "gpu-a1", status: "creating", gpuName: "RTX 4090", gpuRam: 24, numGpus: 1, dphTotal: 0.69, interruptible: false });
+    expect(created).toMatchObject({ offerId: "secure-1x-NVIDIA_GeForce_RTX_4090", label: "gpu-a1", status: "creating", gpuName: "RTX 4090", gpuRam: 24, numGpus: 1, dphTotal: 0.703699, interruptible: false });
 
     const seen = new Set<string>();
     await waitFor(async () => {
