@@ -1,5 +1,6 @@
 import { GPU_API_HINTS } from "./gpu/api-hints.js";
 import { createGpuModule } from "./gpu/gpu-module.js";
+import { KEY_API_HINTS } from "./gpu/keys/key-api-hints.js";
 import { INDEXING_API_HINTS } from "./indexing/api-hints.js";
 import { createIndexingModule } from "./indexing/indexing-module.js";
 import type { AppDeps, ModuleDeps } from "./module.js";
@@ -50,7 +51,7 @@ export function createApp(deps: AppDeps): App {
     keys,
     maxBodyBytes: config.maxBodyBytes,
     metrics,
-    apiHints: mergeApiHints(GPU_API_HINTS, INDEXING_API_HINTS),
+    apiHints: mergeApiHints(GPU_API_HINTS, KEY_API_HINTS, INDEXING_API_HINTS),
     endpoints: gpu.endpoints,
     endpointFirstByteMs: config.gpu.endpoints.firstByteMs,
     endpointHold: { ms: config.gpu.endpoints.holdMs, max: config.gpu.endpoints.holdMax },
