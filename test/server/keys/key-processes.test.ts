@@ -70,6 +70,8 @@ describe("a key across two processes", () => {
     const refused = await Promise.all([a, b].map((s) => msUntil(s, "/endpoints/chat/v1/models", secret, 401, revokedAt)));
     console.log(`key revocation: refused after ${refused[0]} ms in process A (the one revoking), ${refused[1]} ms in process B`);
     for (const ms of refused) expect(ms).toBeLessThan(WITHIN_MS);
+    // Neither process logged the secret it was shown.
+    expect(JSON.stringify([...a.logs, ...b.logs])).not.toContain(secret.slice(3));
   });
 
   it("refuses an endpoint taken from a key in both within 1 s of the PATCH", async () => {
