@@ -63,6 +63,39 @@ describe("key resource", () => {
     expect(await keyRows()).toBe(0);
   });
 
+  it("answers junk on every route with a 4xx, never a 500, and writes nothing", async () => {
+    const junk: unknown[] = [
+      { name: "x".repeat(100_000) },
+      { name: "k", endpoints: "chat" },
+      { name: "k", endpoints: [1, 2] },
+      { name: "k", endpoints: Array.from({ length: 101 }, (_, i) => `e${i}`) },
+      { name: "k", max_budget: 1e300 },
+      { name: "k", max_budget: "NaN" },
+      { name: "k", rpm_limit: 2 ** 40 },
+      { name: "k", expires_at: "not a time" },
+      { name: "k", budget_duration: "" },
+      [],
+      null,
+    ];
+    for (const body of junk) {
+      const res = await post(body);
+      expect(res.status, JSON.stringify(body).slice(0, 80)).toBeGreaterThanOrEqual(400);
+      expect(res.status).toBeLessThan(500);
+    }
+    for (const [method, path, body] of [
+      ["PATCH", "/api/gpu/keys/k", { update_mask: "name" }],
+      ["PATCH", "/api/gpu/keys/k", { rpm_limit: -1 }],
+      ["POST", "/api/gpu/keys/k/rotate", { grace_s: "soon" }],
+      ["GET", `/api/gpu/keys/${"%ff".repeat(50)}/usage?window=${"w".repeat(5000)}`, undefined],
+      ["GET", "/api/gpu/keys/k/usage?endpoint=%00", undefined],
+    ] as const) {
+      const res = await rest(ctx.server.url, method, path, body);
+      expect(res.status, `${method} ${path.slice(0, 60)}`).toBeGreaterThanOrEqual(400);
+      expect(res.status).toBeLessThan(500);
+    }
+    expect(await keyRows()).toBe(0);
+  });
+
   it("creates a key whose secret is shown once and stored only as its SHA-256", async () => {
     const expires = new Date(Date.now() + 86_400_000).toISOString();
     const created = await post({ name: "team-a", endpoints: ["chat"], rpm_limit: 60, tpm_limit: 10000, max_parallel_requests: 4, budget_duration: "1d", expires_at: expires });
@@ -104,6 +137,15 @@ describe("key resource", () => {
     expect(twice.body.revoked_at).toBe(revoked.body.revoked_at);
     expect((await post({ name: "dup" })).status).toBe(200);
     expect((await rest<KeyJson>(ctx.server.url, "GET", "/api/gpu/keys/dup")).body.revoked_at).toBeUndefined();
+  });
+
+  it("serves names with dots and underscores on every route", async () => {
+    expect((await post({ name: "team.a_1" })).status).toBe(200);
+    expect((await rest(ctx.server.url, "GET", "/api/gpu/keys/team.a_1")).status).toBe(200);
+    expect((await rest(ctx.server.url, "PATCH", "/api/gpu/keys/team.a_1", { rpm_limit: 3 })).status).toBe(200);
+    expect((await rest(ctx.server.url, "POST", "/api/gpu/keys/team.a_1/rotate", {})).status).toBe(200);
+    expect((await rest(ctx.server.url, "GET", "/api/gpu/keys/team.a_1/usage")).status).toBe(200);
+    expect((await rest(ctx.server.url, "DELETE", "/api/gpu/keys/team.a_1")).status).toBe(200);
   });
 
   it("answers 404 for an unknown key on every route", async () => {
