@@ -1,10 +1,13 @@
 import { GPU_API_HINTS } from "./gpu/api-hints.js";
 import { createGpuModule } from "./gpu/gpu-module.js";
+import { KEY_API_HINTS } from "./gpu/keys/key-api-hints.js";
 import { INDEXING_API_HINTS } from "./indexing/api-hints.js";
 import { createIndexingModule } from "./indexing/indexing-module.js";
 import type { AppDeps, ModuleDeps } from "./module.js";
 import { createAppHandler } from "./server/app.js";
 import { createTokenSource } from "./server/auth/token-source.js";
+import { createKeyDirectory } from "./server/keys/key-directory.js";
+import { KnexKeyStore } from "./server/keys/key-store.js";
 import { KeptBytes } from "./server/proxy/kept-body.js";
 import { createProxyLoad } from "./server/proxy/proxy-load.js";
 import { createProxyTraffic } from "./server/proxy/proxy-traffic.js";
@@ -37,15 +40,18 @@ export function createApp(deps: AppDeps): App {
   const moduleDeps: ModuleDeps = { ...deps, metrics, proxyLoad, proxyTraffic };
   // First, so that a bad AUTH_TOKENS_FILE stops the start before any module is built.
   const tokens = createTokenSource({ envTokens: config.authTokens, file: config.authTokensFile, logger });
+  // The keys for callers of the endpoints, held in memory and followed from the database.
+  const keys = createKeyDirectory({ store: KnexKeyStore.create({ knex }), logger });
   const gpu = createGpuModule(moduleDeps);
   const modules = [gpu, createIndexingModule(moduleDeps)];
   const handler = createAppHandler({
     services: modules.map((m) => m.service),
     logger,
     tokens,
+    keys,
     maxBodyBytes: config.maxBodyBytes,
     metrics,
-    apiHints: mergeApiHints(GPU_API_HINTS, INDEXING_API_HINTS),
+    apiHints: mergeApiHints(GPU_API_HINTS, KEY_API_HINTS, INDEXING_API_HINTS),
     endpoints: gpu.endpoints,
     endpointFirstByteMs: config.gpu.endpoints.firstByteMs,
     endpointHold: { ms: config.gpu.endpoints.holdMs, max: config.gpu.endpoints.holdMax },
@@ -68,11 +74,13 @@ export function createApp(deps: AppDeps): App {
     handler,
     async start() {
       tokens.watch();
+      await keys.start();
       for (const module of modules) await module.start();
     },
     async stop() {
       stopping.abort();
       tokens.close();
+      keys.stop();
       for (const module of modules) await module.stop();
     },
     reloadTokens: () => tokens.reload(),

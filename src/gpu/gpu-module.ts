@@ -26,6 +26,8 @@ import { createModelServerProbe } from "./lifecycle/probe.js";
 import { StatisticsStore } from "./store/statistics-store.js";
 import { createSyncLeader, leadershipJson } from "./lifecycle/sync-leader.js";
 import { createSyncLoop, type SyncLoop } from "./lifecycle/sync-loop.js";
+import { KnexKeyStore } from "../server/keys/key-store.js";
+import { KnexKeyUsageStore } from "../server/keys/key-usage-store.js";
 
 export interface GpuModule extends ServiceModule {
   /** The status sync and reconciliation loop; tests run rounds on demand. */
@@ -81,6 +83,8 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
   const traffic = KnexTrafficStore.create({ knex });
   const { historyDays, apiReadTimeoutMs: readTimeoutMs } = config.gpu;
   const history = KnexHistoryStore.create({ knex, readTimeoutMs });
+  // What keys used, per minute: read by the usage RPC, pruned with the history.
+  const keyUsage = KnexKeyUsageStore.create({ knex, readTimeoutMs });
   const endpointLoop = createEndpointLoop({
     controller: createEndpointController({
       ctx,
@@ -95,7 +99,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     intervalMs: config.gpu.endpoints.probeMs,
     leader,
     logger: ctx.logger,
-    history: createHistorySampler({ ctx, endpoints, load, traffic, history, historyDays, logger: ctx.logger }),
+    history: createHistorySampler({ ctx, endpoints, load, traffic, history, keyUsage, historyDays, logger: ctx.logger }),
   });
   const loadPublisher = createLoadPublisher({
     store: load,
@@ -114,6 +118,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     endpoints,
     events,
     history: { history, spend: KnexSpendStore.create({ knex, readTimeoutMs }), historyDays },
+    keys: { keys: KnexKeyStore.create({ knex }), usage: keyUsage },
     creationHooks: deps.gpuCreationHooks,
   });
   return {

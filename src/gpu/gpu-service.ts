@@ -16,6 +16,7 @@ import type { EndpointEventStore } from "./endpoints/resource/endpoint-events.js
 import { createEndpointRpcs } from "./endpoints/resource/endpoint-service.js";
 import type { EndpointStore } from "./endpoints/resource/endpoint-store.js";
 import { createHistoryRpcs, type HistoryRpcsOptions } from "./history/history-rpcs.js";
+import { createKeyRpcs, type KeyRpcsOptions } from "./keys/key-rpcs.js";
 
 export interface GpuServiceOptions {
   ctx: GpuContext;
@@ -24,6 +25,8 @@ export interface GpuServiceOptions {
   events: EndpointEventStore;
   /** The endpoints' history and the fleet's spend over time. */
   history: Omit<HistoryRpcsOptions, "endpoints">;
+  /** The keys for callers of the endpoints and their usage. */
+  keys: Omit<KeyRpcsOptions, "endpoints">;
   /** Test seam: see CreationHooks. */
   creationHooks?: CreationHooks;
 }
@@ -33,6 +36,7 @@ export function createGpuService(options: GpuServiceOptions): ServiceImpl<typeof
   const { ctx, statistics, creationHooks } = options;
   const endpointRpcs = createEndpointRpcs({ ctx, endpoints: options.endpoints, events: options.events, actorOf });
   const historyRpcs = createHistoryRpcs({ ...options.history, endpoints: options.endpoints });
+  const keyRpcs = createKeyRpcs({ ...options.keys, endpoints: options.endpoints });
   return {
     async listOffers(req) {
       const found = await searchMarkets(ctx, { ...req, limit: MAX_OFFERS });
@@ -99,6 +103,7 @@ export function createGpuService(options: GpuServiceOptions): ServiceImpl<typeof
     },
     ...endpointRpcs,
     ...historyRpcs,
+    ...keyRpcs,
   };
 }
 

@@ -7,6 +7,7 @@ import { createAccessCheck, sendRefusal } from "./auth/access-check.js";
 import { checkRpc, createAuthInterceptor } from "./auth/auth-interceptor.js";
 import { scopeOfHttpPath } from "./auth/scope-table.js";
 import type { TokenSource } from "./auth/token-source.js";
+import type { KeyDirectory } from "./keys/key-directory.js";
 import { createErrorInterceptor } from "./error-interceptor.js";
 import { createHealthHandler, type ReadinessChecks, type ReadinessDetails } from "./health.js";
 import type { Metrics } from "./metrics.js";
@@ -31,6 +32,8 @@ export interface AppOptions {
   logger: Logger;
   /** The accepted tokens and their scopes (server/auth/); a source with none turns auth off. */
   tokens: TokenSource;
+  /** The keys for callers of the endpoints (server/keys/), in memory; without it no key is accepted. */
+  keys?: KeyDirectory;
   readiness: ReadinessChecks;
   /** What /readyz reports besides its checks, never failing it (the GPU sync leadership). */
   readinessDetails?: ReadinessDetails;
@@ -67,7 +70,7 @@ export interface AppOptions {
  */
 export function createAppHandler(options: AppOptions): NodeHandler {
   const { services, logger, metrics } = options;
-  const checkAccess = createAccessCheck(options.tokens);
+  const checkAccess = createAccessCheck(options.tokens, options.keys);
   const interceptors: Interceptor[] = [createErrorInterceptor(logger), createAuthInterceptor(checkAccess)];
   const routes = (router: ConnectRouter) => {
     for (const service of services) service.route(router);
@@ -165,14 +168,16 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     res.once("close", () => {
       metrics.observeHttp(ENDPOINT_ROUTE, req.method ?? "GET", res.statusCode, Number(process.hrtime.bigint() - started) / 1e9);
     });
-    // The scope table's entry for /endpoints/ (endpoints:invoke), as every plain HTTP route.
+    // The scope table's entry for /endpoints/ (endpoints:invoke), as every plain HTTP route; a
+    // key is also checked against the endpoint it calls.
     const pathOnly = url.split("?", 1)[0]!;
-    const verdict = checkAccess(req.headers.authorization, scopeOfHttpPath(pathOnly), `${req.method} ${excerpt(pathOnly)}`);
+    const path = parseEndpointPath(url);
+    const endpoint = path.kind === "ok" ? path.name : undefined;
+    const verdict = checkAccess(req.headers.authorization, scopeOfHttpPath(pathOnly), `${req.method} ${excerpt(pathOnly)}`, endpoint);
     if (!verdict.ok) {
       sendRefusalBody(res, verdict.status, verdict.detail, verdict.status === 401 ? { "www-authenticate": "Bearer" } : {});
       return;
     }
-    const path = parseEndpointPath(url);
     if (path.kind === "ok") proxy.handle(req, res, path.name, verdict.actor, path.upstreamPath);
     else if (path.kind === "invalid") sendRefusalBody(res, 400, path.detail);
     else sendRefusalBody(res, 404, `no route for ${req.method} ${excerpt(pathOnly)}`, {}, { code: "no_route" });

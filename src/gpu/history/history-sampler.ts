@@ -15,7 +15,7 @@ import type { HistorySample, HistoryStore } from "./history-store.js";
 // as long as their traffic is still held: their traffic as counted, their load and replicas as
 // the late round sees them. Traffic a process publishes after its minute was sampled (a process
 // held up, a database away) is summed again into that minute. Once an hour it prunes: history
-// older than HISTORY_DAYS, traffic minutes already sampled.
+// and the keys' usage minutes older than HISTORY_DAYS, traffic minutes already sampled.
 
 export interface HistorySampler {
   /** Samples every minute that ended and was not sampled yet, sums late traffic again; prunes when an hour has passed. */
@@ -28,6 +28,8 @@ export interface HistorySamplerDeps {
   load: Pick<LoadStore, "readLoad">;
   traffic: TrafficStore;
   history: HistoryStore;
+  /** The keys' usage minutes, kept as long as the history. */
+  keyUsage?: { prune(before: Date): Promise<number> };
   historyDays: number;
   logger: Logger;
   now?: () => number;
@@ -108,10 +110,14 @@ export function createHistorySampler(deps: HistorySamplerDeps): HistorySampler {
   }
 
   async function prune(at: number): Promise<void> {
-    const history = await deps.history.prune(new Date(at - deps.historyDays * 86_400_000));
+    const keep = new Date(at - deps.historyDays * 86_400_000);
+    const history = await deps.history.prune(keep);
+    const keyUsage = (await deps.keyUsage?.prune(keep)) ?? 0;
     const traffic = await deps.traffic.prune(new Date(at - TRAFFIC_KEEP_MS));
     prunedAt = at;
-    if (history > 0 || traffic > 0) deps.logger.info({ history_rows: history, traffic_rows: traffic }, "endpoint history pruned");
+    if (history > 0 || traffic > 0 || keyUsage > 0) {
+      deps.logger.info({ history_rows: history, traffic_rows: traffic, key_usage_rows: keyUsage }, "endpoint history pruned");
+    }
   }
 
   return {

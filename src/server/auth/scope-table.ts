@@ -32,6 +32,13 @@ export const RPC_SCOPES: Readonly<Record<string, Readonly<Record<string, Scope>>
     GetEndpointHistory: "gpu:read",
     GetSpend: "gpu:read",
     ListMarkets: "gpu:read",
+    CreateKey: "gpu:write",
+    ListKeys: "gpu:read",
+    GetKey: "gpu:read",
+    UpdateKey: "gpu:write",
+    RotateKey: "gpu:write",
+    DeleteKey: "gpu:write",
+    GetKeyUsage: "gpu:read",
   },
   "search.v1.IndexingService": {
     IndexGoods: "indexing:run",

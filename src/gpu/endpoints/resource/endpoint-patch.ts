@@ -1,19 +1,19 @@
 import type { UpdateEndpointRequest } from "../../../../gen/gpu/v1/gpu_service_pb.js";
 import { excerpt, InvalidInputError } from "../../../errors.js";
 import { DEFAULT_CAPACITY, validCapacity, type CapacityMarkets } from "./endpoint-capacity.js";
-import { MAX_REPLICAS, replicasWithAutoscale, validAutoscale, validBudget, validReplicas } from "./endpoint-request.js";
+import { MAX_REPLICAS, replicasWithAutoscale, validAutoscale, validBudget, validReplicas, validTokenPrice } from "./endpoint-request.js";
 import type { EndpointChange, EndpointRecord } from "./endpoint-store.js";
 
 // A PATCH of an endpoint (SPEC.md section 2, "Endpoints" and "autoscaling"). proto3 cannot tell
 // a field set to null from one left out, so the fields to change are those named in
 // update_mask (REST fills it from the body's keys), or without one those that are set; a field
 // named but not set is cleared, which only autoscale (off, keeping the target as the fixed count)
-// and capacity (back to its defaults: every replica on-demand) allow.
+// and capacity (back to its defaults: every replica on-demand) and token_price (unpriced) allow.
 
-const FIELDS = ["replicas", "max_cost_per_hour", "autoscale", "capacity"] as const;
+const FIELDS = ["replicas", "max_cost_per_hour", "autoscale", "capacity", "token_price"] as const;
 type Field = (typeof FIELDS)[number];
 
-const JSON_NAMES: Readonly<Record<string, Field>> = { maxCostPerHour: "max_cost_per_hour" };
+const JSON_NAMES: Readonly<Record<string, Field>> = { maxCostPerHour: "max_cost_per_hour", tokenPrice: "token_price" };
 
 function bad(field: string, message: string): InvalidInputError {
   return new InvalidInputError(message, { extra: { field } });
@@ -23,6 +23,7 @@ function isSet(req: UpdateEndpointRequest, field: Field): boolean {
   if (field === "replicas") return req.replicas !== undefined;
   if (field === "max_cost_per_hour") return req.maxCostPerHour !== undefined;
   if (field === "capacity") return req.capacity !== undefined;
+  if (field === "token_price") return req.tokenPrice !== undefined;
   return req.autoscale !== undefined;
 }
 
@@ -49,7 +50,7 @@ function namedFields(req: UpdateEndpointRequest): Set<Field> {
 export function patchOf(req: UpdateEndpointRequest, market: CapacityMarkets): EndpointChange {
   const named = namedFields(req);
   if (named.size === 0) {
-    throw bad("replicas", "Nothing to change: give replicas, max_cost_per_hour, autoscale and/or capacity");
+    throw bad("replicas", "Nothing to change: give replicas, max_cost_per_hour, autoscale, capacity and/or token_price");
   }
   const change: EndpointChange = {};
   if (named.has("replicas")) {
@@ -62,6 +63,7 @@ export function patchOf(req: UpdateEndpointRequest, market: CapacityMarkets): En
   }
   if (named.has("autoscale")) change.autoscale = req.autoscale ? validAutoscale(req.autoscale) : null;
   if (named.has("capacity")) change.capacity = req.capacity ? validCapacity(req.capacity, market) : { ...DEFAULT_CAPACITY };
+  if (named.has("token_price")) change.tokenPrice = req.tokenPrice ? validTokenPrice(req.tokenPrice) : null;
   if (change.autoscale && change.replicas !== undefined) throw replicasWithAutoscale();
   return change;
 }

@@ -3,7 +3,7 @@ import { excerpt, InvalidInputError } from "../../../errors.js";
 import { parseCustomConfig } from "../../creation/custom-config.js";
 import { findTemplate, listTemplates } from "../../creation/templates.js";
 import { DEFAULT_CAPACITY, validCapacity, type CapacityInput, type CapacityMarkets } from "./endpoint-capacity.js";
-import type { AutoscaleSettings, NewEndpoint } from "./endpoint-store.js";
+import type { AutoscaleSettings, NewEndpoint, TokenPrice } from "./endpoint-store.js";
 
 // Validation of endpoint requests (SPEC.md section 2, "Endpoints"): bad input is a 400 naming
 // the field, and changes nothing.
@@ -93,6 +93,22 @@ export function validAutoscale(input: AutoscaleInput): AutoscaleSettings {
   };
 }
 
+/** A token price as a request gives it: both prices required, each dollars per million tokens >= 0. */
+export function validTokenPrice(input: { inputPerMtok: number; outputPerMtok: number }): TokenPrice {
+  for (const [field, value] of [
+    ["token_price.input_per_mtok", input.inputPerMtok],
+    ["token_price.output_per_mtok", input.outputPerMtok],
+  ] as const) {
+    if (!Number.isFinite(value) || value < 0 || value > MAX_TOKEN_PRICE) {
+      throw bad(field, `${field} must be dollars per million tokens from 0 to ${MAX_TOKEN_PRICE}, got ${value}`);
+    }
+  }
+  return { inputPerMtok: input.inputPerMtok, outputPerMtok: input.outputPerMtok };
+}
+
+/** The highest token price, dollars per million tokens: far above any model's, and its micro-dollars per token stay exact. */
+const MAX_TOKEN_PRICE = 1_000_000;
+
 /** With autoscale, replicas is the autoscaler's to set: a caller who gives both meant two things. */
 export function replicasWithAutoscale(): InvalidInputError {
   return bad("replicas", "replicas is the autoscaler's target while autoscale is on: give autoscale (min_replicas, max_replicas) or replicas, not both");
@@ -108,6 +124,7 @@ export function newEndpointOf(
     customConfig?: JsonObject;
     autoscale?: AutoscaleInput;
     capacity?: CapacityInput;
+    tokenPrice?: { inputPerMtok: number; outputPerMtok: number };
   },
   market: CapacityMarkets,
 ): NewEndpoint {
@@ -126,5 +143,6 @@ export function newEndpointOf(
   const customConfig = request.customConfig ?? {};
   parseCustomConfig(customConfig, true);
   const capacity = request.capacity ? validCapacity(request.capacity, market) : { ...DEFAULT_CAPACITY };
-  return { name, templateName: template.name, replicas, maxCostPerHour, customConfig, autoscale, capacity };
+  const tokenPrice = request.tokenPrice ? validTokenPrice(request.tokenPrice) : null;
+  return { name, templateName: template.name, replicas, maxCostPerHour, customConfig, autoscale, capacity, tokenPrice };
 }

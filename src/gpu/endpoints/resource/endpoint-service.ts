@@ -6,7 +6,7 @@ import { DEFAULT_LIMIT, validateLimit } from "../../marketplace/offers.js";
 import type { EndpointEventStore } from "./endpoint-events.js";
 import { checkPatch, patchOf } from "./endpoint-patch.js";
 import { newEndpointOf } from "./endpoint-request.js";
-import type { EndpointRecord, EndpointStore } from "./endpoint-store.js";
+import type { EndpointRecord, EndpointStore, TokenPrice } from "./endpoint-store.js";
 import { capacityMarketsOf, capacitySummary, isDefaultCapacity } from "./endpoint-capacity.js";
 import { autoscaleSummary, endpointMessage, eventMessage } from "./endpoint-view.js";
 import { replicaFactsOf } from "../replicas/replica-facts.js";
@@ -76,7 +76,7 @@ export function createEndpointRpcs(options: EndpointServiceOptions): EndpointRpc
       const updated = await ctx.knex.transaction(async (trx) => {
         const changed = await endpoints.update(current.id, change, trx);
         if (!changed) return null;
-        const detail = changeDetail(current, changed, { replicas: change.replicas !== undefined, budget: change.maxCostPerHour !== undefined });
+        const detail = changeDetail(current, changed, { replicas: change.replicas !== undefined, budget: change.maxCostPerHour !== undefined, price: change.tokenPrice !== undefined });
         if (detail) await events.append({ endpointId: current.id, kind: "scaled", detail, actor: actorOf(context) }, trx);
         return changed;
       });
@@ -104,7 +104,7 @@ export function createEndpointRpcs(options: EndpointServiceOptions): EndpointRpc
 }
 
 /** What a PATCH changed, in the words of its `scaled` event; empty when it changed nothing. */
-function changeDetail(before: EndpointRecord, after: EndpointRecord, given: { replicas: boolean; budget: boolean }): string {
+function changeDetail(before: EndpointRecord, after: EndpointRecord, given: { replicas: boolean; budget: boolean; price: boolean }): string {
   const parts: string[] = [];
   if (after.autoscale && !before.autoscale) parts.push(`autoscale on: ${autoscaleSummary(after.autoscale)}`);
   else if (after.autoscale && before.autoscale && autoscaleSummary(after.autoscale) !== autoscaleSummary(before.autoscale)) {
@@ -113,5 +113,10 @@ function changeDetail(before: EndpointRecord, after: EndpointRecord, given: { re
   if (capacitySummary(after.capacity) !== capacitySummary(before.capacity)) parts.push(`capacity: ${capacitySummary(after.capacity)}`);
   if (given.replicas || after.replicas !== before.replicas) parts.push(`replicas ${before.replicas} -> ${after.replicas}`);
   if (given.budget) parts.push(`max_cost_per_hour $${before.maxCostPerHour}/h -> $${after.maxCostPerHour}/h`);
+  if (given.price) parts.push(`token_price ${priceSummary(before.tokenPrice)} -> ${priceSummary(after.tokenPrice)}`);
   return parts.join(", ");
+}
+
+function priceSummary(price: TokenPrice | null | undefined): string {
+  return price ? `$${price.inputPerMtok}/$${price.outputPerMtok} per million input/output tokens` : "none";
 }

@@ -43,6 +43,12 @@ export interface CapacitySettings {
   spreadMarkets: boolean;
 }
 
+/** An operator's chargeback price of an endpoint's tokens, dollars per million tokens. */
+export interface TokenPrice {
+  inputPerMtok: number;
+  outputPerMtok: number;
+}
+
 export interface EndpointRecord {
   id: string;
   name: string;
@@ -56,6 +62,8 @@ export interface EndpointRecord {
   /** What the autoscaler remembers of the load between rounds. */
   autoscaleMemory: AutoscaleMemory;
   capacity: CapacitySettings;
+  /** Absent or null: unpriced (keys with a budget may not call it). */
+  tokenPrice?: TokenPrice | null;
   phase: EndpointPhase;
   /** Whether any replica has ever been ready (starting vs degraded). */
   everReady: boolean;
@@ -86,7 +94,7 @@ export interface AutoscaleMemory {
   bound: number | null;
 }
 
-export type NewEndpoint = Pick<EndpointRecord, "name" | "templateName" | "replicas" | "maxCostPerHour" | "customConfig" | "autoscale" | "capacity">;
+export type NewEndpoint = Pick<EndpointRecord, "name" | "templateName" | "replicas" | "maxCostPerHour" | "customConfig" | "autoscale" | "capacity" | "tokenPrice">;
 
 /** A PATCH: undefined leaves a field as it is; autoscale null turns autoscaling off; capacity replaces the settings whole. */
 export interface EndpointChange {
@@ -94,6 +102,8 @@ export interface EndpointChange {
   maxCostPerHour?: number;
   autoscale?: AutoscaleSettings | null;
   capacity?: CapacitySettings;
+  /** null clears the price. */
+  tokenPrice?: TokenPrice | null;
 }
 
 /** What kind of machine a replica is rented as; an on-demand replica is neither. */
@@ -118,6 +128,8 @@ interface EndpointRow {
   capacity_bid_margin: number;
   capacity_markets: string[] | null;
   capacity_spread_markets: boolean | null;
+  token_input_per_mtok: number | null;
+  token_output_per_mtok: number | null;
   phase: EndpointPhase;
   ever_ready: boolean;
   budget_held: boolean;
@@ -148,6 +160,7 @@ function toEndpoint(row: EndpointRow): EndpointRecord {
       markets: row.capacity_markets ?? [],
       spreadMarkets: row.capacity_spread_markets ?? false,
     },
+    tokenPrice: row.token_input_per_mtok === null ? null : { inputPerMtok: row.token_input_per_mtok, outputPerMtok: row.token_output_per_mtok! },
     phase: row.phase,
     everReady: row.ever_ready,
     budgetHeld: row.budget_held,
@@ -194,6 +207,11 @@ function capacityColumns(settings: CapacitySettings) {
   };
 }
 
+// The migration's check keeps both columns set or both null.
+function tokenPriceColumns(price: TokenPrice | null | undefined) {
+  return { token_input_per_mtok: price?.inputPerMtok ?? null, token_output_per_mtok: price?.outputPerMtok ?? null };
+}
+
 /** PostgreSQL's unique_violation: a second endpoint with a name in use. */
 const UNIQUE_VIOLATION = "23505";
 
@@ -221,6 +239,7 @@ export class EndpointStore {
           custom_config: JSON.stringify(endpoint.customConfig),
           ...autoscaleColumns(endpoint.autoscale),
           ...capacityColumns(endpoint.capacity),
+          ...tokenPriceColumns(endpoint.tokenPrice),
         })
         .returning("*");
       return toEndpoint(row as EndpointRow);
@@ -270,6 +289,7 @@ export class EndpointStore {
         ...(autoscale !== undefined ? { ...autoscaleColumns(autoscale), scale_direction: null, scale_since: null, scale_bound: null } : {}),
         ...(autoscale ? { replicas: this.knex.raw("least(greatest(replicas, ?), ?)", [autoscale.minReplicas, autoscale.maxReplicas]) } : {}),
         ...(change.capacity !== undefined ? { ...capacityColumns(change.capacity), mix_failures: 0, mix_wait_since: null } : {}),
+        ...(change.tokenPrice !== undefined ? tokenPriceColumns(change.tokenPrice) : {}),
         next_launch_at: null,
         next_mix_at: null,
         updated_at: this.knex.fn.now(),

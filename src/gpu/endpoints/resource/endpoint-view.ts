@@ -37,6 +37,7 @@ export function endpointMessage(endpoint: EndpointRecord, replicas: readonly Rep
     capacity: { ...endpoint.capacity, markets: [...endpoint.capacity.markets] },
     onDemandReplicas: shown.length - interruptible,
     interruptibleReplicas: interruptible,
+    tokenPrice: endpoint.tokenPrice ?? undefined,
     instances: shown.map((f) => ({
       instanceId: f.row.instanceId,
       state: replicaState(f),

@@ -1,0 +1,127 @@
+import type { Logger } from "pino";
+import { secretDigest } from "./key-secret.js";
+import type { KeyEntry, KeyStore } from "./key-store.js";
+
+// The keys every process admits, in memory (SPEC.md section 2, "Keys for callers"): a request
+// is judged without a query. Every pollMs the directory reads one small statement, a stamp that
+// moves with any write of a key (and the endpoints with a token price); it reloads the live keys
+// only when the stamp moved. A new or rotated secret, a revocation and a PATCH are thus in force
+// in every process within pollMs and a reload; an expiry and a rotation's grace are checked
+// against the clock at each lookup. While the database cannot be read the last keys stay in
+// force, said once per outage.
+
+/** How often each process polls the stamp: a change is in force everywhere well within 1 s. */
+export const KEY_POLL_MS = 250;
+
+/** A live key as a request presents it. */
+export interface KeyGrant {
+  name: string;
+  /** The endpoints it may call; empty: every endpoint. */
+  endpoints: ReadonlySet<string>;
+  /** It has a max_budget: it may call only endpoints with a token price. */
+  hasBudget: boolean;
+}
+
+export type KeyLookup = { found: "live"; grant: KeyGrant } | { found: "expired"; name: string } | { found: "none" };
+
+export interface KeyDirectory {
+  /** The key a bearer secret opens now. */
+  lookUp(secret: string): KeyLookup;
+  /** Whether the endpoint has a token price (as of the last poll). */
+  isPriced(endpoint: string): boolean;
+  /** Polls once now: resolves when a change seen is in force. */
+  refresh(): Promise<void>;
+  /** Loads the keys, then polls every pollMs. */
+  start(): Promise<void>;
+  stop(): void;
+}
+
+interface Held {
+  grant: KeyGrant;
+  expiresAt: number | null;
+  /** For a previous secret: when its grace ends. */
+  validUntil: number | null;
+}
+
+export interface KeyDirectoryOptions {
+  store: Pick<KeyStore, "directoryStamp" | "liveEntries">;
+  logger: Logger;
+  pollMs?: number;
+  now?: () => number;
+}
+
+export function createKeyDirectory(options: KeyDirectoryOptions): KeyDirectory {
+  const { store, logger, pollMs = KEY_POLL_MS, now = Date.now } = options;
+  let bySecret = new Map<string, Held>();
+  let priced = new Set<string>();
+  let stamp: string | undefined;
+  let unreadable = false;
+  let timer: NodeJS.Timeout | undefined;
+  let stopped = true;
+  let polling: Promise<void> | undefined;
+
+  async function poll(): Promise<void> {
+    try {
+      const read = await store.directoryStamp();
+      priced = new Set(read.pricedEndpoints);
+      if (read.stamp !== stamp) {
+        bySecret = index(await store.liveEntries());
+        stamp = read.stamp;
+      }
+      if (unreadable) logger.info("key directory readable again");
+      unreadable = false;
+    } catch (err) {
+      if (!unreadable) logger.warn({ err }, "key directory unreadable: the last keys read stay in force");
+      unreadable = true;
+    }
+  }
+
+  // One poll at a time: a refresh during a poll waits for it and then polls again.
+  function refresh(): Promise<void> {
+    const next = (polling ?? Promise.resolve()).then(poll);
+    polling = next;
+    return next;
+  }
+
+  const tick = async () => {
+    await refresh();
+    if (!stopped) timer = setTimeout(() => void tick(), pollMs).unref();
+  };
+
+  return {
+    lookUp(secret) {
+      const held = bySecret.get(secretDigest(secret).toString("hex"));
+      if (!held) return { found: "none" };
+      const at = now();
+      if (held.validUntil !== null && at >= held.validUntil) return { found: "none" };
+      if (held.expiresAt !== null && at >= held.expiresAt) return { found: "expired", name: held.grant.name };
+      return { found: "live", grant: held.grant };
+    },
+    isPriced: (endpoint) => priced.has(endpoint),
+    refresh,
+    async start() {
+      if (!stopped) return;
+      stopped = false;
+      await refresh();
+      timer = setTimeout(() => void tick(), pollMs).unref();
+    },
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** The live keys by the hex digest of each secret they accept (a rotated key: two). */
+function index(entries: readonly KeyEntry[]): Map<string, Held> {
+  const map = new Map<string, Held>();
+  for (const entry of entries) {
+    const grant: KeyGrant = { name: entry.name, endpoints: new Set(entry.endpoints), hasBudget: entry.hasBudget };
+    const expiresAt = entry.expiresAt?.getTime() ?? null;
+    map.set(entry.secretSha256.toString("hex"), { grant, expiresAt, validUntil: null });
+    if (entry.previousSha256 && entry.previousValidUntil) {
+      map.set(entry.previousSha256.toString("hex"), { grant, expiresAt, validUntil: entry.previousValidUntil.getTime() });
+    }
+  }
+  return map;
+}

@@ -1,0 +1,122 @@
+import type { Knex } from "knex";
+import { DEFAULT_READ_TIMEOUT_MS, readWithTimeout } from "../../db/read-timeout.js";
+
+// What keys used (table gpu_key_usage_minutes): a row per key, endpoint and minute, written by
+// the proxy in batches, summed here in SQL for the usage read and each key's budget period, and
+// pruned with the endpoints' history. Money in micro-dollars, tokens as integers. Rows map here
+// and nowhere else.
+
+const USAGE = "gpu_key_usage_minutes";
+
+/** Usage summed over some minutes. */
+export interface UsageTotals {
+  requests: number;
+  promptTokens: number;
+  completionTokens: number;
+  spendMicros: number;
+  machineCostMicros: number;
+}
+
+/** One step of the usage read: its start, its totals and its refusals by reason. */
+export interface UsagePoint extends UsageTotals {
+  at: Date;
+  refused: Record<string, number>;
+}
+
+export interface UsageQuery {
+  keyName: string;
+  /** Minutes from this one on. */
+  from: Date;
+  /** minute: one point a minute; hour: one an hour. */
+  step: "minute" | "hour";
+  endpointName?: string;
+}
+
+export interface KeyUsageStore {
+  /** The steps of the query that hold usage, oldest first. */
+  points(query: UsageQuery): Promise<UsagePoint[]>;
+  /** Each key's totals from the minute holding its period's start on (key name -> totals; keys with none left out). */
+  periodTotals(periods: ReadonlyArray<{ keyName: string; from: Date }>): Promise<Map<string, UsageTotals>>;
+  /** Deletes the minutes older than `before`; the number deleted. */
+  prune(before: Date): Promise<number>;
+}
+
+const TOTALS = `sum(requests)::bigint as requests, sum(prompt_tokens)::bigint as prompt_tokens,
+  sum(completion_tokens)::bigint as completion_tokens, sum(spend_micros)::bigint as spend_micros,
+  sum(machine_cost_micros)::bigint as machine_cost_micros`;
+
+// The key's minutes within the window only (the index on key_name, minute), summed per step;
+// refusals summed reason by reason.
+const POINTS_SQL = `
+  with rows as (
+    select date_trunc(:step, minute) as at, * from ${USAGE}
+    where key_name = :keyName and minute >= :from and (:endpointName::text is null or endpoint_name = :endpointName)
+  ),
+  sums as (select at, ${TOTALS} from rows group by at),
+  reasons as (
+    select at, r.key as reason, sum(r.value::bigint) as n from rows, jsonb_each_text(rows.refused) as r group by at, r.key
+  ),
+  refusals as (select at, jsonb_object_agg(reason, n) as refused from reasons group by at)
+  select sums.*, coalesce(refusals.refused, '{}'::jsonb) as refused
+  from sums left join refusals using (at)
+  order by at`;
+
+// A period's first minute counts whole: the minute rows cannot tell which of its seconds came first.
+const PERIODS_SQL = `
+  select p.key_name, ${TOTALS}
+  from unnest(:names::text[], :froms::timestamptz[]) as p(key_name, starts_at)
+  join ${USAGE} u on u.key_name = p.key_name and u.minute > p.starts_at - interval '1 minute'
+  group by p.key_name`;
+
+function totalsOf(row: Record<string, unknown>): UsageTotals {
+  return {
+    requests: Number(row.requests),
+    promptTokens: Number(row.prompt_tokens),
+    completionTokens: Number(row.completion_tokens),
+    spendMicros: Number(row.spend_micros),
+    machineCostMicros: Number(row.machine_cost_micros),
+  };
+}
+
+export class KnexKeyUsageStore implements KeyUsageStore {
+  private constructor(
+    private readonly knex: Knex,
+    private readonly readTimeoutMs: number,
+  ) {}
+
+  /** `readTimeoutMs`: API_READ_TIMEOUT_MS, the statement timeout of the reads. */
+  static create({ knex, readTimeoutMs = DEFAULT_READ_TIMEOUT_MS }: { knex: Knex; readTimeoutMs?: number }): KnexKeyUsageStore {
+    return new KnexKeyUsageStore(knex, readTimeoutMs);
+  }
+
+  async points(query: UsageQuery): Promise<UsagePoint[]> {
+    const { rows } = await readWithTimeout(this.knex, this.readTimeoutMs, (trx) =>
+      trx.raw<{ rows: Array<Record<string, unknown>> }>(POINTS_SQL, {
+        step: query.step,
+        keyName: query.keyName,
+        from: query.from,
+        endpointName: query.endpointName ?? null,
+      }),
+    );
+    return rows.map((row) => ({
+      ...totalsOf(row),
+      at: row.at as Date,
+      refused: Object.fromEntries(Object.entries(row.refused as Record<string, string | number>).map(([reason, n]) => [reason, Number(n)])),
+    }));
+  }
+
+  async periodTotals(periods: ReadonlyArray<{ keyName: string; from: Date }>): Promise<Map<string, UsageTotals>> {
+    if (periods.length === 0) return new Map();
+    const { rows } = await readWithTimeout(this.knex, this.readTimeoutMs, (trx) =>
+      trx.raw<{ rows: Array<Record<string, unknown>> }>(PERIODS_SQL, {
+        names: periods.map((p) => p.keyName),
+        froms: periods.map((p) => p.from.toISOString()),
+      }),
+    );
+    return new Map(rows.map((row) => [row.key_name as string, totalsOf(row)]));
+  }
+
+  async prune(before: Date): Promise<number> {
+    return this.knex(USAGE).where("minute", "<", before).delete();
+  }
+}
