@@ -7,15 +7,6 @@ import { ReplicaBlocks } from "./replica-blocks.js";
 // replicas are dropped when they leave routing (`retain`) or hold nothing unexpired (a sweep every
 // SWEEP_EVERY_MS, which also forgets endpoints that no longer route).
 
-/** GPU_ENDPOINT_PREFIX_TTL_MS's default: how long a block sent to a replica is taken to be in its cache. */
-export const DEFAULT_PREFIX_TTL_MS = 600_000;
-/**
- * GPU_ENDPOINT_PREFIX_MAX_BLOCKS's default, per replica: 16384 blocks of 64 characters, about 1 MiB
- * of prompt text or 256k tokens, as much as a large GPU's KV cache holds for a 7B model; about
- * 100 bytes of memory each (docs/endpoints.md).
- */
-export const DEFAULT_PREFIX_MAX_BLOCKS = 16_384;
-
 const SWEEP_EVERY_MS = 60_000;
 
 export interface PrefixIndexOptions {
