@@ -113,5 +113,6 @@ function changeDetail(before: EndpointRecord, after: EndpointRecord, given: { re
   if (capacitySummary(after.capacity) !== capacitySummary(before.capacity)) parts.push(`capacity: ${capacitySummary(after.capacity)}`);
   if (given.replicas || after.replicas !== before.replicas) parts.push(`replicas ${before.replicas} -> ${after.replicas}`);
   if (given.budget) parts.push(`max_cost_per_hour $${before.maxCostPerHour}/h -> $${after.maxCostPerHour}/h`);
+  if (after.routing !== before.routing) parts.push(`routing ${before.routing} -> ${after.routing}`);
   return parts.join(", ");
 }

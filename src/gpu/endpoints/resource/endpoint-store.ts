@@ -1,6 +1,7 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { Knex } from "knex";
 import { ConflictError } from "../../../errors.js";
+import type { EndpointRouting } from "../../../module.js";
 import { ReplicaStore } from "./replica-store.js";
 
 // Endpoints (table gpu_endpoints), and their replicas through `replicas` (replica-store.ts). Rows
@@ -56,6 +57,8 @@ export interface EndpointRecord {
   /** What the autoscaler remembers of the load between rounds. */
   autoscaleMemory: AutoscaleMemory;
   capacity: CapacitySettings;
+  /** How its requests choose among its ready replicas. */
+  routing: EndpointRouting;
   phase: EndpointPhase;
   /** Whether any replica has ever been ready (starting vs degraded). */
   everReady: boolean;
@@ -86,7 +89,10 @@ export interface AutoscaleMemory {
   bound: number | null;
 }
 
-export type NewEndpoint = Pick<EndpointRecord, "name" | "templateName" | "replicas" | "maxCostPerHour" | "customConfig" | "autoscale" | "capacity">;
+export type NewEndpoint = Pick<EndpointRecord, "name" | "templateName" | "replicas" | "maxCostPerHour" | "customConfig" | "autoscale" | "capacity"> & {
+  /** Absent: `prefix`, the default. */
+  routing?: EndpointRouting;
+};
 
 /** A PATCH: undefined leaves a field as it is; autoscale null turns autoscaling off; capacity replaces the settings whole. */
 export interface EndpointChange {
@@ -94,6 +100,7 @@ export interface EndpointChange {
   maxCostPerHour?: number;
   autoscale?: AutoscaleSettings | null;
   capacity?: CapacitySettings;
+  routing?: EndpointRouting;
 }
 
 /** What kind of machine a replica is rented as; an on-demand replica is neither. */
@@ -118,6 +125,7 @@ interface EndpointRow {
   capacity_bid_margin: number;
   capacity_markets: string[] | null;
   capacity_spread_markets: boolean | null;
+  routing: EndpointRouting;
   phase: EndpointPhase;
   ever_ready: boolean;
   budget_held: boolean;
@@ -148,6 +156,7 @@ function toEndpoint(row: EndpointRow): EndpointRecord {
       markets: row.capacity_markets ?? [],
       spreadMarkets: row.capacity_spread_markets ?? false,
     },
+    routing: row.routing,
     phase: row.phase,
     everReady: row.ever_ready,
     budgetHeld: row.budget_held,
@@ -221,6 +230,7 @@ export class EndpointStore {
           custom_config: JSON.stringify(endpoint.customConfig),
           ...autoscaleColumns(endpoint.autoscale),
           ...capacityColumns(endpoint.capacity),
+          routing: endpoint.routing ?? "prefix",
         })
         .returning("*");
       return toEndpoint(row as EndpointRow);
@@ -270,6 +280,7 @@ export class EndpointStore {
         ...(autoscale !== undefined ? { ...autoscaleColumns(autoscale), scale_direction: null, scale_since: null, scale_bound: null } : {}),
         ...(autoscale ? { replicas: this.knex.raw("least(greatest(replicas, ?), ?)", [autoscale.minReplicas, autoscale.maxReplicas]) } : {}),
         ...(change.capacity !== undefined ? { ...capacityColumns(change.capacity), mix_failures: 0, mix_wait_since: null } : {}),
+        ...(change.routing !== undefined ? { routing: change.routing } : {}),
         next_launch_at: null,
         next_mix_at: null,
         updated_at: this.knex.fn.now(),
