@@ -33,7 +33,7 @@ export const ENDPOINT_PROXY_DEFAULTS = Object.freeze({ firstByteMs: 300_000, hol
  * The proxy's prefix index, per replica (GPU_ENDPOINT_PREFIX_TTL_MS, GPU_ENDPOINT_PREFIX_MAX_BLOCKS):
  * a block sent to a replica is taken to be in its cache for 10 minutes; 16384 blocks of 64
  * characters are about 1 MiB of prompt text or 256k tokens, what a large GPU's KV cache holds for a
- * 7B model, in about 100 bytes of memory each (docs/endpoints.md, "Prefix routing").
+ * 7B model, in about 56 bytes of memory each: under 1 MiB a replica (docs/endpoints.md, "Prefix routing").
  */
 export const ENDPOINT_PREFIX_DEFAULTS = Object.freeze({ ttlMs: 600_000, maxBlocks: 16_384 });
 
