@@ -1,13 +1,13 @@
 import type http from "node:http";
 import { PassThrough, type Readable } from "node:stream";
 import type { Logger } from "pino";
+import { ENDPOINT_PREFIX_DEFAULTS } from "../../config.js";
 import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from "../../module.js";
+import type { PrefixIndexOptions } from "../prefix-index/prefix-index.js";
 import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
+import { readCompletion } from "./completion-body.js";
 import { downstreamHeaders, upstreamHeaders } from "./forward-headers.js";
 import { closeUnread, HoldQueues, RETRY_AFTER_SECONDS, refusalDetail, refuse, type Held } from "./hold-queue.js";
-import { ENDPOINT_PREFIX_DEFAULTS } from "../../config.js";
-import type { PrefixIndexOptions } from "../prefix-index/prefix-index.js";
-import { readCompletion } from "./completion-body.js";
 import { KeptBody, KeptBytes } from "./kept-body.js";
 import type { ProxyMetrics } from "./proxy-metrics.js";
 import { createProxyLoad } from "./proxy-load.js";
