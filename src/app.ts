@@ -56,6 +56,7 @@ export function createApp(deps: AppDeps): App {
     endpointFirstByteMs: config.gpu.endpoints.firstByteMs,
     endpointHold: { ms: config.gpu.endpoints.holdMs, max: config.gpu.endpoints.holdMax },
     endpointContinuation: { stallMs: config.gpu.endpoints.stallMs, resumeMax: config.gpu.endpoints.resumeMax },
+    endpointPrefix: { ttlMs: config.gpu.endpoints.prefixTtlMs, maxBlocks: config.gpu.endpoints.prefixMaxBlocks },
     endpointLoad: proxyLoad,
     endpointKept: new KeptBytes(config.gpu.endpoints.keptBodyBytes),
     endpointTraffic: proxyTraffic,

@@ -29,6 +29,14 @@ export const DEFAULT_KEPT_BODY_BYTES = 64 * 1024 * 1024;
 /** The endpoint proxy's defaults, ms and counts (GPU_ENDPOINT_FIRST_BYTE_MS, _HOLD_MS, _HOLD_MAX, _STALL_MS, _RESUME_MAX). */
 export const ENDPOINT_PROXY_DEFAULTS = Object.freeze({ firstByteMs: 300_000, holdMs: 300_000, holdMax: 1000, stallMs: 30_000, resumeMax: 2 });
 
+/**
+ * The proxy's prefix index, per replica (GPU_ENDPOINT_PREFIX_TTL_MS, GPU_ENDPOINT_PREFIX_MAX_BLOCKS):
+ * a block sent to a replica is taken to be in its cache for 10 minutes; 16384 blocks of 64
+ * characters are about 1 MiB of prompt text or 256k tokens, what a large GPU's KV cache holds for a
+ * 7B model, in about 56 bytes of memory each: under 1 MiB a replica (docs/endpoints.md, "Prefix routing").
+ */
+export const ENDPOINT_PREFIX_DEFAULTS = Object.freeze({ ttlMs: 600_000, maxBlocks: 16_384 });
+
 export interface Config {
   /** TCP port for every protocol (REST, Connect, gRPC, gRPC-Web). */
   readonly port: number;
@@ -106,6 +114,10 @@ export interface EndpointConfig {
   readonly stallMs: number;
   /** GPU_ENDPOINT_RESUME_MAX: continuations of one streamed answer on another replica; 0: none. */
   readonly resumeMax: number;
+  /** GPU_ENDPOINT_PREFIX_TTL_MS: how long the proxy takes a prompt block it sent to a replica to be in its cache, ms. */
+  readonly prefixTtlMs: number;
+  /** GPU_ENDPOINT_PREFIX_MAX_BLOCKS: prompt blocks the proxy's prefix index keeps per replica; the least recently sent go first. */
+  readonly prefixMaxBlocks: number;
 }
 
 /** The marketplaces GpuService can rent from (MARKETPLACE). */
@@ -251,6 +263,8 @@ export function loadConfig(env: Env = process.env): Config {
         keptBodyBytes: integer(env, "GPU_ENDPOINT_KEPT_BODY_BYTES", DEFAULT_KEPT_BODY_BYTES, 0, 16 * 1024 ** 3),
         stallMs: integer(env, "GPU_ENDPOINT_STALL_MS", ENDPOINT_PROXY_DEFAULTS.stallMs, 100, 3_600_000),
         resumeMax: integer(env, "GPU_ENDPOINT_RESUME_MAX", ENDPOINT_PROXY_DEFAULTS.resumeMax, 0, 10),
+        prefixTtlMs: integer(env, "GPU_ENDPOINT_PREFIX_TTL_MS", ENDPOINT_PREFIX_DEFAULTS.ttlMs, 1_000, 86_400_000),
+        prefixMaxBlocks: integer(env, "GPU_ENDPOINT_PREFIX_MAX_BLOCKS", ENDPOINT_PREFIX_DEFAULTS.maxBlocks, 1, 16_777_216),
       }),
     }),
   };

@@ -43,6 +43,10 @@ export interface RouteTarget {
   apiKey: string | null;
 }
 
+/** How an endpoint's requests choose among its ready replicas (SPEC.md section 2, "Requests that share a prompt go where it is cached"). */
+export const ENDPOINT_ROUTINGS = ["prefix", "least_outstanding"] as const;
+export type EndpointRouting = (typeof ENDPOINT_ROUTINGS)[number];
+
 /** What the proxy learns of an endpoint when it routes a request to it. */
 export interface EndpointRoute {
   /** The endpoint's id: what its load is counted and published under (a name can be reused). */
@@ -56,6 +60,8 @@ export interface EndpointRoute {
   coming: boolean;
   /** Why nothing is coming, when that is known: the 503's detail names it. */
   refusal?: "parked" | "deleting" | "budget";
+  /** How its requests choose a ready replica; absent: least outstanding requests. */
+  routing?: EndpointRouting;
 }
 
 /** Where the proxy finds an endpoint's ready replicas, and whether one is coming. */

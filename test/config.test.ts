@@ -77,6 +77,13 @@ describe("loadConfig", () => {
     expect(() => loadConfig({ GPU_ENDPOINT_KEPT_BODY_BYTES: "64MiB" })).toThrow(/GPU_ENDPOINT_KEPT_BODY_BYTES must be an integer/);
   });
 
+  it("keeps prompt blocks for prefix routing 10 minutes and 16384 per replica, unless GPU_ENDPOINT_PREFIX_TTL_MS and GPU_ENDPOINT_PREFIX_MAX_BLOCKS say otherwise", () => {
+    expect(loadConfig({}).gpu.endpoints).toMatchObject({ prefixTtlMs: 600_000, prefixMaxBlocks: 16_384 });
+    expect(loadConfig({ GPU_ENDPOINT_PREFIX_TTL_MS: "120000", GPU_ENDPOINT_PREFIX_MAX_BLOCKS: "1" }).gpu.endpoints).toMatchObject({ prefixTtlMs: 120_000, prefixMaxBlocks: 1 });
+    expect(() => loadConfig({ GPU_ENDPOINT_PREFIX_TTL_MS: "10" })).toThrow(/GPU_ENDPOINT_PREFIX_TTL_MS must be an integer from 1000/);
+    expect(() => loadConfig({ GPU_ENDPOINT_PREFIX_MAX_BLOCKS: "0" })).toThrow(/GPU_ENDPOINT_PREFIX_MAX_BLOCKS must be an integer from 1/);
+  });
+
   it("takes a comma-separated list of Elasticsearch nodes, each checked", () => {
     expect(loadConfig({ ELASTICSEARCH_URL: "http://es1:9200, http://es2:9200" }).elasticsearchUrl).toBe("http://es1:9200,http://es2:9200");
     expect(() => loadConfig({ ELASTICSEARCH_URL: "http://es1:9200,ftp://es2" })).toThrow(/ELASTICSEARCH_URL must start with http:\/\/ or https:\/\//);

@@ -8,6 +8,7 @@ import { EVENT_KINDS } from "./endpoints/resource/endpoint-events.js";
 import { AUTOSCALE_BOUNDS, MAX_REPLICAS, NAME_PATTERN } from "./endpoints/resource/endpoint-request.js";
 import { CAPACITY_BOUNDS, DEFAULT_CAPACITY } from "./endpoints/resource/endpoint-capacity.js";
 import { ENDPOINT_STATES, REPLICA_STATES } from "./endpoints/replicas/replica-state.js";
+import { ENDPOINT_ROUTINGS } from "../module.js";
 
 // What GpuService's validation enforces beyond the protos, from the constants it enforces it with
 // (src/server/openapi/api-hints.ts).
@@ -18,6 +19,7 @@ const templateNames: JsonObject = { examples: listTemplates().map((t) => t.name)
 const endpointName: JsonObject = { pattern: NAME_PATTERN.source };
 const replicas: JsonObject = { minimum: 0, maximum: MAX_REPLICAS };
 const budget: JsonObject = { exclusiveMinimum: 0 };
+const routing: JsonObject = { enum: [...ENDPOINT_ROUTINGS] };
 const autoscale = (key: keyof typeof AUTOSCALE_BOUNDS): JsonObject => {
   const bounds: { min: number; max: number; default?: number } = AUTOSCALE_BOUNDS[key];
   return { minimum: bounds.min, maximum: bounds.max, ...(bounds.default !== undefined ? { default: bounds.default } : {}) };
@@ -66,9 +68,12 @@ export const GPU_API_HINTS: ApiHints = {
     "gpu.v1.CreateEndpointRequest.replicas": replicas,
     "gpu.v1.CreateEndpointRequest.max_cost_per_hour": budget,
     "gpu.v1.CreateEndpointRequest.custom_config": CUSTOM_CONFIG_SCHEMA,
+    "gpu.v1.CreateEndpointRequest.routing": { ...routing, default: "prefix" },
+    "gpu.v1.UpdateEndpointRequest.routing": routing,
+    "gpu.v1.Endpoint.routing": routing,
     "gpu.v1.UpdateEndpointRequest.replicas": replicas,
     "gpu.v1.UpdateEndpointRequest.max_cost_per_hour": budget,
-    "gpu.v1.UpdateEndpointRequest.update_mask": { examples: ["autoscale", "capacity", "replicas,maxCostPerHour"] },
+    "gpu.v1.UpdateEndpointRequest.update_mask": { examples: ["autoscale", "capacity", "routing", "replicas,maxCostPerHour"] },
     "gpu.v1.EndpointAutoscale.min_replicas": autoscale("min_replicas"),
     "gpu.v1.EndpointAutoscale.max_replicas": autoscale("max_replicas"),
     "gpu.v1.EndpointAutoscale.target_in_flight": autoscale("target_in_flight"),

@@ -49,6 +49,8 @@ export interface AppOptions {
   endpointHold?: { ms: number; max: number };
   /** Streamed answers cut by their replica: when a silent one counts as cut, and how often one is continued (GPU_ENDPOINT_STALL_MS, GPU_ENDPOINT_RESUME_MAX). */
   endpointContinuation?: { stallMs: number; resumeMax: number };
+  /** The proxy's prefix index: how long a block is taken to be cached, and how many a replica keeps (GPU_ENDPOINT_PREFIX_TTL_MS, GPU_ENDPOINT_PREFIX_MAX_BLOCKS). */
+  endpointPrefix?: { ttlMs: number; maxBlocks: number };
   /** Where the proxy counts its requests in flight and held, for the load publisher. */
   endpointLoad?: ProxyLoad;
   /** The bytes of bodies the proxy may keep for holding and retries (GPU_ENDPOINT_KEPT_BODY_BYTES); its default without. */
@@ -154,6 +156,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     holdMax: options.endpointHold?.max ?? ENDPOINT_PROXY_DEFAULTS.holdMax,
     stallMs: options.endpointContinuation?.stallMs ?? ENDPOINT_PROXY_DEFAULTS.stallMs,
     resumeMax: options.endpointContinuation?.resumeMax ?? ENDPOINT_PROXY_DEFAULTS.resumeMax,
+    prefixIndex: options.endpointPrefix,
     load: options.endpointLoad,
     kept,
     shutdown: options.shutdown,

@@ -232,6 +232,7 @@ describe("the dashboard in a browser", () => {
     expect(latency[1]!.every((ms) => ms > 25 && ms <= 50)).toBe(true);
     expect(await page.$eval("#ep-events", (n) => n.textContent)).toContain("autoscale changed");
     expect(await page.$eval("#ep-figures", (n) => n.textContent)).toContain("ready");
+    expect(await page.$eval("#ep-figures", (n) => n.textContent)).toContain("Routingprefix");
     for (const path of SCREENSHOTS) {
       mkdirSync(join(path, ".."), { recursive: true });
       await page.screenshot({ path: path as `${string}.png`, fullPage: true });

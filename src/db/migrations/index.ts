@@ -28,6 +28,7 @@ import * as gpuEndpointMixWait from "./20261128020000_gpu_endpoint_mix_wait.js";
 import * as gpuInstanceMarket from "./20261128030000_gpu_instance_market.js";
 import * as gpuEndpointMarkets from "./20261128040000_gpu_endpoint_markets.js";
 import * as gpuKeys from "./20261129020000_gpu_keys.js";
+import * as gpuEndpointRouting from "./20261129040000_gpu_endpoint_routing.js";
 
 // Migrations are listed here, in order, rather than found on disk, so that they run the same
 // under tsx, vitest and compiled output. A shipped migration is never edited: add a new one.
@@ -61,6 +62,7 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261128030000_gpu_instance_market", gpuInstanceMarket],
   ["20261128040000_gpu_endpoint_markets", gpuEndpointMarkets],
   ["20261129020000_gpu_keys", gpuKeys],
+  ["20261129040000_gpu_endpoint_routing", gpuEndpointRouting],
 ];
 
 export const migrationSource: Knex.MigrationSource<string> = {

@@ -1,21 +1,27 @@
 import type http from "node:http";
 import { PassThrough, type Readable } from "node:stream";
 import type { Logger } from "pino";
+import { ENDPOINT_PREFIX_DEFAULTS } from "../../config.js";
 import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from "../../module.js";
+import type { PrefixIndexOptions } from "../prefix-index/prefix-index.js";
 import type { NodeRequest, NodeResponse } from "../node-http.js";
 import { sendRefusalBody } from "./refusal-body.js";
 import { NO_USAGE, USAGE_ANSWER_BYTES, wholeAnswerUsage, type AnswerUsage } from "./answer-usage.js";
+import { readCompletion } from "./completion-body.js";
 import { downstreamHeaders, upstreamHeaders } from "./forward-headers.js";
 import { closeUnread, HoldQueues, RETRY_AFTER_SECONDS, refusalDetail, refuse, type Held } from "./hold-queue.js";
 import { KeptBody, KeptBytes } from "./kept-body.js";
 import type { ProxyMetrics } from "./proxy-metrics.js";
 import { createProxyLoad } from "./proxy-load.js";
 import { ReplicaBalancer } from "./replica-balancer.js";
+import { ReplicaChoice } from "./replica-choice.js";
 import { requestReplica, type ReplicaAnswer, type ReplicaHop, type ReplicaRequest } from "./replica-request.js";
-import { completionPathOf, StreamedAnswer, streamPlanOf, type StreamPlan } from "./streamed-answer.js";
+import { completionPathOf, StreamedAnswer, type StreamPlan } from "./streamed-answer.js";
 
-// The endpoint proxy (SPEC.md section 2, "Endpoints", Routing): one request to one ready replica,
-// chosen by least outstanding requests; the answer is passed on as it arrives, never buffered; a
+// The endpoint proxy (SPEC.md section 2, "Endpoints", Routing): one request to one ready replica.
+// A request's path, in order: authenticated (before it reaches here, server/app.ts), admitted,
+// a replica chosen (replica-choice.ts: the longest prefix of its prompt or the least outstanding),
+// forwarded, settled. The answer is passed on as it arrives, never buffered; a
 // connection error or a 502/503/504 before any answer byte sends it to another ready replica it
 // has not tried. With no ready replica while one is coming, the request waits in the hold queue
 // (hold-queue.ts), and so does one whose every ready replica failed it before any answer byte
@@ -45,6 +51,8 @@ export interface EndpointProxyOptions {
   stallMs: number;
   /** Continuations of one streamed answer (GPU_ENDPOINT_RESUME_MAX). */
   resumeMax: number;
+  /** The prefix index's bounds (GPU_ENDPOINT_PREFIX_TTL_MS, GPU_ENDPOINT_PREFIX_MAX_BLOCKS); their defaults without. */
+  prefixIndex?: PrefixIndexOptions;
   /** Told of every answer that reached a replica's exchange when it ends: who, its status, what it used. */
   settle?: (answer: SettledAnswer) => void;
 }
@@ -93,7 +101,9 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     dispatch: (held: Held, route: EndpointRoute) =>
       new Exchange(shared, held.req, held.res, held.name, held.caller, route, held.path, process.hrtime.bigint(), held).start(),
   });
-  const shared: Shared = { balancer: new ReplicaBalancer(), options, addresses: new Map(), load, kept, holds };
+  const balancer = new ReplicaBalancer();
+  const choice = new ReplicaChoice(balancer, metrics, options.prefixIndex ?? ENDPOINT_PREFIX_DEFAULTS);
+  const shared: Shared = { balancer, choice, options, addresses: new Map(), load, kept, holds };
 
   // With the database away every request fails alike: one line per DIRECTORY_ERROR_LOG_MS says so, and how many.
   let failedSinceLine = 0;
@@ -166,6 +176,8 @@ interface Shared extends ReplicaHop {
   kept: KeptBytes;
   /** Where a request whose replicas could not be reached waits again. */
   holds: HoldQueues;
+  /** Which replica a request goes to first. */
+  choice: ReplicaChoice;
 }
 
 /** One caller's request, from the first replica asked to the end of the answer. */
@@ -216,9 +228,9 @@ class Exchange {
   }
 
   start(): void {
-    const first = () => this.send(this.shared.balancer.pick(this.route.targets)!);
+    const first = (prompt?: string) => this.send(this.shared.choice.first(this.name, this.route, prompt));
     const path = completionPathOf(this.req.method, this.path);
-    // Only a completion is read, and only its body decides whether it streams.
+    // Only a completion is read: its body decides whether it streams, and its prompt where it goes.
     if (path === undefined || !this.body.replayable) return first();
     // Its copy dropped while it arrives (it grew past what the process may still keep): nothing can
     // be sent, and the rest of it is not read.
@@ -227,8 +239,9 @@ class Exchange {
       this.body.onUnkept = undefined;
       if (this.settled || this.body.overflowed) return;
       if (bytes === undefined) return this.refuseUnkept();
-      this.plan = streamPlanOf(path, bytes);
-      first();
+      const completion = readCompletion(path, bytes, this.route.routing === "prefix");
+      this.plan = completion.plan;
+      first(completion.prompt);
     });
   }
 

@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 import { keptChildren } from "../metric-children.js";
+import type { PrefixOutcome } from "../prefix-index/prefix-choice.js";
 import type { KeptBytes } from "./kept-body.js";
 
 /** Why a request got 503 from the proxy itself (gpu_endpoint_refused_total's `reason`; docs/endpoints.md, "Metrics"). */
@@ -26,10 +27,18 @@ export interface ProxyMetrics {
   resumed(endpoint: string, seconds: number): void;
   /** A streamed answer cut by its replica and ended with an error event, by why it was not continued. */
   streamCut(endpoint: string, reason: CutReason): void;
+  /**
+   * A request of an endpoint routed by prefix sent to its first replica, by how it was chosen, and
+   * the share of its prompt's blocks that replica held (undefined: a prompt shorter than a block).
+   */
+  prefixRouted(endpoint: string, outcome: PrefixOutcome, found: number | undefined): void;
 }
 
 // From a cached one-token answer to a cold model's first token after minutes.
 const FIRST_BYTE_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+
+// The share of a prompt found: none, a shared system prompt, most of a conversation.
+const FOUND_BUCKETS = [0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1];
 
 // From a replica that became ready at once to GPU_ENDPOINT_HOLD_MS (300 s by default) and more.
 const HOLD_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
@@ -95,6 +104,21 @@ export function createProxyMetrics(registry: Registry, kept: KeptBytes): ProxyMe
     buckets: FIRST_BYTE_BUCKETS,
     registers: [registry],
   });
+  const prefixRouted = new Counter({
+    name: "gpu_endpoint_prefix_routed_total",
+    help: "Requests of endpoints routed by prefix, by how their replica was chosen: hit (the longest prefix of the prompt), miss (no replica held any: least outstanding), balanced (the holder was too busy: least outstanding)",
+    labelNames: ["endpoint", "outcome"],
+    registers: [registry],
+  });
+  const prefixFound = new Histogram({
+    name: "gpu_endpoint_prefix_found_ratio",
+    help: "Share of each prompt's blocks found in the prefix index of the replica it was sent to (endpoints routed by prefix)",
+    labelNames: ["endpoint"],
+    buckets: FOUND_BUCKETS,
+    registers: [registry],
+  });
+  const prefixRoutedOf = keptChildren((...values) => prefixRouted.labels(...values));
+  const prefixFoundOf = keptChildren((...values) => prefixFound.labels(...values));
   const requestsOf = keptChildren((...values) => requests.labels(...values));
   const firstByteOf = keptChildren((...values) => firstByte.labels(...values));
   return {
@@ -109,5 +133,9 @@ export function createProxyMetrics(registry: Registry, kept: KeptBytes): ProxyMe
     retried: (endpoint) => retries.inc({ endpoint }),
     refused: (endpoint, reason) => refusals.inc({ endpoint, reason }),
     held: (endpoint, seconds) => hold.observe({ endpoint }, seconds),
+    prefixRouted: (endpoint, outcome, found) => {
+      prefixRoutedOf(endpoint, outcome).inc();
+      if (found !== undefined) prefixFoundOf(endpoint).observe(found);
+    },
   };
 }

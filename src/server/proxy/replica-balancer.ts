@@ -90,8 +90,7 @@ export class ReplicaBalancer {
     for (let i = 0; i < n; i++) {
       const target = targets[(start + i) % n]!;
       if (except !== undefined && target.instanceId === except.instanceId) continue;
-      const replica = this.replicas.get(key(target));
-      const count = replica === undefined ? 0 : replica.outstanding + (replica.shunnedUntil > now ? SHUNNED_WEIGHT : 0);
+      const count = this.loadAt(target, now);
       if (count < bestCount) {
         best = target;
         bestCount = count;
@@ -100,16 +99,26 @@ export class ReplicaBalancer {
     return best;
   }
 
+  /** `target`'s requests in flight from this process, a shunned replica's raised past any other's. */
+  load(target: RouteTarget): number {
+    return this.loadAt(target, Date.now());
+  }
+
+  private loadAt(target: RouteTarget, now: number): number {
+    const replica = this.replicas.get(targetKey(target));
+    return replica === undefined ? 0 : replica.outstanding + (replica.shunnedUntil > now ? SHUNNED_WEIGHT : 0);
+  }
+
   /** Counts a request to `target` as outstanding and returns the pool to send it on (`origin`: the replica URL's). */
   begin(target: RouteTarget, origin: string): Pool {
     const now = Date.now();
     if (now - this.lastSweep > SWEEP_EVERY_MS) this.sweep(now);
-    let replica = this.replicas.get(key(target));
+    let replica = this.replicas.get(targetKey(target));
     if (replica === undefined) {
       const made: Replica = { pool: new Pool(origin, POOL_OPTIONS), connected: false, outstanding: 0, lastUsed: now, shunnedUntil: 0 };
       made.pool.once("connect", () => (made.connected = true));
       replica = made;
-      this.replicas.set(key(target), replica);
+      this.replicas.set(targetKey(target), replica);
     }
     replica.outstanding += 1;
     replica.lastUsed = now;
@@ -118,18 +127,18 @@ export class ReplicaBalancer {
 
   /** Whether a connection to `target` was ever up. */
   connected(target: RouteTarget): boolean {
-    return this.replicas.get(key(target))?.connected ?? false;
+    return this.replicas.get(targetKey(target))?.connected ?? false;
   }
 
   /** The request to `target` is over (answered, failed or abandoned). */
   end(target: RouteTarget): void {
-    const replica = this.replicas.get(key(target));
+    const replica = this.replicas.get(targetKey(target));
     if (replica !== undefined) replica.outstanding -= 1;
   }
 
   /** `target` could not be connected to: pass it over for SHUN_MS while others can serve. */
   shun(target: RouteTarget): void {
-    const replica = this.replicas.get(key(target));
+    const replica = this.replicas.get(targetKey(target));
     if (replica !== undefined) replica.shunnedUntil = Date.now() + SHUN_MS;
   }
 
@@ -144,7 +153,7 @@ export class ReplicaBalancer {
   }
 }
 
-// A replica is its instance at its address: a machine that came back on another port is another pool.
-function key(target: RouteTarget): string {
+/** A replica is its instance at its address: a machine that came back on another port is another pool, and another cache. */
+export function targetKey(target: RouteTarget): string {
   return `${target.instanceId} ${target.url}`;
 }

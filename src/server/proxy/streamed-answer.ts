@@ -39,21 +39,9 @@ export function completionPathOf(method: string | undefined, upstreamPath: strin
   return path === "/v1/chat/completions" ? "chat" : path === "/v1/completions" ? "completions" : undefined;
 }
 
-const STREAM_KEY = Buffer.from('"stream"');
-
-/** The plan of a streamed completion from its body; undefined for one not streamed (passed on untouched) or not JSON. */
-export function streamPlanOf(path: CompletionPath, body: Buffer): StreamPlan | undefined {
-  // Most completions are not streamed: a body that never names "stream" is not parsed at all. (A
-  // key spelled with JSON escapes is missed, and that answer is passed on untouched.)
-  if (!body.includes(STREAM_KEY)) return undefined;
-  let json: unknown;
-  try {
-    json = JSON.parse(body.toString("utf8"));
-  } catch {
-    return undefined;
-  }
-  if (typeof json !== "object" || json === null || Array.isArray(json) || (json as { stream?: unknown }).stream !== true) return undefined;
-  const caller = json as Record<string, unknown>;
+/** The plan of a streamed completion from its parsed body; undefined for one not streamed (passed on untouched). */
+export function streamPlanOf(path: CompletionPath, caller: Record<string, unknown>): StreamPlan | undefined {
+  if (caller.stream !== true) return undefined;
   const first = firstRequest(caller);
   return { path, first, firstBytes: Buffer.from(JSON.stringify(first.body)), resumable: resumability(path, caller) };
 }

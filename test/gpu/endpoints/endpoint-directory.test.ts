@@ -29,7 +29,13 @@ const create = (name: string, replicas: number) => store.insert({ name, template
 describe("endpoint directory: is a replica coming?", () => {
   it("a starting endpoint (replicas 1, a launch allowed) is coming, under its id", async () => {
     const endpoint = await create("starting", 1);
-    expect(await directory.route("starting")).toEqual({ endpointId: endpoint.id, targets: [], coming: true });
+    expect(await directory.route("starting")).toEqual({ endpointId: endpoint.id, targets: [], coming: true, routing: "prefix" });
+  });
+
+  it("carries the endpoint's routing to the proxy", async () => {
+    const endpoint = await create("least", 1);
+    await store.update(endpoint.id, { routing: "least_outstanding" });
+    expect(await directory.route("least")).toMatchObject({ routing: "least_outstanding" });
   });
 
   it("a parked endpoint (replicas 0) is not: 503 at once", async () => {

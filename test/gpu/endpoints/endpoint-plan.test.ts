@@ -25,6 +25,7 @@ function endpoint(fields: Partial<EndpointRecord> = {}): EndpointRecord {
     autoscale: null,
     autoscaleMemory: { direction: null, since: null, bound: null },
     capacity: { interruptible: false, onDemandBase: 0, fallback: true, bidMargin: 0.25, markets: [], spreadMarkets: false },
+    routing: "prefix",
     phase: "active",
     everReady: true,
     budgetHeld: false,

@@ -67,6 +67,7 @@ describe("the proxy's traffic", () => {
     refused: (e, reason) => calls.push(`refused ${e} ${reason}`),
     resumed: (e, s) => calls.push(`resumed ${e} ${s}`),
     streamCut: (e, reason) => calls.push(`cut ${e} ${reason}`),
+    prefixRouted: (e, outcome) => calls.push(`prefix ${e} ${outcome}`),
   };
 
   it("counts each answer by its status class and each wait as held, beside the metrics", () => {

@@ -65,7 +65,7 @@ export function createEndpointDirectory(deps: DirectoryDeps, cacheMs = DIRECTORY
       const url = replica.record && isRoutable(replica) ? replicaUrl(replica.record) : undefined;
       if (replica.record && url !== undefined) targets.push({ instanceId: replica.row.instanceId, url, apiKey: replicaKey(replica.record) });
     }
-    return { endpointId: endpoint.id, targets, ...comingOf(endpoint, facts) };
+    return { endpointId: endpoint.id, targets, routing: endpoint.routing, ...comingOf(endpoint, facts) };
   }
 
   return {

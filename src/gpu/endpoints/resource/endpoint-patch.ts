@@ -1,7 +1,7 @@
 import type { UpdateEndpointRequest } from "../../../../gen/gpu/v1/gpu_service_pb.js";
 import { excerpt, InvalidInputError } from "../../../errors.js";
 import { DEFAULT_CAPACITY, validCapacity, type CapacityMarkets } from "./endpoint-capacity.js";
-import { MAX_REPLICAS, replicasWithAutoscale, validAutoscale, validBudget, validReplicas, validTokenPrice } from "./endpoint-request.js";
+import { MAX_REPLICAS, replicasWithAutoscale, validAutoscale, validBudget, validReplicas, validRouting, validTokenPrice } from "./endpoint-request.js";
 import type { EndpointChange, EndpointRecord } from "./endpoint-store.js";
 
 // A PATCH of an endpoint (SPEC.md section 2, "Endpoints" and "autoscaling"). proto3 cannot tell
@@ -10,7 +10,7 @@ import type { EndpointChange, EndpointRecord } from "./endpoint-store.js";
 // named but not set is cleared, which only autoscale (off, keeping the target as the fixed count)
 // and capacity (back to its defaults: every replica on-demand) and token_price (unpriced) allow.
 
-const FIELDS = ["replicas", "max_cost_per_hour", "autoscale", "capacity", "token_price"] as const;
+const FIELDS = ["replicas", "max_cost_per_hour", "autoscale", "capacity", "token_price", "routing"] as const;
 type Field = (typeof FIELDS)[number];
 
 const JSON_NAMES: Readonly<Record<string, Field>> = { maxCostPerHour: "max_cost_per_hour", tokenPrice: "token_price" };
@@ -24,6 +24,7 @@ function isSet(req: UpdateEndpointRequest, field: Field): boolean {
   if (field === "max_cost_per_hour") return req.maxCostPerHour !== undefined;
   if (field === "capacity") return req.capacity !== undefined;
   if (field === "token_price") return req.tokenPrice !== undefined;
+  if (field === "routing") return req.routing !== undefined;
   return req.autoscale !== undefined;
 }
 
@@ -50,7 +51,7 @@ function namedFields(req: UpdateEndpointRequest): Set<Field> {
 export function patchOf(req: UpdateEndpointRequest, market: CapacityMarkets): EndpointChange {
   const named = namedFields(req);
   if (named.size === 0) {
-    throw bad("replicas", "Nothing to change: give replicas, max_cost_per_hour, autoscale, capacity and/or token_price");
+    throw bad("replicas", "Nothing to change: give replicas, max_cost_per_hour, autoscale, capacity, token_price and/or routing");
   }
   const change: EndpointChange = {};
   if (named.has("replicas")) {
@@ -64,6 +65,10 @@ export function patchOf(req: UpdateEndpointRequest, market: CapacityMarkets): En
   if (named.has("autoscale")) change.autoscale = req.autoscale ? validAutoscale(req.autoscale) : null;
   if (named.has("capacity")) change.capacity = req.capacity ? validCapacity(req.capacity, market) : { ...DEFAULT_CAPACITY };
   if (named.has("token_price")) change.tokenPrice = req.tokenPrice ? validTokenPrice(req.tokenPrice) : null;
+  if (named.has("routing")) {
+    if (req.routing === undefined) throw bad("routing", "routing cannot be cleared: give prefix or least_outstanding");
+    change.routing = validRouting(req.routing);
+  }
   if (change.autoscale && change.replicas !== undefined) throw replicasWithAutoscale();
   return change;
 }

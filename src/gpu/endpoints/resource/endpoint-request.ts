@@ -1,5 +1,6 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import { excerpt, InvalidInputError } from "../../../errors.js";
+import { ENDPOINT_ROUTINGS, type EndpointRouting } from "../../../module.js";
 import { parseCustomConfig } from "../../creation/custom-config.js";
 import { findTemplate, listTemplates } from "../../creation/templates.js";
 import { DEFAULT_CAPACITY, validCapacity, type CapacityInput, type CapacityMarkets } from "./endpoint-capacity.js";
@@ -42,6 +43,15 @@ export function validBudget(maxCostPerHour: number | undefined, required: boolea
     throw bad("max_cost_per_hour", `max_cost_per_hour must be a number > 0 (dollars per hour), got ${maxCostPerHour}`);
   }
   return maxCostPerHour;
+}
+
+/** How requests choose a replica: absent on a POST, `prefix`. */
+export function validRouting(routing: string | undefined): EndpointRouting {
+  if (routing === undefined) return "prefix";
+  if (!(ENDPOINT_ROUTINGS as readonly string[]).includes(routing)) {
+    throw bad("routing", `routing must be one of ${ENDPOINT_ROUTINGS.join(", ")}, got '${excerpt(routing)}'`);
+  }
+  return routing as EndpointRouting;
 }
 
 /** The bounds of each autoscale setting, and the default of those that have one (SPEC.md). */
@@ -125,6 +135,7 @@ export function newEndpointOf(
     autoscale?: AutoscaleInput;
     capacity?: CapacityInput;
     tokenPrice?: { inputPerMtok: number; outputPerMtok: number };
+    routing?: string;
   },
   market: CapacityMarkets,
 ): NewEndpoint {
@@ -144,5 +155,6 @@ export function newEndpointOf(
   parseCustomConfig(customConfig, true);
   const capacity = request.capacity ? validCapacity(request.capacity, market) : { ...DEFAULT_CAPACITY };
   const tokenPrice = request.tokenPrice ? validTokenPrice(request.tokenPrice) : null;
-  return { name, templateName: template.name, replicas, maxCostPerHour, customConfig, autoscale, capacity, tokenPrice };
+  const routing = validRouting(request.routing);
+  return { name, templateName: template.name, replicas, maxCostPerHour, customConfig, autoscale, capacity, tokenPrice, routing };
 }

@@ -114,6 +114,7 @@ function changeDetail(before: EndpointRecord, after: EndpointRecord, given: { re
   if (given.replicas || after.replicas !== before.replicas) parts.push(`replicas ${before.replicas} -> ${after.replicas}`);
   if (given.budget) parts.push(`max_cost_per_hour $${before.maxCostPerHour}/h -> $${after.maxCostPerHour}/h`);
   if (given.price) parts.push(`token_price ${priceSummary(before.tokenPrice)} -> ${priceSummary(after.tokenPrice)}`);
+  if (after.routing !== before.routing) parts.push(`routing ${before.routing} -> ${after.routing}`);
   return parts.join(", ");
 }
 

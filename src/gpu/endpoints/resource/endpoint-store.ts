@@ -1,6 +1,7 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { Knex } from "knex";
 import { ConflictError } from "../../../errors.js";
+import type { EndpointRouting } from "../../../module.js";
 import { ReplicaStore } from "./replica-store.js";
 
 // Endpoints (table gpu_endpoints), and their replicas through `replicas` (replica-store.ts). Rows
@@ -64,6 +65,8 @@ export interface EndpointRecord {
   capacity: CapacitySettings;
   /** Absent or null: unpriced (keys with a budget may not call it). */
   tokenPrice?: TokenPrice | null;
+  /** How its requests choose among its ready replicas. */
+  routing: EndpointRouting;
   phase: EndpointPhase;
   /** Whether any replica has ever been ready (starting vs degraded). */
   everReady: boolean;
@@ -94,7 +97,10 @@ export interface AutoscaleMemory {
   bound: number | null;
 }
 
-export type NewEndpoint = Pick<EndpointRecord, "name" | "templateName" | "replicas" | "maxCostPerHour" | "customConfig" | "autoscale" | "capacity" | "tokenPrice">;
+export type NewEndpoint = Pick<EndpointRecord, "name" | "templateName" | "replicas" | "maxCostPerHour" | "customConfig" | "autoscale" | "capacity" | "tokenPrice"> & {
+  /** Absent: `prefix`, the default. */
+  routing?: EndpointRouting;
+};
 
 /** A PATCH: undefined leaves a field as it is; autoscale null turns autoscaling off; capacity replaces the settings whole. */
 export interface EndpointChange {
@@ -104,6 +110,7 @@ export interface EndpointChange {
   capacity?: CapacitySettings;
   /** null clears the price. */
   tokenPrice?: TokenPrice | null;
+  routing?: EndpointRouting;
 }
 
 /** What kind of machine a replica is rented as; an on-demand replica is neither. */
@@ -130,6 +137,7 @@ interface EndpointRow {
   capacity_spread_markets: boolean | null;
   token_input_per_mtok: number | null;
   token_output_per_mtok: number | null;
+  routing: EndpointRouting;
   phase: EndpointPhase;
   ever_ready: boolean;
   budget_held: boolean;
@@ -161,6 +169,7 @@ function toEndpoint(row: EndpointRow): EndpointRecord {
       spreadMarkets: row.capacity_spread_markets ?? false,
     },
     tokenPrice: row.token_input_per_mtok === null ? null : { inputPerMtok: row.token_input_per_mtok, outputPerMtok: row.token_output_per_mtok! },
+    routing: row.routing,
     phase: row.phase,
     everReady: row.ever_ready,
     budgetHeld: row.budget_held,
@@ -240,6 +249,7 @@ export class EndpointStore {
           ...autoscaleColumns(endpoint.autoscale),
           ...capacityColumns(endpoint.capacity),
           ...tokenPriceColumns(endpoint.tokenPrice),
+          routing: endpoint.routing ?? "prefix",
         })
         .returning("*");
       return toEndpoint(row as EndpointRow);
@@ -290,6 +300,7 @@ export class EndpointStore {
         ...(autoscale ? { replicas: this.knex.raw("least(greatest(replicas, ?), ?)", [autoscale.minReplicas, autoscale.maxReplicas]) } : {}),
         ...(change.capacity !== undefined ? { ...capacityColumns(change.capacity), mix_failures: 0, mix_wait_since: null } : {}),
         ...(change.tokenPrice !== undefined ? tokenPriceColumns(change.tokenPrice) : {}),
+        ...(change.routing !== undefined ? { routing: change.routing } : {}),
         next_launch_at: null,
         next_mix_at: null,
         updated_at: this.knex.fn.now(),

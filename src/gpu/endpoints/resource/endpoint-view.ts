@@ -35,6 +35,7 @@ export function endpointMessage(endpoint: EndpointRecord, replicas: readonly Rep
     createdAt: timestampFromDate(endpoint.createdAt),
     autoscale: endpoint.autoscale ?? undefined,
     capacity: { ...endpoint.capacity, markets: [...endpoint.capacity.markets] },
+    routing: endpoint.routing,
     onDemandReplicas: shown.length - interruptible,
     interruptibleReplicas: interruptible,
     tokenPrice: endpoint.tokenPrice ?? undefined,

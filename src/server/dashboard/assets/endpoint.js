@@ -89,6 +89,8 @@ export function mountEndpoint(main, name, shell) {
       ["On-demand / interruptible", `${endpoint.on_demand_replicas} / ${endpoint.interruptible_replicas}`],
       ["Now", perHour(endpoint.cost_per_hour)],
       ["Budget", perHour(endpoint.max_cost_per_hour)],
+      // How a request chooses its replica: the one holding its prompt's prefix, or the least busy.
+      ["Routing", escape(endpoint.routing === "least_outstanding" ? "least outstanding" : endpoint.routing)],
     ]);
   };
 

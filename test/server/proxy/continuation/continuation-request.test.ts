@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { continuationRequest, firstRequest, resumability } from "../../../../src/server/proxy/continuation/continuation-request.js";
-import { streamPlanOf } from "../../../../src/server/proxy/streamed-answer.js";
+import { readCompletion } from "../../../../src/server/proxy/completion-body.js";
 
 const ASK = [{ role: "user", content: "hi" }];
 const chat = (extra: Record<string, unknown> = {}): Record<string, unknown> => ({ model: "m", messages: ASK, stream: true, ...extra });
@@ -101,8 +101,8 @@ describe("continuationRequest: the text so far and the tokens that remain", () =
   });
 });
 
-describe("streamPlanOf: which completions are read as streams", () => {
-  const plan = (body: unknown) => streamPlanOf("chat", Buffer.from(typeof body === "string" ? body : JSON.stringify(body)));
+describe("readCompletion: which completions are read as streams", () => {
+  const plan = (body: unknown) => readCompletion("chat", Buffer.from(typeof body === "string" ? body : JSON.stringify(body)), false).plan;
   it("plans a streamed chat completion, with usage asked on every chunk", () => {
     expect(plan(chat())?.first.body).toMatchObject({ stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } });
     expect(plan('{ "model": "m", "messages": [], "stream" : true }')).toBeDefined();

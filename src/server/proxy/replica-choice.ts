@@ -1,0 +1,40 @@
+import type { EndpointRoute, RouteTarget } from "../../module.js";
+import { choosePrefix } from "../prefix-index/prefix-choice.js";
+import { PrefixIndex, type PrefixIndexOptions } from "../prefix-index/prefix-index.js";
+import { blockHashes } from "../prefix-index/prompt-blocks.js";
+import type { ProxyMetrics } from "./proxy-metrics.js";
+import { targetKey, type ReplicaBalancer } from "./replica-balancer.js";
+
+// The replica a request is sent to first (SPEC.md section 2, "Requests that share a prompt go where
+// it is cached"). On an endpoint routed by prefix: the ready replica holding the longest prefix of
+// its prompt unless it is too busy (prefix-choice.ts), and the index learns that the prompt went
+// there; the replicas no longer in routing are forgotten as the route says so. Otherwise, and for a
+// request whose prompt cannot be read: the least outstanding (replica-balancer.ts). Retries and
+// continuations, which pass over the replicas that failed, ask the balancer alone, as before.
+
+export class ReplicaChoice {
+  private readonly index: PrefixIndex;
+
+  constructor(
+    private readonly balancer: ReplicaBalancer,
+    private readonly metrics: ProxyMetrics,
+    index: PrefixIndexOptions,
+  ) {
+    this.index = new PrefixIndex(index);
+  }
+
+  /** Where a request of endpoint `name` goes first; `route` has at least one ready replica. */
+  first(name: string, route: EndpointRoute, prompt: string | undefined): RouteTarget {
+    const { targets, endpointId } = route;
+    if (route.routing !== "prefix" || prompt === undefined) return this.balancer.pick(targets)!;
+    const keys = targets.map(targetKey);
+    this.index.retain(endpointId, keys);
+    const blocks = blockHashes(prompt);
+    const held = this.index.held(endpointId, keys, blocks);
+    const choice = choosePrefix(targets.map((target, i) => ({ held: held[i]!, load: this.balancer.load(target) })));
+    const chosen = choice.outcome === "hit" ? choice.index : targets.indexOf(this.balancer.pick(targets)!);
+    this.index.learn(endpointId, keys[chosen]!, blocks);
+    this.metrics.prefixRouted(name, choice.outcome, blocks.length > 0 ? held[chosen]! / blocks.length : undefined);
+    return targets[chosen]!;
+  }
+}
