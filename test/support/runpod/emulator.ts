@@ -38,6 +38,9 @@ export interface RunpodEmulatorOptions {
 /** What RunPod answers a create it cannot place (documented only as a 400 with a human-readable detail). */
 export const NO_CAPACITY = "There are no longer any instances available with the requested specifications. Please refresh and try again.";
 
+/** A route's "status" for a connection dropped before any answer. */
+const DROPPED = -1;
+
 export interface RunpodEmulator {
   readonly url: string;
   readonly requests: RunpodRequest[];
@@ -53,8 +56,8 @@ export interface RunpodEmulator {
   throttle(count: number, retryAfterS: number): void;
   /** The next `count` requests answer this status without being handled. */
   failNext(count: number, status: number): void;
-  /** The next `count` creates rent the pod, then answer this status (a 5xx that did its work). */
-  failCreatesAfterRenting(count: number, status: number): void;
+  /** The next `count` creates rent the pod, then answer this status (a 5xx that did its work) or drop the connection. */
+  failCreatesAfterRenting(count: number, status: number | "drop"): void;
   /** Every request waits this long before it is handled (a hang, past the caller's timeout). */
   delay(ms: number): void;
   /** Runs when a create arrives, before it is handled (e.g. to change the stock between two creates). */
@@ -86,7 +89,7 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
     fail: 0,
     failStatus: 503,
     failAfterRenting: 0,
-    failAfterRentingStatus: 500,
+    failAfterRentingStatus: 500 as number | "drop",
     delayMs: 0,
     createAnswerMs: 0,
     listLagMs: 0,
@@ -145,6 +148,7 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
       return send(res, switches.failStatus, problem(switches.failStatus, switches.failStatus >= 500 ? "upstream unavailable" : "request refused"), counted);
     }
     const [status, answer, schema] = await route(method, url.pathname, url.searchParams, body);
+    if (status === DROPPED) return void req.socket.destroy();
     if (schema && status < 300) {
       const broken = violations(schema, answer);
       if (broken.length > 0) {
@@ -215,7 +219,8 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
     if (switches.createAnswerMs > 0) await sleep(switches.createAnswerMs);
     if (switches.failAfterRenting > 0) {
       switches.failAfterRenting--;
-      return [switches.failAfterRentingStatus, problem(switches.failAfterRentingStatus, "upstream error")];
+      const status = switches.failAfterRentingStatus;
+      return status === "drop" ? [DROPPED, undefined] : [status, problem(status, "upstream error")];
     }
     return [201, pods.view(pod), "Pod"];
   }

@@ -82,8 +82,8 @@ describe("a RunPod create refused", () => {
 });
 
 describe("a RunPod create whose answer is lost", () => {
-  it("answered 5xx after renting, finds the pod by its name and adopts it: one pod, one create", async () => {
-    runpod.failCreatesAfterRenting(1, 502);
+  it.each([502, 501, 505, 520, 524, "drop"] as const)("answered %s after renting, finds the pod by its name and adopts it: one pod, one create", async (answer) => {
+    runpod.failCreatesAfterRenting(1, answer);
     const adopted = await market.createInstance(llmRequest(OFFER, "gpu-l1"));
     expect(adopted).toMatchObject({ label: "gpu-l1", offerId: OFFER, gpuName: "RTX 4090" });
     expect(podsNamed("gpu-l1").map((p) => p.id)).toEqual([adopted.id]);
@@ -91,6 +91,13 @@ describe("a RunPod create whose answer is lost", () => {
     // Looked up by name before anything else.
     const afterCreate = runpod.requests.slice(runpod.requests.indexOf(creates()[0]!) + 1);
     expect(afterCreate[0]).toMatchObject({ method: "GET", path: "/v2/pods" });
+  });
+
+  it("answered with a 4xx nobody documented, looks the pod up too: its outcome is not known", async () => {
+    runpod.failCreatesAfterRenting(1, 409);
+    const adopted = await market.createInstance(llmRequest(OFFER, "gpu-l0"));
+    expect(podsNamed("gpu-l0").map((p) => p.id)).toEqual([adopted.id]);
+    expect(creates()).toHaveLength(1);
   });
 
   it("with no answer at all (past the timeout), adopts the pod it rented", async () => {
@@ -101,8 +108,8 @@ describe("a RunPod create whose answer is lost", () => {
     expect(creates()).toHaveLength(1);
   });
 
-  it("answered 5xx without renting, is sent again on the same offer: one pod", async () => {
-    runpod.failNext(1, 503);
+  it.each([503, 524])("answered %s without renting, is sent again on the same offer: one pod", async (status) => {
+    runpod.failNext(1, status);
     // The failure lands on the create (the catalogue is cached), then the lookup finds nothing.
     const created = await market.createInstance(llmRequest(OFFER, "gpu-l3"));
     expect(creates()).toHaveLength(2);
@@ -110,46 +117,36 @@ describe("a RunPod create whose answer is lost", () => {
     expect(podsNamed("gpu-l3").map((p) => p.id)).toEqual([created.id]);
   });
 
-  it("sent again while RunPod listed the first pod late, deletes the second at the next listing: never two pods for one label", async () => {
-    runpod.failCreatesAfterRenting(1, 500);
-    runpod.listLag(60_000);
-    const kept = await market.createInstance(llmRequest(OFFER, "gpu-l4"));
-    expect(creates()).toHaveLength(2);
-    expect(podsNamed("gpu-l4")).toHaveLength(2);
-    // RunPod lists the first pod at last: the status sync's next listing deletes the twin.
-    runpod.listLag(0);
-    expect((await market.listInstances("gpu-")).map((p) => p.id)).toEqual([kept.id]);
-    expect(podsNamed("gpu-l4").map((p) => p.id)).toEqual([kept.id]);
+  it("looks for the pod for its lookup time before sending again: a pod listed late is adopted, not rented twice", async () => {
+    market = connect({ createLookupMs: 1500 });
+    runpod.failCreatesAfterRenting(1, 524);
+    runpod.listLag(500);
+    const adopted = await market.createInstance(llmRequest(OFFER, "gpu-l4"));
+    expect(creates()).toHaveLength(1);
+    expect(podsNamed("gpu-l4").map((p) => p.id)).toEqual([adopted.id]);
   });
 
-  it("still unknown after two more tries, is an unknown outcome; once RunPod lists them, one pod of the label is kept", async () => {
+  it("still unknown after two more tries, is an unknown outcome; the adapter deletes nothing, the twins are the database's to settle", async () => {
     runpod.listLag(60_000);
     runpod.failCreatesAfterRenting(3, 500);
     const lost = market.createInstance(llmRequest(OFFER, "gpu-l5"));
     await expect(lost).rejects.toThrow(OutcomeUnknownError);
-    await expect(lost).rejects.toThrow(/no pod named gpu-l5 is listed after 3 attempts/);
+    await expect(lost).rejects.toThrow(/nothing labelled gpu-l5 is listed after 3 attempts/);
     expect(creates()).toHaveLength(3);
-    expect(runpod.requests.some((r) => r.method === "DELETE")).toBe(false);
-
-    // Every lost create rented; the listing that first shows them keeps one for the reconciler.
-    expect(podsNamed("gpu-l5")).toHaveLength(3);
     runpod.listLag(0);
-    const listed = await market.listInstances("gpu-");
-    expect(listed).toHaveLength(1);
-    expect(podsNamed("gpu-l5").map((p) => p.id)).toEqual([listed[0]!.id]);
+    expect(await market.listInstances("gpu-")).toHaveLength(3);
+    expect(runpod.requests.some((r) => r.method === "DELETE")).toBe(false);
   });
 
-  it("then refused on the next try, leaves no pod: the late one is deleted when RunPod lists it", async () => {
+  it("then refused on the next try, stays unknown: the refusal says nothing of the pod the first try may have rented", async () => {
     runpod.listLag(60_000);
     runpod.failCreatesAfterRenting(1, 500);
     // The stock runs out between the first create and the second.
     runpod.onCreate(() => creates().length === 2 && runpod.setStock("NVIDIA GeForce RTX 4090", "SECURE", "NONE"));
-    await expect(market.createInstance(llmRequest(OFFER, "gpu-l6"))).rejects.toThrow(ConflictError);
+    const lost = market.createInstance(llmRequest(OFFER, "gpu-l6"));
+    await expect(lost).rejects.toThrow(OutcomeUnknownError);
+    await expect(lost).rejects.toThrow(/sent again was refused/);
     expect(podsNamed("gpu-l6")).toHaveLength(1);
-    // RunPod lists it at last: the listing deletes it and does not report it.
-    runpod.listLag(0);
-    expect(await market.listInstances("gpu-")).toEqual([]);
-    expect(podsNamed("gpu-l6")).toEqual([]);
   });
 });
 
