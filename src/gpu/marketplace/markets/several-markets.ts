@@ -131,7 +131,7 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
       // An auto-pick's search: every market that may rent now and rents what is asked.
       const { markets: only, ...asMarket } = filter;
       const asked = names.filter(
-        (n) => tracker.mayOffer(n, reported(n)) && (!filter.interruptible || adapter(n).interruptible === true) && (!only?.length || only.includes(n)),
+        (n) => tracker.mayOffer(n) && (!filter.interruptible || adapter(n).interruptible === true) && (!only?.length || only.includes(n)),
       );
       const offers = answered(await eachMarket(asked, async (name, s) => (await adapter(name).searchOffers(asMarket, s)).map(offerOf(name)), signal));
       if (!several) return offers;
@@ -140,7 +140,7 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
 
     async createInstance(request: CreateMarketInstanceRequest, signal) {
       const { market, id } = ids.ofOffer(request.offerId);
-      if (!tracker.mayRent(market, reported(market))) {
+      if (!tracker.mayRent(market)) {
         const health = tracker.health(market, reported(market));
         throw new MarketBlockedError(`The market '${market}' refuses this account (${health.error ?? "blocked"}); it is tried again once a minute`);
       }

@@ -1,5 +1,5 @@
 import type { Logger } from "pino";
-import { ConflictError, InvalidInputError, MarketBlockedError, NotFoundError, OperationFailedError, OutcomeUnknownError } from "../../../errors.js";
+import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, OutcomeUnknownError } from "../../../errors.js";
 import { createSettlingLost, isDefiniteCreateAnswer, unknownCreateAnswer, type LostCreatePolicy } from "../lost-create.js";
 import { filterOffers } from "../offer-filter.js";
 import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, OfferFilter } from "../port.js";
@@ -167,10 +167,6 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
 
   async function createInstance(request: CreateMarketInstanceRequest, signal?: AbortSignal): Promise<MarketInstance> {
     if (request.bidPerHour !== undefined) throw new InvalidInputError("RunPod rents no interruptible pods: a bid cannot be placed there", { extra: { field: "interruptible" } });
-    if (!http.health.takeCreateTurn()) {
-      const { error } = http.health.health();
-      throw new MarketBlockedError(`RunPod is blocked (${error ?? "refused"}); one create a minute goes through to find out whether that changed`);
-    }
     const { key, terms } = await offerKeyOf(request.offerId);
     const pod = await createSettlingLost(lostCreates, {
       market: "RunPod",
@@ -180,7 +176,6 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
       logger: options.logger,
       signal,
     });
-    http.health.unblocked();
     return { ...pod, offerId: request.offerId, gpuName: terms.gpuName, gpuRam: terms.gpuRam };
   }
 

@@ -1,7 +1,9 @@
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import pino from "pino";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ConflictError, MarketBlockedError, OperationFailedError, OutcomeUnknownError, UnavailableError } from "../../../../src/errors.js";
+import { createSeveralMarkets } from "../../../../src/gpu/marketplace/markets/several-markets.js";
 import type { Marketplace } from "../../../../src/gpu/marketplace/port.js";
 import type { RunpodMarketplaceOptions } from "../../../../src/gpu/marketplace/runpod/runpod.js";
 import { llmRequest, runpodOn } from "../../../support/runpod/adapter.js";
@@ -59,25 +61,25 @@ describe("a RunPod create refused", () => {
     [402, /lack of balance/],
     [401, /refused the API key.*RUNPOD_API_KEY/],
   ] as const)("with %i blocks the market until a create succeeds, letting one probe a minute through", async (status, why) => {
-    vi.useFakeTimers({ toFake: ["Date"] });
-    try {
-      runpod.refuseNextCreate(status);
-      await expect(market.createInstance(llmRequest(OFFER, "gpu-b1"))).rejects.toThrow(MarketBlockedError);
-      expect(market.health!()).toMatchObject({ state: "blocked", error: expect.stringMatching(why), since: expect.any(Date) });
+    let now = 1_000_000;
+    const markets = createSeveralMarkets({ markets: [{ name: "runpod", marketplace: market }], timeoutMs: 5_000, logger: pino({ level: "silent" }), now: () => now });
+    const health = () => markets.markets.states()[0]!.health;
+    runpod.refuseNextCreate(status);
+    await expect(markets.createInstance(llmRequest(OFFER, "gpu-b1"))).rejects.toThrow(MarketBlockedError);
+    expect(health()).toMatchObject({ state: "blocked", error: expect.stringMatching(why), since: expect.any(Date) });
+    // The adapter reports only its transport: the blocked state and its probe clock are kept in one place.
+    expect(market.health!().state).toBe("ok");
 
-      // Refused at once, RunPod not asked.
-      await expect(market.createInstance(llmRequest(OFFER, "gpu-b2"))).rejects.toThrow(MarketBlockedError);
-      expect(creates()).toHaveLength(1);
+    // Refused at once, RunPod not asked.
+    await expect(markets.createInstance(llmRequest(OFFER, "gpu-b2"))).rejects.toThrow(MarketBlockedError);
+    expect(creates()).toHaveLength(1);
 
-      // A minute on, one create goes through as a probe; it succeeds and the market is ok again.
-      vi.setSystemTime(Date.now() + 61_000);
-      const probe = await market.createInstance(llmRequest(OFFER, "gpu-b3"));
-      expect(probe.label).toBe("gpu-b3");
-      expect(creates()).toHaveLength(2);
-      expect(market.health!().state).toBe("ok");
-    } finally {
-      vi.useRealTimers();
-    }
+    // A minute on, one create goes through as a probe; it succeeds and the market is ok again.
+    now += 61_000;
+    const probe = await markets.createInstance(llmRequest(OFFER, "gpu-b3"));
+    expect(probe.label).toBe("gpu-b3");
+    expect(creates()).toHaveLength(2);
+    expect(health().state).toBe("ok");
   });
 });
 
@@ -194,9 +196,9 @@ describe("RunPod unreachable or unreadable", () => {
   });
 
   it("a refused key on a read blocks the market and says so", async () => {
-    const wrong = runpodOn(runpod, "rpa_wrong_key");
+    const wrong = createSeveralMarkets({ markets: [{ name: "runpod", marketplace: runpodOn(runpod, "rpa_wrong_key") }], timeoutMs: 5_000, logger: pino({ level: "silent" }) });
     await expect(wrong.listInstances("gpu-")).rejects.toThrow(MarketBlockedError);
-    expect(wrong.health!()).toMatchObject({ state: "blocked", error: expect.stringContaining("RUNPOD_API_KEY") });
+    expect(wrong.markets.states()[0]!.health).toMatchObject({ state: "blocked", error: expect.stringContaining("RUNPOD_API_KEY") });
     await wrong.close();
   });
 });
