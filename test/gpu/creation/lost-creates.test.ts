@@ -29,6 +29,8 @@ afterAll(async () => {
 afterEach(async () => {
   service.runpod.failCreatesAfterRenting(0, 500);
   service.vast.failCreatesAfterRenting(0, 500);
+  service.runpod.failCreatesBeforeRenting(0, 500);
+  service.vast.failCreatesBeforeRenting(0, 500);
   const live = await service.db.knex("gpu_instances").whereIn("status", ["creating", "loading", "running", "running_llm"]).select("instance_id");
   for (const { instance_id } of live) await rest(url(), "DELETE", `/api/gpu/instances/${instance_id}`);
 });
@@ -60,13 +62,36 @@ describe("a RunPod create answered with anything but a definite answer", () => {
 
   it("answered 524 before anything was rented: sent again on the same offer, one pod", async () => {
     const before = runpodCreates();
-    service.runpod.failNext(1, 524);
+    service.runpod.failCreatesBeforeRenting(1, 524);
     const res = await create(RUNPOD_OFFER);
     expect(res.status).toBe(200);
     const pods = podsOf(res.body.instance_id);
     expect(pods).toHaveLength(1);
     expect((await record(res.body.instance_id)).market_instance_id).toBe(`runpod:${pods[0]!.id}`);
     expect(runpodCreates() - before).toBe(2);
+  });
+});
+
+describe("a RunPod create lost while RunPod lists its pod late", () => {
+  it("is sent again after the lookup, and the first pod is destroyed once listed: the label ends with the pod its record names", async () => {
+    const before = runpodCreates();
+    service.runpod.listLag(5_000);
+    service.runpod.failCreatesAfterRenting(1, 524);
+    try {
+      const res = await create(RUNPOD_OFFER);
+      expect(res.status).toBe(200);
+      const id = res.body.instance_id;
+      expect(runpodCreates() - before).toBe(2);
+      const named = (await record(id)).market_instance_id as string;
+      const destroyed = await waitFor("the twin destroyed", async () => {
+        const logs = await service.db.knex("GpuExecutionLog").where({ instance_id: id, operation: "reconcile_destroy", success: true });
+        return logs.length > 0 ? logs : undefined;
+      }, 20_000);
+      expect(destroyed).toHaveLength(1);
+      expect(podsOf(id).map((p) => `runpod:${p.id}`)).toEqual([named]);
+    } finally {
+      service.runpod.listLag(0);
+    }
   });
 });
 

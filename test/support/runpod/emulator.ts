@@ -58,6 +58,8 @@ export interface RunpodEmulator {
   failNext(count: number, status: number): void;
   /** The next `count` creates rent the pod, then answer this status (a 5xx that did its work) or drop the connection. */
   failCreatesAfterRenting(count: number, status: number | "drop"): void;
+  /** The next `count` creates rent nothing and answer this status. */
+  failCreatesBeforeRenting(count: number, status: number): void;
   /** Every request waits this long before it is handled (a hang, past the caller's timeout). */
   delay(ms: number): void;
   /** Runs when a create arrives, before it is handled (e.g. to change the stock between two creates). */
@@ -90,6 +92,8 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
     failStatus: 503,
     failAfterRenting: 0,
     failAfterRentingStatus: 500 as number | "drop",
+    failBeforeRenting: 0,
+    failBeforeRentingStatus: 500,
     delayMs: 0,
     createAnswerMs: 0,
     listLagMs: 0,
@@ -215,6 +219,10 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
     const max = cloud === "SECURE" ? type.maxCount.secure : type.maxCount.community;
     if (count > max) return [400, problem(400, `at most ${max} GPUs of ${type.id} fit one pod in ${cloud}`)];
     if (refusal === 400 || stockOf(type, cloud, count) === "NONE") return [400, problem(400, NO_CAPACITY)];
+    if (switches.failBeforeRenting > 0) {
+      switches.failBeforeRenting--;
+      return [switches.failBeforeRentingStatus, problem(switches.failBeforeRentingStatus, "upstream error")];
+    }
     const pod = pods.add(request, type);
     if (switches.createAnswerMs > 0) await sleep(switches.createAnswerMs);
     if (switches.failAfterRenting > 0) {
@@ -276,6 +284,7 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
     throttle: (count, retryAfterS) => Object.assign(switches, { throttle: count, retryAfterS }),
     failNext: (count, status) => Object.assign(switches, { fail: count, failStatus: status }),
     failCreatesAfterRenting: (count, status) => Object.assign(switches, { failAfterRenting: count, failAfterRentingStatus: status }),
+    failCreatesBeforeRenting: (count, status) => Object.assign(switches, { failBeforeRenting: count, failBeforeRentingStatus: status }),
     delay: (ms) => void (switches.delayMs = ms),
     onCreate: (hook) => void (createHook = hook),
     answerCreatesAfter: (ms) => void (switches.createAnswerMs = ms),
