@@ -7,7 +7,8 @@ import type { GpuContext } from "../gpu-context.js";
 import type { InstanceRecord } from "../store/instance-store.js";
 import { launchPlanOf, newModelApiKey, onMachine } from "./launch-plan.js";
 import { limitsFor } from "../money/limits.js";
-import { releaseMachine } from "../lifecycle/machine-release.js";
+import { releaseMachine, releaseTwin } from "../lifecycle/machine-release.js";
+import { isTerminal } from "../store/status.js";
 import type { MarketInstance, MarketOffer } from "../marketplace/port.js";
 import { asMarketplaceError, rentOffer, type CreationFence } from "./offer-rental.js";
 import { checkBudget, checkFleetCap, type ReplicaBudget } from "./billed-rate.js";
@@ -250,9 +251,12 @@ async function completeOrRelease(
     await checkFleetCap(ctx, record, market.dphTotal, ctx.maxFleetDph);
     if (await completeCreation(ctx, actor, record, market, "creating", started)) return;
     // Someone else settled the record meanwhile (another replica's reconciler). Adopted with this
-    // very machine is a success; anything else means the machine is not ours to report.
+    // very machine is a success; adopted with a twin of this machine (a lost create's, listed
+    // late), the record's machine is kept and this one given back; anything else means the
+    // machine is not ours to report.
     const current = await ctx.instances.get(record.instanceId);
     if (current?.marketInstanceId === market.id) return;
+    if (current && current.marketInstanceId !== null && !isTerminal(current.status)) return await releaseTwin(ctx, actor, current, market);
     throw new OperationFailedError(`The creation of '${record.instanceId}' was settled elsewhere as ${current?.status ?? "missing"}`);
   } catch (err) {
     const reason = err instanceof DomainError ? err.message : "the record could not be completed";

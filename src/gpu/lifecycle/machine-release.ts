@@ -43,6 +43,32 @@ export async function releaseMachine(
     .catch((err: unknown) => ctx.logger.error({ err, instance_id: record.instanceId }, "could not log the destroy of a failed creation"));
 }
 
+/**
+ * Twins of a lost create are settled against the database: the record names the machine it
+ * keeps (the reconciler adopted one listed late, possibly on another process), and a second
+ * machine of its label that this process rented is destroyed, the record left as it is. A destroy
+ * not confirmed here is the reconciler's: a labelled machine its record does not name.
+ */
+export async function releaseTwin(ctx: GpuContext, actor: string, record: InstanceRecord, twin: MarketInstance): Promise<void> {
+  const started = Date.now();
+  const error = await destroyWithRetries(ctx, twin.id);
+  ctx.logger.warn({ instance_id: record.instanceId, kept: record.marketInstanceId, twin: twin.id }, "a lost create rented twice; the machine the record names is kept");
+  await ctx.logs
+    .append({
+      actor,
+      instanceId: record.instanceId,
+      operation: "destroy_instance",
+      command: `destroy ${twin.id}`,
+      result: error
+        ? `a twin of the record's machine ${record.marketInstanceId} was not confirmed destroyed, retried by the reconciler: ${error.message}`
+        : `destroyed a twin of the record's machine ${record.marketInstanceId} (a lost create rented twice), confirmed by the marketplace`,
+      executionTime: elapsedSince(started),
+      success: error === undefined,
+      metadata: { market_instance_id: twin.id, kept_market_instance_id: record.marketInstanceId, cost_per_hour: twin.dphTotal },
+    })
+    .catch((err: unknown) => ctx.logger.error({ err, instance_id: record.instanceId }, "could not log the destroy of a twin"));
+}
+
 /** Undefined once the marketplace confirmed; the last error when every attempt failed. */
 async function destroyWithRetries(ctx: GpuContext, marketInstanceId: string): Promise<Error | undefined> {
   let last: Error | undefined;

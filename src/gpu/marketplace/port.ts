@@ -188,8 +188,9 @@ export interface Marketplace {
   /** Whether it rents interruptible machines (bids; `interruptible` searches, `bidPerHour` creates). */
   readonly interruptible?: boolean;
   /**
-   * How the marketplace answers lately, as the adapter saw it (GET /api/gpu/markets); absent where
-   * the adapter keeps no such state (then it counts as `ok`).
+   * How the marketplace's transport answers lately, as the adapter saw it (GET /api/gpu/markets):
+   * `rate_limited` or `failing`; absent where the adapter keeps no such state (then it counts as
+   * `ok`). Never `blocked`: that state and its probe clock are kept by markets/market-health.ts.
    */
   health?(): MarketHealth;
   /** How long its calls have waited for the market's rate limits; absent where the adapter keeps no limiter. */

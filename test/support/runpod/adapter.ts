@@ -3,10 +3,10 @@ import { createRunpodMarketplace, type RunpodMarketplaceOptions } from "../../..
 import type { RunpodEmulator } from "./emulator.js";
 
 // The RunPod adapter on the emulator with clocks short enough for tests: 2 s timeouts, retries
-// backing off from 5 ms. `options` overrides any of them.
+// backing off from 5 ms, a lost create's pod looked for 50 ms. `options` overrides any of them.
 
 export function runpodOn(runpod: RunpodEmulator, apiKey: string, options: Partial<RunpodMarketplaceOptions> = {}): Marketplace {
-  return createRunpodMarketplace({ baseUrl: runpod.url, apiKey, timeoutMs: 2000, retries: 3, backoffMs: 5, ...options });
+  return createRunpodMarketplace({ baseUrl: runpod.url, apiKey, timeoutMs: 2000, retries: 3, backoffMs: 5, createLookupMs: 50, ...options });
 }
 
 export const MODEL = "Qwen/Qwen2.5-Coder-7B-Instruct";

@@ -38,6 +38,9 @@ export interface RunpodEmulatorOptions {
 /** What RunPod answers a create it cannot place (documented only as a 400 with a human-readable detail). */
 export const NO_CAPACITY = "There are no longer any instances available with the requested specifications. Please refresh and try again.";
 
+/** A route's "status" for a connection dropped before any answer. */
+const DROPPED = -1;
+
 export interface RunpodEmulator {
   readonly url: string;
   readonly requests: RunpodRequest[];
@@ -55,8 +58,10 @@ export interface RunpodEmulator {
   throttle(count: number, retryAfterS: number): void;
   /** The next `count` requests answer this status without being handled. */
   failNext(count: number, status: number): void;
-  /** The next `count` creates rent the pod, then answer this status (a 5xx that did its work). */
-  failCreatesAfterRenting(count: number, status: number): void;
+  /** The next `count` creates rent the pod, then answer this status (a 5xx that did its work) or drop the connection. */
+  failCreatesAfterRenting(count: number, status: number | "drop"): void;
+  /** The next `count` creates rent nothing and answer this status. */
+  failCreatesBeforeRenting(count: number, status: number): void;
   /** Every request waits this long before it is handled (a hang, past the caller's timeout). */
   delay(ms: number): void;
   /** Runs when a create arrives, before it is handled (e.g. to change the stock between two creates). */
@@ -88,7 +93,9 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
     fail: 0,
     failStatus: 503,
     failAfterRenting: 0,
-    failAfterRentingStatus: 500,
+    failAfterRentingStatus: 500 as number | "drop",
+    failBeforeRenting: 0,
+    failBeforeRentingStatus: 500,
     delayMs: 0,
     createAnswerMs: 0,
     listLagMs: 0,
@@ -148,6 +155,7 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
       return send(res, switches.failStatus, problem(switches.failStatus, switches.failStatus >= 500 ? "upstream unavailable" : "request refused"), counted);
     }
     const [status, answer, schema] = await route(method, url.pathname, url.searchParams, body);
+    if (status === DROPPED) return void req.socket.destroy();
     if (schema && status < 300) {
       const broken = violations(schema, answer);
       if (broken.length > 0) {
@@ -214,11 +222,16 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
     const max = cloud === "SECURE" ? type.maxCount.secure : type.maxCount.community;
     if (count > max) return [400, problem(400, `at most ${max} GPUs of ${type.id} fit one pod in ${cloud}`)];
     if (refusal === 400 || stockOf(type, cloud, count) === "NONE") return [400, problem(400, NO_CAPACITY)];
+    if (switches.failBeforeRenting > 0) {
+      switches.failBeforeRenting--;
+      return [switches.failBeforeRentingStatus, problem(switches.failBeforeRentingStatus, "upstream error")];
+    }
     const pod = pods.add(request, type, switches.surcharge);
     if (switches.createAnswerMs > 0) await sleep(switches.createAnswerMs);
     if (switches.failAfterRenting > 0) {
       switches.failAfterRenting--;
-      return [switches.failAfterRentingStatus, problem(switches.failAfterRentingStatus, "upstream error")];
+      const status = switches.failAfterRentingStatus;
+      return status === "drop" ? [DROPPED, undefined] : [status, problem(status, "upstream error")];
     }
     return [201, pods.view(pod), "Pod"];
   }
@@ -275,6 +288,7 @@ export async function startRunpodEmulator(options: RunpodEmulatorOptions): Promi
     throttle: (count, retryAfterS) => Object.assign(switches, { throttle: count, retryAfterS }),
     failNext: (count, status) => Object.assign(switches, { fail: count, failStatus: status }),
     failCreatesAfterRenting: (count, status) => Object.assign(switches, { failAfterRenting: count, failAfterRentingStatus: status }),
+    failCreatesBeforeRenting: (count, status) => Object.assign(switches, { failBeforeRenting: count, failBeforeRentingStatus: status }),
     delay: (ms) => void (switches.delayMs = ms),
     onCreate: (hook) => void (createHook = hook),
     answerCreatesAfter: (ms) => void (switches.createAnswerMs = ms),

@@ -53,6 +53,10 @@ export interface VastEmulator {
   failNext(count: number, status: number): void;
   /** Every request waits this long before it is handled. */
   delay(ms: number): void;
+  /** The next `count` creates rent the machine, then answer this status as an edge would (a 5xx page) or drop the connection. */
+  failCreatesAfterRenting(count: number, status: number | "drop"): void;
+  /** The next `count` creates rent nothing and answer this status as an edge would (a 5xx page). */
+  failCreatesBeforeRenting(count: number, status: number): void;
   /** Creates rent the machine at once but answer only this much later (after the caller's timeout). */
   answerCreatesAfter(ms: number): void;
   /** Runs when a create request arrives, before it is handled (e.g. to kill the caller meanwhile), with its body. */
@@ -84,6 +88,8 @@ export interface VastEmulator {
 
 // vast.ai's two shapes of a 429: plain text, and JSON naming the endpoint's interval in seconds.
 const TOO_FREQUENT = "API requests too frequent";
+/** A route's "status" for a connection dropped before any answer. */
+const DROPPED = -1;
 const TOO_FREQUENT_THRESHOLD = "API requests too frequent endpoint threshold=0.5";
 
 export async function startVastEmulator(options: EmulatorOptions): Promise<VastEmulator> {
@@ -91,7 +97,7 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
   const instances = createInstances({ provisioningMs: options.provisioningMs ?? 100, loadingMs: options.loadingMs ?? 100, modelLoadMs: options.modelLoadMs ?? 0 });
   const requests: EmulatorRequest[] = [];
   const lastCall = new Map<string, number>();
-  const switches = { throttle: 0, throttleJson: false, fail: 0, failStatus: 503, delayMs: 0, failStart: false, showLagMs: 0, createAnswerMs: 0, refuseCreate: undefined as undefined | "not-your-own" | "gone" | "invalid-price" };
+  const switches = { throttle: 0, throttleJson: false, fail: 0, failStatus: 503, delayMs: 0, failStart: false, showLagMs: 0, createAnswerMs: 0, failAfterRenting: 0, failAfterRentingStatus: 500 as number | "drop", failBeforeRenting: 0, failBeforeRentingStatus: 500, refuseCreate: undefined as undefined | "not-your-own" | "gone" | "invalid-price" };
   const intervalOf = (endpoint: string) =>
     typeof options.minIntervalMs === "object" ? (options.minIntervalMs as Record<string, number | undefined>)[endpoint] ?? 0 : (options.minIntervalMs ?? 0);
   const shown = (i: EmulatedInstance) => Date.now() - i.createdAt >= switches.showLagMs;
@@ -154,6 +160,8 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
       }
     }
     const [status, answer] = await route.handle(body, url.searchParams);
+    if (status === DROPPED) return void req.socket.destroy();
+    if (typeof answer === "string") return sendText(res, status, answer);
     send(res, status, answer);
   }
 
@@ -210,10 +218,19 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     if (refusal === "gone") return [410, { ...error("no_such_ask", `error 410/3907: no_such_ask Instance type ${askId} is no longer available.`), ask_id: askId }];
     // invalid_price is documented by its code only; the message is the emulator's.
     if (refusal === "invalid-price") return [400, { ...error("invalid_price", `error 400/3912: the price of offer ${askId} changed; search again`), ask_id: askId }];
+    if (switches.failBeforeRenting > 0) {
+      switches.failBeforeRenting--;
+      return [switches.failBeforeRentingStatus, `<html><body>error code: ${switches.failBeforeRentingStatus}</body></html>`];
+    }
     const request = body as Record<string, unknown>;
     const instance = await instances.rent(ask, request, switches.failStart);
     switches.failStart = false;
     if (switches.createAnswerMs > 0) await sleep(switches.createAnswerMs);
+    if (switches.failAfterRenting > 0) {
+      switches.failAfterRenting--;
+      const status = switches.failAfterRentingStatus;
+      return status === "drop" ? [DROPPED, undefined] : [status, `<html><body>error code: ${status}</body></html>`];
+    }
     if (instance.outbidAs !== undefined) {
       // Documented only as "a stopped instance" a failed scheduling leaves; code and message are the emulator's.
       const msg = `error 400/3915: bid ${String(request.price)} is below the minimum bid ${ask.min_bid} of offer ${askId}`;
@@ -288,6 +305,8 @@ export async function startVastEmulator(options: EmulatorOptions): Promise<VastE
     throttle: (count, json = false) => Object.assign(switches, { throttle: count, throttleJson: json }),
     failNext: (count, status) => Object.assign(switches, { fail: count, failStatus: status }),
     delay: (ms) => void (switches.delayMs = ms),
+    failCreatesAfterRenting: (count, status) => Object.assign(switches, { failAfterRenting: count, failAfterRentingStatus: status }),
+    failCreatesBeforeRenting: (count, status) => Object.assign(switches, { failBeforeRenting: count, failBeforeRentingStatus: status }),
     answerCreatesAfter: (ms) => void (switches.createAnswerMs = ms),
     onCreate: (hook) => void (createHook = hook),
     onSearch: (hook) => void (searchHook = hook),

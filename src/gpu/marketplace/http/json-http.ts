@@ -8,10 +8,11 @@ import type { RateWaitCounter } from "./rate-waits.js";
 //
 // - 429 is always retried: the server did nothing. A Retry-After is honoured (one longer than
 //   maxRetryAfterMs answers unavailable at once).
-// - 5xx, network errors and timeouts are retried only for a call that is safe to repeat: a create
-//   that may have reached the marketplace is never sent twice unless the marketplace deduplicates.
-//   Not retried, or retried to the end, they answer UnavailableError (503); for a call that is not
-//   repeatable, OutcomeUnknownError: it may have done its work.
+// - Transient 5xx (500, 502-504, Cloudflare's 520-524), network errors and timeouts are retried
+//   only for a call that is safe to repeat: a create that may have reached the marketplace is never
+//   sent twice unless the marketplace deduplicates. Retried to the end, they answer
+//   UnavailableError (503). For a call that is not repeatable, every 5xx, network error and
+//   timeout is OutcomeUnknownError: it may have done its work (lost-create.ts says what follows).
 // - Any other answer goes back to the adapter, which says what it means.
 //
 // The API key goes into the Authorization header and nowhere else: not into logs, not into errors.
@@ -68,7 +69,8 @@ export interface JsonAnswer {
 
 export type JsonHttp = (call: JsonCall) => Promise<JsonAnswer>;
 
-const TRANSIENT_STATUSES = new Set([500, 502, 503, 504]);
+/** Answers that say the server or its edge failed this once (Cloudflare's 520-524: the origin failed or timed out). */
+const TRANSIENT_STATUSES = new Set([500, 502, 503, 504, 520, 521, 522, 523, 524]);
 
 export function createJsonHttp(options: JsonHttpOptions): JsonHttp {
   const base = options.baseUrl.replace(/\/+$/, "");
@@ -115,7 +117,7 @@ export function createJsonHttp(options: JsonHttpOptions): JsonHttp {
       const transient = answer === undefined || TRANSIENT_STATUSES.has(answer.status);
       const retryable = answer?.status === 429 || (transient && repeatable);
       if (!retryable) {
-        if (transient) throw new OutcomeUnknownError(`${options.name} is unavailable: ${what}${detail}`);
+        if (!repeatable && (answer === undefined || answer.status >= 500)) throw new OutcomeUnknownError(`${options.name} is unavailable: ${what}${detail}`);
         return answer!;
       }
       const asked = answer?.status === 429 ? options.waitOf429?.(answer.body, endpoint) : undefined;

@@ -5,7 +5,9 @@ import type { MarketHealth } from "../port.js";
 // whose call failed is `failing` until one succeeds; one that refused the account (a refused key,
 // no balance: MarketBlockedError) is `blocked` until a create succeeds there, and meanwhile gets
 // at most one create per probe interval. An answer about an offer (taken, unknown, refused as
-// input) is the market working, not failing. The counts feed the per-market metrics.
+// input) is the market working, not failing. The counts feed the per-market metrics. This is the
+// one place that keeps a market's blocked state and its probe clock: an adapter reports only what
+// its transport knows (rate limited, failing), and throws its refusals for this to see.
 
 /**
  * The market refused the account itself: MarketBlockedError, or an adapter's refused key (which a
@@ -28,10 +30,10 @@ export interface HealthTracker {
   failed(market: string, err: unknown): void;
   /** The market's state: its own report (rate limited, blocked) wins over what the calls showed. */
   health(market: string, reported?: MarketHealth): MarketHealth;
-  /** Whether an auto-pick may rent there now: not blocked, or blocked and its probe is due (then taken). */
-  mayRent(market: string, reported?: MarketHealth): boolean;
+  /** Whether a create may go to the market now: not blocked, or blocked and its probe is due (then taken). */
+  mayRent(market: string): boolean;
   /** Whether an auto-pick's search should ask the market: not blocked, or its probe is due. */
-  mayOffer(market: string, reported?: MarketHealth): boolean;
+  mayOffer(market: string): boolean;
   counts(market: string): MarketCounts;
 }
 
@@ -72,20 +74,20 @@ export function createHealthTracker(names: readonly string[], now: () => number 
     health(market, reported) {
       const s = of(market);
       if (s.blocked) return { state: "blocked", ...s.blocked };
-      if (reported && reported.state !== "ok") return reported;
+      if (reported && reported.state !== "ok" && reported.state !== "blocked") return reported;
       if (s.failing) return { state: "failing", ...s.failing };
       return { state: "ok" };
     },
-    mayRent(market, reported) {
+    mayRent(market) {
       const s = of(market);
-      if (!s.blocked && reported?.state !== "blocked") return true;
+      if (!s.blocked) return true;
       if (!probeDue(s)) return false;
       s.probedAt = now();
       return true;
     },
-    mayOffer(market, reported) {
+    mayOffer(market) {
       const s = of(market);
-      return (!s.blocked && reported?.state !== "blocked") || probeDue(s);
+      return !s.blocked || probeDue(s);
     },
     counts: (market) => ({ ...of(market).counts }),
   };

@@ -136,7 +136,7 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
       // An auto-pick's search: every market that may rent now and rents what is asked.
       const { markets: only, ...asMarket } = filter;
       const allowed = names.filter((n) => !only?.length || only.includes(n));
-      const unblocked = allowed.filter((n) => tracker.mayOffer(n, reported(n)));
+      const unblocked = allowed.filter((n) => tracker.mayOffer(n));
       // Every market the pick may rent on refuses the account: that is the answer, not "no offer".
       // (One that is open elsewhere, though it rents no bids, leaves a bid search empty instead.)
       if (unblocked.length === 0 && allowed.length > 0) throw refusalOf(allowed[0]!);
@@ -148,7 +148,7 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
 
     async createInstance(request: CreateMarketInstanceRequest, signal) {
       const { market, id } = ids.ofOffer(request.offerId);
-      if (!tracker.mayRent(market, reported(market))) throw refusalOf(market);
+      if (!tracker.mayRent(market)) throw refusalOf(market);
       try {
         const created = await call(market, "create", (s) => adapter(market).createInstance({ ...request, offerId: id }, s), signal);
         return instanceOf(market)(created);

@@ -7,9 +7,10 @@ import { createRunpodRateLimiter } from "./runpod-rate.js";
 import { runpodErrorText } from "./runpod-wire.js";
 
 // RunPod's calls (docs/marketplace-runpod.md) over the shared JSON client, with RunPod's own rate
-// limiter (runpod-rate.ts) and the market's health: what a refused key (401) or an empty balance
-// (402) means for every later call, and whether RunPod answers at all. 5xx, timeouts and dropped
-// connections are retried for reads; a create is never sent twice by this layer.
+// limiter (runpod-rate.ts) and its transport's health (runpod-health.ts). A refused key (401) or an
+// empty balance (402) is thrown as MarketBlockedError, which markets/market-health.ts keeps as the
+// market's blocked state. 5xx, timeouts and dropped connections are retried for reads; a create
+// is never sent twice by this layer.
 
 export interface RunpodHttpOptions {
   baseUrl: string;
@@ -65,7 +66,6 @@ export function createRunpodHttp(options: RunpodHttpOptions): RunpodHttp {
     }
     if (answer.status === 401 || answer.status === 402) {
       const why = refusalOf(answer);
-      health.blocked(why);
       options.logger?.error({ marketplace: "runpod", endpoint: request.endpoint, status: answer.status }, why);
       // A refused key is a configuration error naming RUNPOD_API_KEY (500), as vast.ai's is; no balance, the market's state (503).
       if (answer.status === 401) throw new OperationFailedError(why, { extra: { code: "MARKETPLACE_AUTH_REFUSED" } });

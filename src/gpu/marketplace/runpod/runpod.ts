@@ -1,10 +1,9 @@
-import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "pino";
-import { ConflictError, InvalidInputError, MarketBlockedError, NotFoundError, OperationFailedError, OutcomeUnknownError } from "../../../errors.js";
+import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, OutcomeUnknownError } from "../../../errors.js";
+import { createSettlingLost, isDefiniteCreateAnswer, unknownCreateAnswer, type LostCreatePolicy } from "../lost-create.js";
 import { filterOffers } from "../offer-filter.js";
 import type { CreateMarketInstanceRequest, Marketplace, MarketInstance, MarketOffer, OfferFilter } from "../port.js";
 import { createRunpodCatalogue } from "./runpod-catalogue.js";
-import { createTwinWatch } from "./runpod-twins.js";
 import { createRunpodHttp, unexpectedAnswer, unreadable } from "./runpod-http.js";
 import { withDisk } from "./runpod-disk.js";
 import {
@@ -38,6 +37,8 @@ export interface RunpodMarketplaceOptions {
   catalogueTtlMs?: number;
   /** First backoff step of retries, ms; default 500. */
   backoffMs?: number;
+  /** After a create whose outcome is unknown: how long its pod is looked for by name before it is sent again, ms. */
+  createLookupMs?: number;
   logger?: Logger;
 }
 
@@ -48,8 +49,11 @@ export const DEFAULT_COUNTS = [1, 2, 4, 8] as const;
 const MAX_COUNT = 8;
 /** Largest catalogue listOffers returns. */
 const CATALOGUE_LIMIT = 1000;
-/** A create answered 5xx or not at all, with no pod of its name: sent again at most this often. */
-const CREATE_RETRIES = 2;
+/** A create whose outcome is unknown, with no pod of its name: sent again at most this often (SPEC: at most twice). */
+const CREATE_RESENDS = 2;
+/** Default of createLookupMs: RunPod lists a pod as soon as it is rented, but a listing can lag. */
+const CREATE_LOOKUP_MS = 3_000;
+const LOOK_EVERY_MS = 1_000;
 
 /**
  * RunPod bills a pod's `cost` per second of uptime: the GPUs with the vCPUs and memory that come
@@ -75,7 +79,12 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
     logger: options.logger,
   });
   const catalogue = createRunpodCatalogue(http, options.catalogueTtlMs ?? 60_000);
-  const twinWatch = createTwinWatch();
+  const lostCreates: LostCreatePolicy = {
+    lookupMs: options.createLookupMs ?? CREATE_LOOKUP_MS,
+    lookEveryMs: LOOK_EVERY_MS,
+    resends: CREATE_RESENDS,
+    backoffMs,
+  };
   const podPath = (id: string) => `/v2/pods/${encodeURIComponent(id)}`;
 
   async function searchOffers(filter: OfferFilter): Promise<MarketOffer[]> {
@@ -132,7 +141,7 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
     } catch (err) {
       return unreadable(http.health, err);
     }
-    return withoutTwins(await named(pods), signal);
+    return named(pods);
   }
 
   async function destroyInstance(id: string, signal?: AbortSignal): Promise<void> {
@@ -156,75 +165,33 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
     };
   }
 
-  /** The pod of this label, when RunPod lists one (a create whose answer was lost). */
-  async function podNamed(label: string, cause: OutcomeUnknownError, signal?: AbortSignal): Promise<MarketInstance | undefined> {
-    try {
-      return (await listAll(signal)).find((pod) => pod.label === label);
-    } catch (err) {
-      throw new OutcomeUnknownError(`${cause.message}; the pods could not be listed to find out whether it was rented: ${(err as Error).message}`, { cause });
-    }
-  }
-
-  /** Deletes the pods of a listing that twin another of their label (runpod-twins.ts). */
-  async function withoutTwins(listed: MarketInstance[], signal?: AbortSignal): Promise<MarketInstance[]> {
-    const { pods, twins } = twinWatch.sift(listed);
-    for (const twin of twins) {
-      options.logger?.warn({ label: twin.label, instance: twin.id }, "RunPod rented a second pod for one label after a lost answer: deleted");
-      await destroyInstance(twin.id, signal);
-    }
-    return pods;
-  }
-
   async function createOnce(request: CreateMarketInstanceRequest, key: OfferKey, signal?: AbortSignal): Promise<MarketInstance> {
     const answer = await http({ endpoint: CREATE, method: "POST", path: "/v2/pods", body: toCreateBody(request, key), repeatable: false, signal });
     if (answer.status === 201 || answer.status === 200) {
       try {
         return parsePod(answer.body, "answer");
       } catch (err) {
-        // Rented, but not readable: the record stays creating and the reconciler adopts the pod by label.
+        // Rented, but not readable: looked up by its name like any create whose answer was lost.
         http.health.failed((err as Error).message);
         throw new OutcomeUnknownError(`RunPod rented a pod for ${request.label} but its answer could not be read: ${(err as Error).message}`, { cause: err });
       }
     }
+    if (!isDefiniteCreateAnswer(answer.status)) throw unknownCreateAnswer("RunPod", answer.status, runpodErrorText(answer.body));
     throw createError(answer, request.offerId);
   }
 
   async function createInstance(request: CreateMarketInstanceRequest, signal?: AbortSignal): Promise<MarketInstance> {
     if (request.bidPerHour !== undefined) throw new InvalidInputError("RunPod rents no interruptible pods: a bid cannot be placed there", { extra: { field: "interruptible" } });
-    if (!http.health.takeCreateTurn()) {
-      const { error } = http.health.health();
-      throw new MarketBlockedError(`RunPod is blocked (${error ?? "refused"}); one create a minute goes through to find out whether that changed`);
-    }
     const { key, terms } = await offerKeyOf(request.offerId, request.diskGb ?? DEFAULT_DISK_GB);
-    const onTerms = (pod: MarketInstance): MarketInstance => ({ ...pod, offerId: request.offerId, gpuName: terms.gpuName, gpuRam: terms.gpuRam });
-    for (let attempt = 0; ; attempt++) {
-      try {
-        const pod = onTerms(await createOnce(request, key, signal));
-        http.health.unblocked();
-        twinWatch.kept(request.label, pod.id);
-        return pod;
-      } catch (err) {
-        if (!(err instanceof OutcomeUnknownError)) {
-          twinWatch.none(request.label);
-          throw err;
-        }
-        twinWatch.lost(request.label);
-        const found = await podNamed(request.label, err, signal);
-        if (found) {
-          options.logger?.warn({ label: request.label, instance: found.id }, "RunPod did not answer a create, but rented the pod: adopted");
-          http.health.unblocked();
-          return onTerms(found);
-        }
-        if (attempt >= CREATE_RETRIES) {
-          throw new OutcomeUnknownError(
-            `${err.message}; no pod named ${request.label} is listed after ${attempt + 1} attempts: the instance stays creating until RunPod lists it (it is then adopted) or the creation grace ends`,
-            { cause: err },
-          );
-        }
-        options.logger?.warn({ label: request.label, attempt: attempt + 1 }, "RunPod did not answer a create and lists no pod of its name: sent again");
-        await sleep(backoffMs * 2 ** attempt, undefined, signal ? { signal } : undefined);
-      }
-    }
+    const pod = await createSettlingLost(lostCreates, {
+      market: "RunPod",
+      label: request.label,
+      send: (s) => createOnce(request, key, s),
+      find: async (label, s) => (await listAll(s)).find((p) => p.label === label),
+      logger: options.logger,
+      signal,
+    });
+    return { ...pod, offerId: request.offerId, gpuName: terms.gpuName, gpuRam: terms.gpuRam };
   }
 
   return {

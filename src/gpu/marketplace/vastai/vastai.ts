@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
-import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError, OutcomeUnknownError } from "../../../errors.js";
+import { ConflictError, InvalidInputError, NotFoundError, OperationFailedError } from "../../../errors.js";
+import { createSettlingLost, DEFINITE_CREATE_REFUSALS, isDefiniteCreateAnswer, unknownCreateAnswer, type LostCreatePolicy } from "../lost-create.js";
 import { bidCostPerHour, type CreateMarketInstanceRequest, type Marketplace, type MarketInstance, type MarketOffer, type OfferFilter } from "../port.js";
 import { filterOffers } from "../offer-filter.js";
 import { createRateWaitCounter } from "../http/rate-waits.js";
@@ -34,6 +35,8 @@ const SHOW_WAIT_MS = 2_000;
 /** Default of createLookupMs, and the longest wait between two looks. */
 const CREATE_LOOKUP_MS = 30_000;
 const LOOKUP_WAIT_MS = 5_000;
+/** The create refusals vast.ai documents (create_instance.yaml), 409 among them: each says nothing was rented. */
+const VAST_CREATE_REFUSALS: ReadonlySet<number> = new Set([...DEFINITE_CREATE_REFUSALS, 409]);
 
 /**
  * vast.ai's dph_total is the GPUs plus the disk asked for at creation (search prices it with
@@ -56,6 +59,9 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
   // The terms of the asks searches showed, newest last: what a create rented before vast.ai shows
   // the instance, and whether a 404 on a create means "taken" (seen) or "no such ask" (never seen).
   const seen = new Map<string, MarketOffer>();
+  // vast.ai lists a new instance seconds late, so a resend could rent a second machine unseen: none.
+  const lookupMs = options.createLookupMs ?? CREATE_LOOKUP_MS;
+  const lostCreates: LostCreatePolicy = { lookupMs, lookEveryMs: Math.min(LOOKUP_WAIT_MS, lookupMs / 3), resends: 0, backoffMs: 0 };
 
   function remember(offers: readonly MarketOffer[]): void {
     for (const offer of offers) {
@@ -159,31 +165,26 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
     return found;
   }
 
-  /**
-   * A create got no answer: it may have rented a machine, which carries the create's label. Looks
-   * for it until vast.ai has had time to list it. Found, it is what the create rented; not found,
-   * the outcome stays unknown and the caller keeps the record creating for the reconciler, which
-   * adopts the machine if it shows up later and fails the record if it never does.
-   */
-  async function adoptByLabel(request: CreateMarketInstanceRequest, cause: OutcomeUnknownError, signal?: AbortSignal): Promise<MarketInstance> {
-    const lookupMs = options.createLookupMs ?? CREATE_LOOKUP_MS;
-    const wait = Math.min(LOOKUP_WAIT_MS, lookupMs / 3);
-    const until = Date.now() + lookupMs;
-    for (;;) {
-      const machine = (await listAll(signal)).find((m) => m.label === request.label);
-      if (machine) {
-        options.logger?.warn({ label: request.label, instance: machine.id }, "vast.ai did not answer a create, but rented the machine: adopted");
-        return { ...machine, offerId: request.offerId };
-      }
-      const left = until - Date.now();
-      if (left <= 0) break;
-      await sleep(Math.min(wait, left), undefined, signal ? { signal } : undefined);
-    }
-    throw new OutcomeUnknownError(
-      `${cause.message}; no instance labelled ${request.label} appeared within ${Math.round(lookupMs / 1000)} s, ` +
-        "so nothing is known to be rented: the instance stays creating until vast.ai shows it (it is then adopted) or the creation grace ends",
-      { cause },
-    );
+  /** One create; OutcomeUnknownError when vast.ai's answer does not say whether it rented (lost-create.ts). */
+  async function createOnce(request: CreateMarketInstanceRequest, signal?: AbortSignal): Promise<MarketInstance> {
+    const offerId = request.offerId;
+    const answer = await http({
+      endpoint: ASK,
+      method: "PUT",
+      path: `/api/v0/asks/${offerId}/`,
+      body: toCreateBody(request),
+      repeatable: false,
+      timeoutMs: options.createTimeoutMs,
+      signal,
+    });
+    const contract = newContractOf(answer.body);
+    if (answer.status === 200 && isSuccess(answer.body) && contract !== undefined) return rented(contract, request, signal);
+    // A failed create can still have rented a machine (vast.ai then names it; a bid it did not
+    // accept is left stopped, billing its storage): give it back.
+    if (contract !== undefined) await destroyInstance(contract, signal);
+    if (request.bidPerHour !== undefined && contract !== undefined) throw bidRefused(answer, offerId, request.bidPerHour, contract);
+    if (!isDefiniteCreateAnswer(answer.status, VAST_CREATE_REFUSALS)) throw unknownCreateAnswer("vast.ai", answer.status, vastErrorMessage(answer.body));
+    throw createError(answer, offerId, seen.has(offerId));
   }
 
   return {
@@ -196,30 +197,16 @@ export function createVastMarketplace(options: VastMarketplaceOptions): Marketpl
     destroyInstance,
 
     async createInstance(request, signal) {
-      const offerId = request.offerId;
-      if (!isVastId(offerId)) throw offerNotFound(offerId);
-      let answer: VastAnswer;
-      try {
-        answer = await http({
-          endpoint: ASK,
-          method: "PUT",
-          path: `/api/v0/asks/${offerId}/`,
-          body: toCreateBody(request),
-          repeatable: false,
-          timeoutMs: options.createTimeoutMs,
-          signal,
-        });
-      } catch (err) {
-        if (err instanceof OutcomeUnknownError) return adoptByLabel(request, err, signal);
-        throw err;
-      }
-      const contract = newContractOf(answer.body);
-      if (answer.status === 200 && isSuccess(answer.body) && contract !== undefined) return rented(contract, request, signal);
-      // A failed create can still have rented a machine (vast.ai then names it; a bid it did not
-      // accept is left stopped, billing its storage): give it back.
-      if (contract !== undefined) await destroyInstance(contract, signal);
-      if (request.bidPerHour !== undefined && contract !== undefined) throw bidRefused(answer, offerId, request.bidPerHour, contract);
-      throw createError(answer, offerId, seen.has(offerId));
+      if (!isVastId(request.offerId)) throw offerNotFound(request.offerId);
+      const machine = await createSettlingLost(lostCreates, {
+        market: "vast.ai",
+        label: request.label,
+        send: (s) => createOnce(request, s),
+        find: async (label, s) => (await listAll(s)).find((m) => m.label === label),
+        logger: options.logger,
+        signal,
+      });
+      return { ...machine, offerId: request.offerId };
     },
 
     async changeBid(id, bidPerHour, signal) {

@@ -88,15 +88,17 @@ describe("a market's health", () => {
     expect(health.mayRent("vastai")).toBe(true);
   });
 
-  it("takes a refused key for a blocked account, and the adapter's own report (rate limited) over a clean record", () => {
+  it("takes a refused key for a blocked account, and the adapter's own report (rate limited) over a clean record, never its word for blocked", () => {
     const health = createHealthTracker(["vastai", "simulated"], at(0));
     health.failed("vastai", new OperationFailedError("vast.ai refused the API key", { extra: { code: "MARKETPLACE_AUTH_REFUSED" } }));
     expect(health.health("vastai").state).toBe("blocked");
     expect(health.mayRent("vastai")).toBe(false);
     const until = new Date(5_000);
     expect(health.health("simulated", { state: "rate_limited", until })).toEqual({ state: "rate_limited", until });
-    expect(health.mayRent("simulated", { state: "blocked", error: "402" })).toBe(true); // its probe
-    expect(health.mayRent("simulated", { state: "blocked", error: "402" })).toBe(false);
+    // The blocked state and its probe clock are the tracker's alone: what it has not seen does not block.
+    expect(health.health("simulated", { state: "blocked", error: "402" })).toEqual({ state: "ok" });
+    expect(health.mayRent("simulated")).toBe(true);
+    expect(health.mayRent("simulated")).toBe(true);
   });
 });
 

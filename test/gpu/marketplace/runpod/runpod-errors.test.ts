@@ -1,7 +1,9 @@
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import pino from "pino";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ConflictError, MarketBlockedError, OperationFailedError, OutcomeUnknownError, UnavailableError } from "../../../../src/errors.js";
+import { createSeveralMarkets } from "../../../../src/gpu/marketplace/markets/several-markets.js";
 import type { Marketplace } from "../../../../src/gpu/marketplace/port.js";
 import type { RunpodMarketplaceOptions } from "../../../../src/gpu/marketplace/runpod/runpod.js";
 import { llmRequest, runpodOn } from "../../../support/runpod/adapter.js";
@@ -60,31 +62,31 @@ describe("a RunPod create refused", () => {
     [402, /lack of balance/, MarketBlockedError],
     [401, /refused the API key.*RUNPOD_API_KEY/, OperationFailedError],
   ] as const)("with %i blocks the market until a create succeeds, letting one probe a minute through", async (status, why, Refusal) => {
-    vi.useFakeTimers({ toFake: ["Date"] });
-    try {
-      runpod.refuseNextCreate(status);
-      await expect(market.createInstance(llmRequest(OFFER, "gpu-b1"))).rejects.toThrow(Refusal);
-      expect(market.health!()).toMatchObject({ state: "blocked", error: expect.stringMatching(why), since: expect.any(Date) });
+    let now = 1_000_000;
+    const markets = createSeveralMarkets({ markets: [{ name: "runpod", marketplace: market }], timeoutMs: 5_000, logger: pino({ level: "silent" }), now: () => now });
+    const health = () => markets.markets.states()[0]!.health;
+    runpod.refuseNextCreate(status);
+    await expect(markets.createInstance(llmRequest(OFFER, "gpu-b1"))).rejects.toThrow(Refusal);
+    expect(health()).toMatchObject({ state: "blocked", error: expect.stringMatching(why), since: expect.any(Date) });
+    // The adapter reports only its transport: the blocked state and its probe clock are kept in one place.
+    expect(market.health!().state).toBe("ok");
 
-      // Refused at once, RunPod not asked.
-      await expect(market.createInstance(llmRequest(OFFER, "gpu-b2"))).rejects.toThrow(MarketBlockedError);
-      expect(creates()).toHaveLength(1);
+    // Refused at once, RunPod not asked: the market's own refusal again.
+    await expect(markets.createInstance(llmRequest(OFFER, "gpu-b2"))).rejects.toThrow(Refusal);
+    expect(creates()).toHaveLength(1);
 
-      // A minute on, one create goes through as a probe; it succeeds and the market is ok again.
-      vi.setSystemTime(Date.now() + 61_000);
-      const probe = await market.createInstance(llmRequest(OFFER, "gpu-b3"));
-      expect(probe.label).toBe("gpu-b3");
-      expect(creates()).toHaveLength(2);
-      expect(market.health!().state).toBe("ok");
-    } finally {
-      vi.useRealTimers();
-    }
+    // A minute on, one create goes through as a probe; it succeeds and the market is ok again.
+    now += 61_000;
+    const probe = await markets.createInstance(llmRequest(OFFER, "gpu-b3"));
+    expect(probe.label).toBe("gpu-b3");
+    expect(creates()).toHaveLength(2);
+    expect(health().state).toBe("ok");
   });
 });
 
 describe("a RunPod create whose answer is lost", () => {
-  it("answered 5xx after renting, finds the pod by its name and adopts it: one pod, one create", async () => {
-    runpod.failCreatesAfterRenting(1, 502);
+  it.each([502, 501, 505, 520, 524, "drop"] as const)("answered %s after renting, finds the pod by its name and adopts it: one pod, one create", async (answer) => {
+    runpod.failCreatesAfterRenting(1, answer);
     const adopted = await market.createInstance(llmRequest(OFFER, "gpu-l1"));
     expect(adopted).toMatchObject({ label: "gpu-l1", offerId: OFFER, gpuName: "RTX 4090" });
     expect(podsNamed("gpu-l1").map((p) => p.id)).toEqual([adopted.id]);
@@ -92,6 +94,13 @@ describe("a RunPod create whose answer is lost", () => {
     // Looked up by name before anything else.
     const afterCreate = runpod.requests.slice(runpod.requests.indexOf(creates()[0]!) + 1);
     expect(afterCreate[0]).toMatchObject({ method: "GET", path: "/v2/pods" });
+  });
+
+  it("answered with a 4xx nobody documented, looks the pod up too: its outcome is not known", async () => {
+    runpod.failCreatesAfterRenting(1, 409);
+    const adopted = await market.createInstance(llmRequest(OFFER, "gpu-l0"));
+    expect(podsNamed("gpu-l0").map((p) => p.id)).toEqual([adopted.id]);
+    expect(creates()).toHaveLength(1);
   });
 
   it("with no answer at all (past the timeout), adopts the pod it rented", async () => {
@@ -102,8 +111,8 @@ describe("a RunPod create whose answer is lost", () => {
     expect(creates()).toHaveLength(1);
   });
 
-  it("answered 5xx without renting, is sent again on the same offer: one pod", async () => {
-    runpod.failNext(1, 503);
+  it.each([503, 524])("answered %s without renting, is sent again on the same offer: one pod", async (status) => {
+    runpod.failNext(1, status);
     // The failure lands on the create (the catalogue is cached), then the lookup finds nothing.
     const created = await market.createInstance(llmRequest(OFFER, "gpu-l3"));
     expect(creates()).toHaveLength(2);
@@ -111,46 +120,36 @@ describe("a RunPod create whose answer is lost", () => {
     expect(podsNamed("gpu-l3").map((p) => p.id)).toEqual([created.id]);
   });
 
-  it("sent again while RunPod listed the first pod late, deletes the second at the next listing: never two pods for one label", async () => {
-    runpod.failCreatesAfterRenting(1, 500);
-    runpod.listLag(60_000);
-    const kept = await market.createInstance(llmRequest(OFFER, "gpu-l4"));
-    expect(creates()).toHaveLength(2);
-    expect(podsNamed("gpu-l4")).toHaveLength(2);
-    // RunPod lists the first pod at last: the status sync's next listing deletes the twin.
-    runpod.listLag(0);
-    expect((await market.listInstances("gpu-")).map((p) => p.id)).toEqual([kept.id]);
-    expect(podsNamed("gpu-l4").map((p) => p.id)).toEqual([kept.id]);
+  it("looks for the pod for its lookup time before sending again: a pod listed late is adopted, not rented twice", async () => {
+    market = connect({ createLookupMs: 1500 });
+    runpod.failCreatesAfterRenting(1, 524);
+    runpod.listLag(500);
+    const adopted = await market.createInstance(llmRequest(OFFER, "gpu-l4"));
+    expect(creates()).toHaveLength(1);
+    expect(podsNamed("gpu-l4").map((p) => p.id)).toEqual([adopted.id]);
   });
 
-  it("still unknown after two more tries, is an unknown outcome; once RunPod lists them, one pod of the label is kept", async () => {
+  it("still unknown after two more tries, is an unknown outcome; the adapter deletes nothing, the twins are the database's to settle", async () => {
     runpod.listLag(60_000);
     runpod.failCreatesAfterRenting(3, 500);
     const lost = market.createInstance(llmRequest(OFFER, "gpu-l5"));
     await expect(lost).rejects.toThrow(OutcomeUnknownError);
-    await expect(lost).rejects.toThrow(/no pod named gpu-l5 is listed after 3 attempts/);
+    await expect(lost).rejects.toThrow(/nothing labelled gpu-l5 is listed after 3 attempts/);
     expect(creates()).toHaveLength(3);
-    expect(runpod.requests.some((r) => r.method === "DELETE")).toBe(false);
-
-    // Every lost create rented; the listing that first shows them keeps one for the reconciler.
-    expect(podsNamed("gpu-l5")).toHaveLength(3);
     runpod.listLag(0);
-    const listed = await market.listInstances("gpu-");
-    expect(listed).toHaveLength(1);
-    expect(podsNamed("gpu-l5").map((p) => p.id)).toEqual([listed[0]!.id]);
+    expect(await market.listInstances("gpu-")).toHaveLength(3);
+    expect(runpod.requests.some((r) => r.method === "DELETE")).toBe(false);
   });
 
-  it("then refused on the next try, leaves no pod: the late one is deleted when RunPod lists it", async () => {
+  it("then refused on the next try, stays unknown: the refusal says nothing of the pod the first try may have rented", async () => {
     runpod.listLag(60_000);
     runpod.failCreatesAfterRenting(1, 500);
     // The stock runs out between the first create and the second.
     runpod.onCreate(() => creates().length === 2 && runpod.setStock("NVIDIA GeForce RTX 4090", "SECURE", "NONE"));
-    await expect(market.createInstance(llmRequest(OFFER, "gpu-l6"))).rejects.toThrow(ConflictError);
+    const lost = market.createInstance(llmRequest(OFFER, "gpu-l6"));
+    await expect(lost).rejects.toThrow(OutcomeUnknownError);
+    await expect(lost).rejects.toThrow(/sent again was refused/);
     expect(podsNamed("gpu-l6")).toHaveLength(1);
-    // RunPod lists it at last: the listing deletes it and does not report it.
-    runpod.listLag(0);
-    expect(await market.listInstances("gpu-")).toEqual([]);
-    expect(podsNamed("gpu-l6")).toEqual([]);
   });
 });
 
@@ -198,11 +197,11 @@ describe("RunPod unreachable or unreadable", () => {
   });
 
   it("a refused key on a read blocks the market and says so", async () => {
-    const wrong = runpodOn(runpod, "rpa_wrong_key");
+    const wrong = createSeveralMarkets({ markets: [{ name: "runpod", marketplace: runpodOn(runpod, "rpa_wrong_key") }], timeoutMs: 5_000, logger: pino({ level: "silent" }) });
     const refused = await wrong.listInstances("gpu-").catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(OperationFailedError);
     expect((refused as OperationFailedError).extra).toMatchObject({ code: "MARKETPLACE_AUTH_REFUSED" });
-    expect(wrong.health!()).toMatchObject({ state: "blocked", error: expect.stringContaining("RUNPOD_API_KEY") });
+    expect(wrong.markets.states()[0]!.health).toMatchObject({ state: "blocked", error: expect.stringContaining("RUNPOD_API_KEY") });
     await wrong.close();
   });
 });

@@ -271,7 +271,7 @@ describe("vast.ai create errors", () => {
     const err = await market.createInstance(llmRequest(String(rentableAsk().id), "gpu-1")).catch((e: unknown) => e);
     // Nothing was rented: looked for by its label, then reported as an outcome not known.
     expect(err).toBeInstanceOf(OutcomeUnknownError);
-    expect((err as Error).message).toMatch(/no instance labelled gpu-1 appeared/);
+    expect((err as Error).message).toMatch(/nothing labelled gpu-1 is listed after 1 attempt:/);
     expect(calls("PUT", /asks/)).toHaveLength(1);
     expect(calls("GET", /^\/api\/v1\/instances\/$/).length).toBeGreaterThanOrEqual(2);
     expect(vast.instances.size).toBe(0);
@@ -283,6 +283,25 @@ describe("vast.ai create errors", () => {
     vast.failNext(2, 503);
     expect(await market.searchOffers({ limit: 2 })).toHaveLength(2);
     expect(calls("POST", /bundles/)).toHaveLength(3);
+  });
+});
+
+describe("vast.ai creates whose answer is lost", () => {
+  it.each([501, 505, 520, 524, "drop"] as const)("answered %s after renting, adopt the machine by its label: one create, one machine", async (answer) => {
+    vast.failCreatesAfterRenting(1, answer);
+    const ask = rentableAsk();
+    const adopted = await market.createInstance(llmRequest(String(ask.id), "gpu-lost-1"));
+    expect(calls("PUT", /asks/)).toHaveLength(1);
+    expect([...vast.instances.values()].map((m) => String(m.id))).toEqual([adopted.id]);
+    expect(adopted).toMatchObject({ label: "gpu-lost-1", offerId: String(ask.id) });
+  });
+
+  it("answered 524 without renting, are looked for and left unknown, never refused: vast.ai is not sent the create twice", async () => {
+    vast.failNext(1, 524);
+    const err = await market.createInstance(llmRequest(String(rentableAsk().id), "gpu-lost-2")).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OutcomeUnknownError);
+    expect(calls("PUT", /asks/)).toHaveLength(1);
+    expect(vast.instances.size).toBe(0);
   });
 });
 
