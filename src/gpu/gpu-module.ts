@@ -26,6 +26,7 @@ import { createModelServerProbe } from "./lifecycle/probe.js";
 import { StatisticsStore } from "./store/statistics-store.js";
 import { createSyncLeader, leadershipJson } from "./lifecycle/sync-leader.js";
 import { createSyncLoop, type SyncLoop } from "./lifecycle/sync-loop.js";
+import { nameMarketOfOldRecords } from "./lifecycle/market-listing.js";
 
 export interface GpuModule extends ServiceModule {
   /** The status sync and reconciliation loop; tests run rounds on demand. */
@@ -124,6 +125,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     leadership: () => leadershipJson(leader.status()),
     async start() {
       loadPublisher.start();
+      await nameMarketOfOldRecords(ctx);
       await syncLoop.start();
       endpointLoop.start();
     },

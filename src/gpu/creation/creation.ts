@@ -4,7 +4,7 @@ import { DomainError, excerpt, InvalidInputError, NotFoundError, OperationFailed
 import { completeCreation } from "./creation-log.js";
 import { parseCustomConfig } from "./custom-config.js";
 import type { GpuContext } from "../gpu-context.js";
-import type { InstanceRecord } from "../store/instance-store.js";
+import { machineRefOf, type InstanceRecord } from "../store/instance-store.js";
 import { launchPlanOf, newModelApiKey, onMachine } from "./launch-plan.js";
 import { limitsFor } from "../money/limits.js";
 import { releaseMachine } from "../lifecycle/machine-release.js";
@@ -245,7 +245,7 @@ async function completeOrRelease(
     // Someone else settled the record meanwhile (another replica's reconciler). Adopted with this
     // very machine is a success; anything else means the machine is not ours to report.
     const current = await ctx.instances.get(record.instanceId);
-    if (current?.marketInstanceId === market.id) return;
+    if (current && machineRefOf(current) === market.id) return;
     throw new OperationFailedError(`The creation of '${record.instanceId}' was settled elsewhere as ${current?.status ?? "missing"}`);
   } catch (err) {
     const reason = err instanceof DomainError ? err.message : "the record could not be completed";

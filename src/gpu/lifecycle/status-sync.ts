@@ -3,7 +3,8 @@ import { ACTOR_SYSTEM } from "../../actor.js";
 import { destroyRecord } from "./destroy.js";
 import { releaseMachine } from "./machine-release.js";
 import { DEFAULT_CREATION_GRACE_MS, marketFactsOf, type GpuContext } from "../gpu-context.js";
-import type { InstanceRecord } from "../store/instance-store.js";
+import { machineRefOf, type InstanceRecord } from "../store/instance-store.js";
+import { hasItsMarket } from "./market-listing.js";
 import type { MarketInstance } from "../marketplace/port.js";
 import { modelServerUrl } from "./probe.js";
 import { ungated, type StillLeads } from "./sync-leader.js";
@@ -31,14 +32,17 @@ export interface SyncOutcome {
  */
 export async function syncRecord(ctx: GpuContext, record: InstanceRecord, observed?: MarketInstance, stillLeads: StillLeads = ungated): Promise<SyncOutcome> {
   const idle = { record, market: undefined, llmAnswered: false };
+  // No other market may speak for a machine whose market is not configured now.
+  if (!hasItsMarket(ctx, record)) return idle;
   if (record.destroyRequestedAt !== null && record.status !== "destroyed") {
     if (!(await stillLeads())) return idle;
     return { ...idle, record: await destroyRecord(ctx, ACTOR_SYSTEM, record, "destroy_instance") };
   }
-  if (isTerminal(record.status) || record.marketInstanceId === null) return idle;
+  const machine = machineRefOf(record);
+  if (isTerminal(record.status) || machine === null) return idle;
   let market: MarketInstance | undefined = observed;
   try {
-    market ??= await ctx.marketplace.getInstance(record.marketInstanceId);
+    market ??= await ctx.marketplace.getInstance(machine);
   } catch (err) {
     throw new UnavailableError("The marketplace did not report the instance status", { cause: err });
   }
@@ -106,7 +110,7 @@ async function markVanished(ctx: GpuContext, record: InstanceRecord): Promise<In
       actor: ACTOR_SYSTEM,
       instanceId: record.instanceId,
       operation: "status_change",
-      command: `sync ${record.marketInstanceId}`,
+      command: `sync ${machineRefOf(record)}`,
       result: `${record.status} -> destroyed: the marketplace no longer has the instance`,
       executionTime: 0,
       success: true,

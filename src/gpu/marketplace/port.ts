@@ -237,8 +237,6 @@ export interface MarketDirectory {
   /** Each market's instances whose label starts with the prefix, asked at once; a market that fails says so. */
   listInstancesEach(labelPrefix: string, signal?: AbortSignal): Promise<MarketListing<MarketInstance>[]>;
   states(): MarketState[];
-  /** The market an instance id of this marketplace belongs to. */
-  marketOfInstance(id: string): string;
 }
 
 /**
