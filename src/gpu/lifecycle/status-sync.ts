@@ -1,7 +1,7 @@
 import { UnavailableError } from "../../errors.js";
 import { ACTOR_SYSTEM } from "../../actor.js";
 import { destroyRecord } from "./destroy.js";
-import { releaseMachine } from "./machine-release.js";
+import { failMachine, releaseMachine } from "./machine-release.js";
 import { DEFAULT_CREATION_GRACE_MS, marketFactsOf, type GpuContext } from "../gpu-context.js";
 import { machineRefOf, type InstanceRecord } from "../store/instance-store.js";
 import { hasItsMarket } from "./market-listing.js";
@@ -52,6 +52,8 @@ export async function syncRecord(ctx: GpuContext, record: InstanceRecord, observ
     if (record.status === "creating" && waited < (ctx.creationGraceMs ?? DEFAULT_CREATION_GRACE_MS)) return idle;
     return { ...idle, record: await markVanished(ctx, record) };
   }
+  // A state the adapter does not know says nothing of the machine: the record stays as stored.
+  if (market.unknownState !== undefined) return idle;
   if (market.failure !== undefined) {
     return (await stillLeads()) ? { ...idle, market, record: await failStart(ctx, record, market) } : { ...idle, market };
   }
@@ -95,9 +97,16 @@ async function applyStatus(ctx: GpuContext, record: InstanceRecord, next: Stored
   return changed ?? (await ctx.instances.get(record.instanceId)) ?? record;
 }
 
-/** The machine exists but its container could not start: the record fails and the machine is given back. */
+/**
+ * The machine exists but its container could not start, or failed for good once up: the record
+ * fails (never reads destroyed) and the machine is given back.
+ */
 async function failStart(ctx: GpuContext, record: InstanceRecord, market: MarketInstance): Promise<InstanceRecord> {
-  await releaseMachine(ctx, ACTOR_SYSTEM, record, market, `the marketplace instance could not start: ${market.failure}`, Date.now());
+  if (record.status === "creating" || record.status === "loading") {
+    await releaseMachine(ctx, ACTOR_SYSTEM, record, market, `the marketplace instance could not start: ${market.failure}`, Date.now());
+  } else {
+    await failMachine(ctx, ACTOR_SYSTEM, record, market, `the marketplace instance failed: ${market.failure}`);
+  }
   return (await ctx.instances.get(record.instanceId)) ?? record;
 }
 

@@ -334,14 +334,20 @@ export class InstanceStore {
   }
 
   /**
-   * Marks a creating (or loading) record failed. Its cost ends now when a marketplace machine was rented for
-   * it, and at created_at (no cost) when none was: destroyed_at is where every cost figure ends.
+   * Marks a creating (or loading) record failed; `from` widens that for a machine that failed once
+   * up. Its cost ends now when a marketplace machine was rented for it, and at created_at (no cost)
+   * when none was: destroyed_at is where every cost figure ends.
    */
-  async markFailed(instanceId: string, machineRented: boolean, trx?: Knex.Transaction): Promise<InstanceRecord | null> {
+  async markFailed(
+    instanceId: string,
+    machineRented: boolean,
+    trx?: Knex.Transaction,
+    // A container can fail to start after its image loaded, so loading records fail too.
+    from: readonly StoredStatus[] = ["creating", "loading"],
+  ): Promise<InstanceRecord | null> {
     const [row] = await (trx ?? this.knex)(TABLE)
-      // A container can fail to start after its image loaded, so loading records fail too.
       .where({ instance_id: instanceId })
-      .whereIn("status", ["creating", "loading"])
+      .whereIn("status", from as StoredStatus[])
       .update({
         status: "failed",
         destroyed_at: machineRented ? this.knex.fn.now() : this.knex.ref("created_at"),

@@ -28,8 +28,8 @@ export interface EmulatedPod {
   count: number;
   dataCenterId: string;
   createdAt: number;
-  /** Set by a control: the status from then on. */
-  forced: "EXITED" | "ERROR" | undefined;
+  /** Set by a control: the status from then on (EXITED, ERROR, or a state the contract does not name yet). */
+  forced: string | undefined;
   server: ModelServer | undefined;
   starting: Promise<void> | undefined;
 }
@@ -138,7 +138,7 @@ export function createPods(clock: PodClock) {
       all.set(pod.id, pod);
       return pod;
     },
-    force(id: string, status: "EXITED" | "ERROR"): void {
+    force(id: string, status: string): void {
       const pod = all.get(id);
       if (!pod) throw new Error(`no pod ${id}`);
       pod.forced = status;
