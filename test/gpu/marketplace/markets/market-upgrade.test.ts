@@ -107,7 +107,11 @@ describe("upgrading from one market to two and back", () => {
     await expectStillUp(url, { [plain]: "running_llm", [replica]: "running_llm", [onRunpod]: "running" });
     expect(readyIds(await waitForEndpoint(url, "upgrade", "ready", (e) => e.state === "ready", 10_000))).toEqual([replica]);
 
+    // Another record as from before records named their market: a start on one market names it.
+    await service!.stop("SIGTERM");
+    await db.knex("gpu_instances").where({ instance_id: replica }).update({ market: null });
     url = await restartOn("vastai");
+    expect(await record(replica)).toMatchObject({ market: "vastai" });
     const runpodCalls = runpod.requests.length; // the last process on RunPod has stopped
     await expectStillUp(url, { [plain]: "running_llm", [replica]: "running_llm", [onRunpod]: "running" });
     // RunPod is not configured: nothing is asked of it, its record keeps its status and is shown, and said once.
