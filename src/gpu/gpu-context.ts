@@ -4,6 +4,7 @@ import type { Deployment } from "./deployment.js";
 import type { ExecutionLogStore } from "./store/execution-log-store.js";
 import type { InstanceStore, MarketFacts } from "./store/instance-store.js";
 import type { Marketplace, MarketInstance } from "./marketplace/port.js";
+import { ownInstanceId } from "./marketplace/markets/market-ids.js";
 import type { ModelServerProbe } from "./lifecycle/probe.js";
 
 /** What the GPU service's parts share; built once by gpu-module.ts. */
@@ -31,7 +32,8 @@ export const DEFAULT_CREATION_GRACE_MS = 300_000;
 
 export function marketFactsOf(market: MarketInstance): MarketFacts {
   return {
-    marketInstanceId: market.id,
+    marketInstanceId: ownInstanceId(market),
+    ...(market.market !== undefined && { market: market.market }),
     gpuInfo: { gpuName: market.gpuName, numGpus: market.numGpus, gpuRam: market.gpuRam },
     costPerHour: market.dphTotal,
     publicIp: market.publicIp || null,

@@ -28,6 +28,7 @@ import { createSyncLeader, leadershipJson } from "./lifecycle/sync-leader.js";
 import { createSyncLoop, type SyncLoop } from "./lifecycle/sync-loop.js";
 import { KnexKeyStore } from "../server/keys/key-store.js";
 import { KnexKeyUsageStore } from "../server/keys/key-usage-store.js";
+import { nameMarketOfOldRecords } from "./lifecycle/market-listing.js";
 
 export interface GpuModule extends ServiceModule {
   /** The status sync and reconciliation loop; tests run rounds on demand. */
@@ -129,6 +130,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     leadership: () => leadershipJson(leader.status()),
     async start() {
       loadPublisher.start();
+      await nameMarketOfOldRecords(ctx);
       await syncLoop.start();
       endpointLoop.start();
     },

@@ -49,6 +49,7 @@ export async function basicStatus(ctx: GpuContext, instanceId: string): Promise<
       interruptible: record.interruptible,
       bidPerHour: record.bidPerHour ?? undefined,
       preempted: market ? market.status === "preempted" : record.preemptedAt !== null && record.status === "exited",
+      market: record.market ?? "",
     },
   };
 }

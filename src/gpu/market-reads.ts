@@ -7,6 +7,7 @@ import { directoryOf } from "./marketplace/markets/market-directory.js";
 import { searchOffers, type OfferQuery, type OfferSearchResult } from "./marketplace/offers.js";
 import { roundMoney } from "./money/cost.js";
 import { isTerminal } from "./store/status.js";
+import type { InstanceRecord } from "./store/instance-store.js";
 
 // What the offer and market RPCs read across the configured markets: a search over every
 // market's catalogue at once (one that fails leaves the others' offers, and `markets` says
@@ -44,27 +45,30 @@ function knownMarket(names: readonly string[], market: string): string {
   throw new InvalidInputError(`market must be one of the configured markets ${names.join(", ")}, got '${excerpt(market)}'`, { extra: { field: "market" } });
 }
 
-/** GET /api/gpu/markets: each configured market's state, its live instances (dearest first) and their $/h. */
+/**
+ * GET /api/gpu/markets: each configured market's state, its live instances (dearest first) and
+ * their $/h; then each market MARKETPLACE no longer names that live records are still rented on,
+ * as `unconfigured` with those records (they keep their status until it is configured again).
+ */
 export async function listMarkets(ctx: GpuContext): Promise<MessageInitShape<typeof ListMarketsResponseSchema>> {
   const directory = directoryOf(ctx.marketplace);
   const live = (await ctx.instances.listLive()).filter((r) => !isTerminal(r.status));
-  const first = directory.names[0]!;
-  return {
-    markets: directory.states().map(({ market, health, interruptible }) => {
-      const mine = live.filter((r) => (r.market ?? first) === market);
-      const instances = mine
-        .map((r) => ({ instanceId: r.instanceId, status: r.status, costPerHour: r.costPerHour }))
-        .sort((a, b) => b.costPerHour - a.costPerHour || a.instanceId.localeCompare(b.instanceId));
-      return {
-        name: market,
-        state: health.state,
-        ...(health.error !== undefined && { error: health.error }),
-        ...(health.since && { since: timestampFromDate(health.since) }),
-        ...(health.until && { until: timestampFromDate(health.until) }),
-        interruptible,
-        instances,
-        dphTotal: roundMoney(instances.reduce((sum, i) => sum + i.costPerHour, 0)),
-      };
-    }),
+  const marketOf = (r: InstanceRecord) => r.market ?? (directory.names.length === 1 ? directory.names[0] : undefined);
+  const entry = (market: string) => {
+    const instances = live
+      .filter((r) => marketOf(r) === market)
+      .map((r) => ({ instanceId: r.instanceId, status: r.status, costPerHour: r.costPerHour }))
+      .sort((a, b) => b.costPerHour - a.costPerHour || a.instanceId.localeCompare(b.instanceId));
+    return { name: market, instances, dphTotal: roundMoney(instances.reduce((sum, i) => sum + i.costPerHour, 0)) };
   };
+  const configured = directory.states().map(({ market, health, interruptible }) => ({
+    ...entry(market),
+    state: health.state,
+    ...(health.error !== undefined && { error: health.error }),
+    ...(health.since && { since: timestampFromDate(health.since) }),
+    ...(health.until && { until: timestampFromDate(health.until) }),
+    interruptible,
+  }));
+  const elsewhere = [...new Set(live.map(marketOf))].filter((m): m is string => m !== undefined && !directory.names.includes(m)).sort();
+  return { markets: [...configured, ...elsewhere.map((market) => ({ ...entry(market), state: "unconfigured", interruptible: false }))] };
 }

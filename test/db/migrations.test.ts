@@ -115,6 +115,30 @@ describe("migrations", () => {
     await db.knex("gpu_instances").delete();
   });
 
+  it("splits the <market>:<id> ids written with several markets into the market and its own id", async () => {
+    await undoThrough("20261129010000_gpu_instance_market_own_id");
+    await db.knex("gpu_instances").insert([
+      { instance_id: "gpu-40", offer_id: "o", status: "running", market: "vastai", market_instance_id: "vastai:4200001" },
+      { instance_id: "gpu-41", offer_id: "o", status: "running", market: "runpod", market_instance_id: "runpod:abc123" },
+      // With one market: already the own id.
+      { instance_id: "gpu-42", offer_id: "o", status: "running", market: "vastai", market_instance_id: "4200002" },
+      // From before the market column: named by its id's market.
+      { instance_id: "gpu-43", offer_id: "o", status: "running", market: null, market_instance_id: "simulated:sim-7" },
+      // A bare id, no market: left to the first start (docs/marketplaces.md).
+      { instance_id: "gpu-44", offer_id: "o", status: "running", market: null, market_instance_id: "4200003" },
+    ]);
+    await migrateToLatest(db.knex);
+    const rows = await db.knex("gpu_instances").orderBy("instance_id").select("instance_id", "market", "market_instance_id");
+    expect(rows.map((r) => [r.instance_id, r.market, r.market_instance_id])).toEqual([
+      ["gpu-40", "vastai", "4200001"],
+      ["gpu-41", "runpod", "abc123"],
+      ["gpu-42", "vastai", "4200002"],
+      ["gpu-43", "simulated", "sim-7"],
+      ["gpu-44", null, "4200003"],
+    ]);
+    await db.knex("gpu_instances").delete();
+  });
+
   it("refuses a status value outside the contract", async () => {
     await expect(
       db.knex("gpu_instances").insert({ instance_id: "gpu-2", offer_id: "o", status: "sleeping" }),

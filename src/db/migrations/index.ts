@@ -27,6 +27,7 @@ import * as gpuInstanceBillingEnd from "./20261128011000_gpu_instance_billing_en
 import * as gpuEndpointMixWait from "./20261128020000_gpu_endpoint_mix_wait.js";
 import * as gpuInstanceMarket from "./20261128030000_gpu_instance_market.js";
 import * as gpuEndpointMarkets from "./20261128040000_gpu_endpoint_markets.js";
+import * as gpuInstanceMarketOwnId from "./20261129010000_gpu_instance_market_own_id.js";
 import * as gpuKeys from "./20261129020000_gpu_keys.js";
 import * as gpuEndpointRouting from "./20261129040000_gpu_endpoint_routing.js";
 
@@ -61,6 +62,7 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261128020000_gpu_endpoint_mix_wait", gpuEndpointMixWait],
   ["20261128030000_gpu_instance_market", gpuInstanceMarket],
   ["20261128040000_gpu_endpoint_markets", gpuEndpointMarkets],
+  ["20261129010000_gpu_instance_market_own_id", gpuInstanceMarketOwnId],
   ["20261129020000_gpu_keys", gpuKeys],
   ["20261129040000_gpu_endpoint_routing", gpuEndpointRouting],
 ];

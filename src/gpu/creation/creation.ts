@@ -4,7 +4,7 @@ import { DomainError, excerpt, InvalidInputError, NotFoundError, OperationFailed
 import { completeCreation } from "./creation-log.js";
 import { parseCustomConfig } from "./custom-config.js";
 import type { GpuContext } from "../gpu-context.js";
-import type { InstanceRecord } from "../store/instance-store.js";
+import { machineRefOf, type InstanceRecord } from "../store/instance-store.js";
 import { launchPlanOf, newModelApiKey, onMachine } from "./launch-plan.js";
 import { limitsFor } from "../money/limits.js";
 import { releaseMachine, releaseTwin } from "../lifecycle/machine-release.js";
@@ -255,7 +255,7 @@ async function completeOrRelease(
     // late), the record's machine is kept and this one given back; anything else means the
     // machine is not ours to report.
     const current = await ctx.instances.get(record.instanceId);
-    if (current?.marketInstanceId === market.id) return;
+    if (current && machineRefOf(current) === market.id) return;
     if (current && current.marketInstanceId !== null && !isTerminal(current.status)) return await releaseTwin(ctx, actor, current, market);
     throw new OperationFailedError(`The creation of '${record.instanceId}' was settled elsewhere as ${current?.status ?? "missing"}`);
   } catch (err) {

@@ -1,6 +1,6 @@
 import { ConflictError, UnavailableError } from "../../errors.js";
 import { elapsedSince, type GpuContext } from "../gpu-context.js";
-import { gpuInfoJson, type InstanceRecord } from "../store/instance-store.js";
+import { gpuInfoJson, machineRefOf, type InstanceRecord } from "../store/instance-store.js";
 import type { LimitName } from "../money/limits.js";
 import { transition } from "./transition.js";
 
@@ -31,7 +31,8 @@ export async function destroyRecord(
     throw new ConflictError(`Instance '${record.instanceId}' is still being created; destroy it once creation has answered`);
   }
   const started = Date.now();
-  const command = record.marketInstanceId ? `destroy ${record.marketInstanceId}` : "none (no marketplace instance)";
+  const machine = machineRefOf(record);
+  const command = machine !== null ? `destroy ${machine}` : "none (no marketplace instance)";
   const metadata = {
     template_name: record.templateName,
     gpu_info: gpuInfoJson(record.gpuInfo),
@@ -41,10 +42,10 @@ export async function destroyRecord(
     ...(cause ? { limit: cause.limit } : {}),
   };
   const why = cause ? `${cause.reason}; ` : "";
-  if (record.marketInstanceId !== null) {
+  if (machine !== null) {
     await ctx.instances.requestDestroy(record.instanceId);
     try {
-      await ctx.marketplace.destroyInstance(record.marketInstanceId);
+      await ctx.marketplace.destroyInstance(machine);
     } catch (err) {
       ctx.logger.warn({ err, instance_id: record.instanceId }, "marketplace did not confirm a destroy");
       await ctx.logs.append({

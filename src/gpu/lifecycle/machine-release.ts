@@ -1,6 +1,8 @@
 import { failCreation } from "../creation/creation-log.js";
 import { elapsedSince, type GpuContext } from "../gpu-context.js";
 import type { InstanceRecord } from "../store/instance-store.js";
+import type { StoredStatus } from "../store/status.js";
+import { transition } from "./transition.js";
 import type { MarketInstance } from "../marketplace/port.js";
 
 // An error answer never leaves a billed machine behind. When the marketplace rented a machine
@@ -25,6 +27,39 @@ export async function releaseMachine(
   } catch (err) {
     ctx.logger.error({ err, instance_id: record.instanceId }, "could not mark a failed creation failed");
   }
+  await destroyFailed(ctx, actor, record, machine, reason, "destroyed after a failed creation");
+}
+
+/**
+ * A machine that was up and then failed for good (RunPod's ERROR): the record becomes failed, not
+ * destroyed, and the machine is given back as after a failed creation.
+ */
+export async function failMachine(ctx: GpuContext, actor: string, record: InstanceRecord, machine: MarketInstance, reason: string): Promise<void> {
+  try {
+    await transition(
+      ctx,
+      (trx) => ctx.instances.markFailed(record.instanceId, true, trx, FAILABLE_WHEN_UP),
+      (failed) => ({
+        actor,
+        instanceId: failed.instanceId,
+        operation: "status_change",
+        command: `sync ${machine.id}`,
+        result: `${record.status} -> failed: ${reason}; the marketplace instance is destroyed`,
+        executionTime: 0,
+        success: true,
+        metadata: { from: record.status, to: "failed", market_status: machine.status, template_name: record.templateName },
+      }),
+    );
+  } catch (err) {
+    ctx.logger.error({ err, instance_id: record.instanceId }, "could not mark a failed machine's record failed");
+  }
+  await destroyFailed(ctx, actor, record, machine, reason, "destroyed after it failed");
+}
+
+const FAILABLE_WHEN_UP: readonly StoredStatus[] = ["creating", "loading", "running", "running_llm", "exited"];
+
+/** Destroys a failed record's machine, retried a few times, and logs how it went. */
+async function destroyFailed(ctx: GpuContext, actor: string, record: InstanceRecord, machine: MarketInstance, reason: string, done: string): Promise<void> {
   const destroyStarted = Date.now();
   const error = await destroyWithRetries(ctx, machine.id);
   await ctx.logs
@@ -33,14 +68,12 @@ export async function releaseMachine(
       instanceId: record.instanceId,
       operation: "destroy_instance",
       command: `destroy ${machine.id}`,
-      result: error
-        ? `marketplace did not confirm the destroy after a failed creation, retried by the reconciler: ${error.message}`
-        : "destroyed after a failed creation, confirmed by the marketplace",
+      result: error ? `marketplace did not confirm the destroy of a failed record's machine, retried by the reconciler: ${error.message}` : `${done}, confirmed by the marketplace`,
       executionTime: elapsedSince(destroyStarted),
       success: error === undefined,
       metadata: { market_instance_id: machine.id, cost_per_hour: machine.dphTotal, reason },
     })
-    .catch((err: unknown) => ctx.logger.error({ err, instance_id: record.instanceId }, "could not log the destroy of a failed creation"));
+    .catch((err: unknown) => ctx.logger.error({ err, instance_id: record.instanceId }, "could not log the destroy of a failed record's machine"));
 }
 
 /**

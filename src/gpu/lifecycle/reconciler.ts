@@ -1,19 +1,21 @@
 import { completeCreation, failCreation } from "../creation/creation-log.js";
 import { ACTOR_SYSTEM } from "../../actor.js";
 import { elapsedSince, type GpuContext } from "../gpu-context.js";
-import type { InstanceRecord } from "../store/instance-store.js";
+import { machineRefOf, type InstanceRecord } from "../store/instance-store.js";
 import type { MarketInstance } from "../marketplace/port.js";
 import { isTerminal } from "../store/status.js";
 import { roundMoney } from "../money/cost.js";
 import { releaseMachine } from "./machine-release.js";
 import { ungated, type StillLeads } from "./sync-leader.js";
-import { marketOfRecord } from "./market-listing.js";
+import { hasItsMarket, marketOfRecord } from "./market-listing.js";
+import { ownInstanceId } from "../marketplace/markets/market-ids.js";
 
 // Nothing rented is ever forgotten. The reconciler matches the marketplace's instances carrying
 // this deployment's labels (deployment.ts) with the stored records: it adopts the instance of a creation interrupted
 // after the marketplace call, destroys labelled instances no live record owns (they would bill
 // forever; this includes the machine of a failed creation whose destroy was not confirmed), and
-// fails creating records whose marketplace instance never appeared.
+// fails creating records whose marketplace instance never appeared. A listed machine is its
+// record's when both name the same market and the same id of that market.
 
 export interface ReconcileReport {
   adopted: string[];
@@ -47,11 +49,11 @@ export async function reconcile(
   const records = new Map((await ctx.instances.getByLabels(all.map((m) => m.label))).map((r) => [r.marketLabel, r]));
   const ours = all.filter((m) => records.has(m.label) || deployment.instanceIdOf(m.label) !== undefined);
   for (const market of ours) {
-    const record = records.get(market.label);
+    const record = await withMarketClaimed(ctx, records.get(market.label), market);
     const instanceId = record?.instanceId ?? deployment.instanceIdOf(market.label)!;
     if (ctx.inFlight.has(instanceId)) continue;
     const adopting = record && record.status === "creating" && record.marketInstanceId === null;
-    const orphaned = !record || record.marketInstanceId !== market.id || isTerminal(record.status);
+    const orphaned = !record || machineRefOf(record) !== market.id || isTerminal(record.status);
     if ((adopting || orphaned) && !(await stillLeads())) return report;
     if (adopting) {
       if (await adopt(ctx, record, market)) report.adopted.push(record.instanceId);
@@ -65,14 +67,24 @@ export async function reconcile(
   for (const record of await ctx.instances.listLive()) {
     const stale = now - record.updatedAt.getTime() >= options.creationGraceMs;
     if (record.status !== "creating" || record.marketInstanceId !== null || labels.has(record.marketLabel)) continue;
-    // A market that did not answer may well have the machine: its absence says nothing.
-    if (unreachable.has(marketOfRecord(ctx, record))) continue;
+    // A market that did not answer, or is not configured now, may well have the machine: its absence says nothing.
+    if (!hasItsMarket(ctx, record) || unreachable.has(marketOfRecord(ctx, record)!)) continue;
     if (ctx.inFlight.has(record.instanceId) || !stale) continue;
     if (!(await stillLeads())) return report;
     await failCreation(ctx, ACTOR_SYSTEM, record, `interrupted creation: the marketplace has no instance labelled ${record.marketLabel}`, record.createdAt.getTime());
     report.failed.push(record.instanceId);
   }
   return report;
+}
+
+/**
+ * A record from before several markets names no market: the market that lists its labelled
+ * machine under the record's id is its market, stored from now on.
+ */
+async function withMarketClaimed(ctx: GpuContext, record: InstanceRecord | undefined, machine: MarketInstance): Promise<InstanceRecord | undefined> {
+  if (!record || record.market !== null || machine.market === undefined || record.marketInstanceId !== ownInstanceId(machine)) return record;
+  ctx.logger.info({ instance_id: record.instanceId, market: machine.market }, "a record from before several markets is named its market, which lists its machine");
+  return (await ctx.instances.claimMarket(record.instanceId, machine.market)) ?? (await ctx.instances.get(record.instanceId)) ?? record;
 }
 
 async function adopt(ctx: GpuContext, record: InstanceRecord, market: MarketInstance): Promise<boolean> {

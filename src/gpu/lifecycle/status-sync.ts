@@ -1,9 +1,10 @@
 import { UnavailableError } from "../../errors.js";
 import { ACTOR_SYSTEM } from "../../actor.js";
 import { destroyRecord } from "./destroy.js";
-import { releaseMachine } from "./machine-release.js";
+import { failMachine, releaseMachine } from "./machine-release.js";
 import { DEFAULT_CREATION_GRACE_MS, marketFactsOf, type GpuContext } from "../gpu-context.js";
-import type { InstanceRecord } from "../store/instance-store.js";
+import { machineRefOf, type InstanceRecord } from "../store/instance-store.js";
+import { hasItsMarket } from "./market-listing.js";
 import type { MarketInstance } from "../marketplace/port.js";
 import { modelServerUrl } from "./probe.js";
 import { ungated, type StillLeads } from "./sync-leader.js";
@@ -31,14 +32,17 @@ export interface SyncOutcome {
  */
 export async function syncRecord(ctx: GpuContext, record: InstanceRecord, observed?: MarketInstance, stillLeads: StillLeads = ungated): Promise<SyncOutcome> {
   const idle = { record, market: undefined, llmAnswered: false };
+  // No other market may speak for a machine whose market is not configured now.
+  if (!hasItsMarket(ctx, record)) return idle;
   if (record.destroyRequestedAt !== null && record.status !== "destroyed") {
     if (!(await stillLeads())) return idle;
     return { ...idle, record: await destroyRecord(ctx, ACTOR_SYSTEM, record, "destroy_instance") };
   }
-  if (isTerminal(record.status) || record.marketInstanceId === null) return idle;
+  const machine = machineRefOf(record);
+  if (isTerminal(record.status) || machine === null) return idle;
   let market: MarketInstance | undefined = observed;
   try {
-    market ??= await ctx.marketplace.getInstance(record.marketInstanceId);
+    market ??= await ctx.marketplace.getInstance(machine);
   } catch (err) {
     throw new UnavailableError("The marketplace did not report the instance status", { cause: err });
   }
@@ -48,6 +52,8 @@ export async function syncRecord(ctx: GpuContext, record: InstanceRecord, observ
     if (record.status === "creating" && waited < (ctx.creationGraceMs ?? DEFAULT_CREATION_GRACE_MS)) return idle;
     return { ...idle, record: await markVanished(ctx, record) };
   }
+  // A state the adapter does not know says nothing of the machine: the record stays as stored.
+  if (market.unknownState !== undefined) return idle;
   if (market.failure !== undefined) {
     return (await stillLeads()) ? { ...idle, market, record: await failStart(ctx, record, market) } : { ...idle, market };
   }
@@ -91,9 +97,16 @@ async function applyStatus(ctx: GpuContext, record: InstanceRecord, next: Stored
   return changed ?? (await ctx.instances.get(record.instanceId)) ?? record;
 }
 
-/** The machine exists but its container could not start: the record fails and the machine is given back. */
+/**
+ * The machine exists but its container could not start, or failed for good once up: the record
+ * fails (never reads destroyed) and the machine is given back.
+ */
 async function failStart(ctx: GpuContext, record: InstanceRecord, market: MarketInstance): Promise<InstanceRecord> {
-  await releaseMachine(ctx, ACTOR_SYSTEM, record, market, `the marketplace instance could not start: ${market.failure}`, Date.now());
+  if (record.status === "creating" || record.status === "loading") {
+    await releaseMachine(ctx, ACTOR_SYSTEM, record, market, `the marketplace instance could not start: ${market.failure}`, Date.now());
+  } else {
+    await failMachine(ctx, ACTOR_SYSTEM, record, market, `the marketplace instance failed: ${market.failure}`);
+  }
   return (await ctx.instances.get(record.instanceId)) ?? record;
 }
 
@@ -106,7 +119,7 @@ async function markVanished(ctx: GpuContext, record: InstanceRecord): Promise<In
       actor: ACTOR_SYSTEM,
       instanceId: record.instanceId,
       operation: "status_change",
-      command: `sync ${record.marketInstanceId}`,
+      command: `sync ${machineRefOf(record)}`,
       result: `${record.status} -> destroyed: the marketplace no longer has the instance`,
       executionTime: 0,
       success: true,

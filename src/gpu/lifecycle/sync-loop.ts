@@ -1,13 +1,13 @@
 import type { GpuContext } from "../gpu-context.js";
 import { ACTOR_SYSTEM } from "../../actor.js";
 import { destroyRecord } from "./destroy.js";
-import type { InstanceRecord } from "../store/instance-store.js";
+import { machineRefOf, type InstanceRecord } from "../store/instance-store.js";
 import { reachedLimit } from "../money/limits.js";
 import { isTerminal } from "../store/status.js";
 import { reconcile, type ReconcilerOptions } from "./reconciler.js";
 import { createRepeatingTask } from "./repeating-task.js";
 import { directoryOf } from "../marketplace/markets/market-directory.js";
-import { listEachMarket, marketOfRecord, type MachinesOfRound } from "./market-listing.js";
+import { hasItsMarket, listEachMarket, marketOfRecord, type MachinesOfRound } from "./market-listing.js";
 import { syncRecord } from "./status-sync.js";
 import type { StillLeads, SyncLeader } from "./sync-leader.js";
 
@@ -38,6 +38,24 @@ export interface SyncLoop {
 
 export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncLoop {
   const concurrency = options.concurrency ?? 4;
+  const namedOnce = new Set<string>();
+
+  /** Records whose market is configured; each of the others is named in the log once. */
+  function withTheirMarket(records: InstanceRecord[]): InstanceRecord[] {
+    return records.filter((record) => {
+      if (hasItsMarket(ctx, record)) return true;
+      if (!namedOnce.has(record.instanceId)) {
+        namedOnce.add(record.instanceId);
+        ctx.logger.warn(
+          { instance_id: record.instanceId, market: record.market ?? "", status: record.status },
+          record.market === null
+            ? "a record from before several markets names no market; it keeps its status until a market lists its machine"
+            : "a record's market is not configured; it keeps its status, and nothing is sent to another market for it",
+        );
+      }
+      return false;
+    });
+  }
 
   /** The account's machines, each market listed once per round for the reconciler and every record's sync. */
   async function listMachines(): Promise<MachinesOfRound> {
@@ -76,11 +94,11 @@ export function createSyncLoop(ctx: GpuContext, options: SyncLoopOptions): SyncL
     }
     const byId = new Map((machines ?? []).map((m) => [m.id, m]));
     // A market that did not answer leaves its records as they are stored: asking it once per record would only fail slower.
-    const records = stillLeads.lapsed() ? [] : (await ctx.instances.listLive()).filter((r) => !unreachable.has(marketOfRecord(ctx, r)));
+    const records = stillLeads.lapsed() ? [] : withTheirMarket(await ctx.instances.listLive()).filter((r) => !unreachable.has(marketOfRecord(ctx, r)!));
     const queue = [...records];
     const worker = async () => {
       for (let record = queue.shift(); record && !stillLeads.lapsed(); record = queue.shift()) {
-        await syncRecord(ctx, record, byId.get(record.marketInstanceId ?? ""), stillLeads)
+        await syncRecord(ctx, record, byId.get(machineRefOf(record) ?? ""), stillLeads)
           .then(({ record: synced }) => enforceLimits(ctx, synced, stillLeads))
           .catch((err: unknown) => ctx.logger.warn({ err, instance_id: record.instanceId }, "status sync failed; retrying next round"));
       }

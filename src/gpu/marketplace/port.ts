@@ -107,6 +107,11 @@ export interface MarketInstance {
   dphTotal: number;
   /** Set when the machine exists but its container could not start (a provisioning error). */
   failure?: string;
+  /**
+   * The market's own word for a state the adapter does not know (a newer API): `status` then says
+   * nothing, and the record keeps its stored status (status-sync.ts).
+   */
+  unknownState?: string;
   /** Rented as an interruptible bid: the marketplace may preempt it. */
   interruptible: boolean;
   /** The bid, $/h for the whole machine, storage excluded; set for an interruptible instance whose bid the marketplace shows. */
@@ -238,8 +243,6 @@ export interface MarketDirectory {
   /** Each market's instances whose label starts with the prefix, asked at once; a market that fails says so. */
   listInstancesEach(labelPrefix: string, signal?: AbortSignal): Promise<MarketListing<MarketInstance>[]>;
   states(): MarketState[];
-  /** The market an instance id of this marketplace belongs to. */
-  marketOfInstance(id: string): string;
 }
 
 /**

@@ -1,4 +1,5 @@
 import type { Knex } from "knex";
+import { instanceRef } from "../marketplace/markets/market-ids.js";
 import { SORT_SQL } from "./instance-list-sql.js";
 import type { InstanceSortKey } from "./page-token.js";
 import type { StoredStatus } from "./status.js";
@@ -17,7 +18,7 @@ export interface GpuInfo {
 
 export interface InstanceRecord {
   instanceId: string;
-  /** The marketplace's id; null until the marketplace answered the creation. */
+  /** The market's own id of its machine (never prefixed with the market); null until the market answered the creation. */
   marketInstanceId: string | null;
   /** The label its marketplace instance carries: deployment id and instance_id (deployment.ts). */
   marketLabel: string;
@@ -57,7 +58,11 @@ export interface InstanceRecord {
   preemptedAt: Date | null;
   /** The physical machine it was rented on, where the marketplace says (vast.ai machine_id); for spreading replicas. */
   machineId: string | null;
-  /** The market it is rented on (MARKETPLACE's name); null for a record from before several markets (the first market's). */
+  /**
+   * The market it is rented on (MARKETPLACE's name): every call about its machine goes there.
+   * Null for a record from before several markets until a start or a listing fills it in
+   * (docs/marketplaces.md), and for records of a bare adapter (tests).
+   */
   market: string | null;
 }
 
@@ -87,12 +92,21 @@ export type OfferFacts = Pick<InstanceRecord, "offerId" | "gpuInfo" | "costPerHo
 
 /** What the marketplace says about a running machine, copied into the record. */
 export interface MarketFacts {
+  /** The market's own id. */
   marketInstanceId: string;
+  /** The market that answered; fills in a record that had none. */
+  market?: string;
   gpuInfo: GpuInfo;
   costPerHour: number;
   publicIp: string | null;
   sshPort: number | null;
   portMappings: Record<string, number>;
+}
+
+/** The id the marketplace port takes for the record's machine: `<market>:<own id>`, or the own id of a record naming no market. */
+export function machineRefOf(record: Pick<InstanceRecord, "market" | "marketInstanceId">): string | null {
+  if (record.marketInstanceId === null) return null;
+  return record.market ? instanceRef(record.market, record.marketInstanceId) : record.marketInstanceId;
 }
 
 export type NetworkFacts = Pick<MarketFacts, "publicIp" | "sshPort" | "portMappings">;
@@ -284,6 +298,7 @@ export class InstanceStore {
       .whereNull("market_instance_id")
       .update({
         market_instance_id: facts.marketInstanceId,
+        ...(facts.market !== undefined && { market: this.knex.raw("coalesce(market, ?)", [facts.market]) }),
         gpu_info: JSON.stringify(gpuInfoJson(facts.gpuInfo)),
         cost_per_hour: facts.costPerHour,
         ...networkColumns(facts),
@@ -319,14 +334,20 @@ export class InstanceStore {
   }
 
   /**
-   * Marks a creating (or loading) record failed. Its cost ends now when a marketplace machine was rented for
-   * it, and at created_at (no cost) when none was: destroyed_at is where every cost figure ends.
+   * Marks a creating (or loading) record failed; `from` widens that for a machine that failed once
+   * up. Its cost ends now when a marketplace machine was rented for it, and at created_at (no cost)
+   * when none was: destroyed_at is where every cost figure ends.
    */
-  async markFailed(instanceId: string, machineRented: boolean, trx?: Knex.Transaction): Promise<InstanceRecord | null> {
+  async markFailed(
+    instanceId: string,
+    machineRented: boolean,
+    trx?: Knex.Transaction,
+    // A container can fail to start after its image loaded, so loading records fail too.
+    from: readonly StoredStatus[] = ["creating", "loading"],
+  ): Promise<InstanceRecord | null> {
     const [row] = await (trx ?? this.knex)(TABLE)
-      // A container can fail to start after its image loaded, so loading records fail too.
       .where({ instance_id: instanceId })
-      .whereIn("status", ["creating", "loading"])
+      .whereIn("status", from as StoredStatus[])
       .update({
         status: "failed",
         destroyed_at: machineRented ? this.knex.fn.now() : this.knex.ref("created_at"),
@@ -359,6 +380,20 @@ export class InstanceStore {
       .where({ instance_id: instanceId })
       .whereNull("destroy_requested_at")
       .update({ destroy_requested_at: this.knex.fn.now() });
+  }
+
+  /**
+   * Gives the live records that name no market (written before several markets) the one market
+   * configured now; returns how many. Finished records keep theirs empty: no call goes to them.
+   */
+  async fillMarketOfLive(market: string): Promise<number> {
+    return this.knex(TABLE).whereNull("market").whereRaw(`(${LIVE_PREDICATE})`).update({ market });
+  }
+
+  /** Names the market of a record that named none, once a market listed its machine under its id. */
+  async claimMarket(instanceId: string, market: string): Promise<InstanceRecord | null> {
+    const [row] = await this.knex(TABLE).where({ instance_id: instanceId }).whereNull("market").update({ market }).returning("*");
+    return row ? toRecord(row as Row) : null;
   }
 
   /** Records the sync loop and the reconciler look at: not finished, or with a pending destroy. */

@@ -18,7 +18,7 @@ export interface MarketServiceOptions {
   vast?: EmulatorOptions;
   /** RunPod's emulator, started when given. */
   runpod?: RunpodEmulatorOptions;
-  /** The service's logger (silent without). */
+  /** The service's logger, its markets' too (silent without). */
   logger?: Logger;
 }
 
@@ -43,7 +43,7 @@ export async function startMarketService(options: MarketServiceOptions): Promise
     ...(runpod && { RUNPOD_API_KEY: options.runpod!.apiKey, RUNPOD_API_URL: runpod.url }),
     ...options.env,
   };
-  const marketplace = createMarketplace(loadConfig(env), pino({ level: "silent" }), db.knex);
+  const marketplace = createMarketplace(loadConfig(env), options.logger ?? pino({ level: "silent" }), db.knex);
   const server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace, env, logger: options.logger });
   return {
     vast,

@@ -30,8 +30,8 @@ export interface EmulatedPod {
   createdAt: number;
   /** What it bills per hour above its catalogue price (a control: RunPod's `cost` is the pod's own). */
   surcharge: number;
-  /** Set by a control: the status from then on. */
-  forced: "EXITED" | "ERROR" | undefined;
+  /** Set by a control: the status from then on (EXITED, ERROR, or a state the contract does not name yet). */
+  forced: string | undefined;
   server: ModelServer | undefined;
   starting: Promise<void> | undefined;
 }
@@ -141,7 +141,7 @@ export function createPods(clock: PodClock) {
       all.set(pod.id, pod);
       return pod;
     },
-    force(id: string, status: "EXITED" | "ERROR"): void {
+    force(id: string, status: string): void {
       const pod = all.get(id);
       if (!pod) throw new Error(`no pod ${id}`);
       pod.forced = status;

@@ -2,7 +2,7 @@ import { findTemplate } from "../../creation/templates.js";
 import { modelServerUrl } from "../../lifecycle/probe.js";
 import type { GpuContext } from "../../gpu-context.js";
 import { syncRecord } from "../../lifecycle/status-sync.js";
-import type { InstanceRecord } from "../../store/instance-store.js";
+import { machineRefOf, type InstanceRecord } from "../../store/instance-store.js";
 import { isTerminal } from "../../store/status.js";
 import type { EndpointEventStore } from "../resource/endpoint-events.js";
 import type { EndpointRecord, EndpointStore } from "../resource/endpoint-store.js";
@@ -96,7 +96,7 @@ export function probeOutcome(
 /** A fresh status read of an interruptible replica's machine; a preemption is stored at once (status sync). */
 async function readPreemption(ctx: GpuContext, record: InstanceRecord): Promise<void> {
   try {
-    const market = await ctx.marketplace.getInstance(record.marketInstanceId!, undefined, { fresh: true });
+    const market = await ctx.marketplace.getInstance(machineRefOf(record)!, undefined, { fresh: true });
     if (market?.status === "preempted") await syncRecord(ctx, record, market);
   } catch (err) {
     ctx.logger.warn({ err, instance_id: record.instanceId }, "status read after a failed probe failed; the sync loop reads it next");

@@ -27,6 +27,5 @@ export function directoryOf(marketplace: Marketplace): MarketDirectory {
         rateLimitWaits: marketplace.rateLimitWaits?.(),
       },
     ],
-    marketOfInstance: () => BARE_MARKET,
   };
 }

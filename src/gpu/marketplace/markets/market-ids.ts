@@ -1,20 +1,36 @@
 import { excerpt, InvalidInputError, UnavailableError } from "../../../errors.js";
+import type { MarketInstance } from "../port.js";
 
-// Ids across several markets: with more than one configured, an offer's or instance's id is
-// `<market>:<the market's own id>`, so that ids never collide and each call finds its market.
-// With one market ids stay the market's own, as they always were.
+// Ids across several markets. An offer id is `<market>:<the market's own id>` when more than one
+// market is configured (what `offer_id` takes), and the market's own id with one, as it always was.
+// An instance id behind the composite is always `<market>:<own id>`: the record stores the market
+// and the own id apart (instance-store.ts), and every call is sent by the market it names, never
+// by the position of a market in MARKETPLACE. Callers of the API never see these ids: theirs is
+// the record's instance_id.
 
 export interface MarketIds {
-  /** The id callers see for a market's own id. */
+  /** The offer id callers see for a market's own offer id. */
   qualify(market: string, id: string): string;
   /** The market and its own id of an offer id; InvalidInputError naming `offer_id` when no configured market has it. */
   ofOffer(id: string): { market: string; id: string };
   /**
-   * The market and its own id of an instance id; an id without a market's prefix (a record from
-   * before several markets) belongs to the first. An id of a market MARKETPLACE no longer names
-   * is UnavailableError: its machine may still bill there, and no other market may call it gone.
+   * The market and its own id of an instance id. An id of a market MARKETPLACE no longer names is
+   * UnavailableError: its machine may still bill there, and no other market may call it gone. A
+   * bare id (a record written with one market) belongs to the one configured; with several it
+   * names no market and is refused, never sent to the first.
    */
   ofInstance(id: string): { market: string; id: string };
+}
+
+/** The composite's id of a market's instance. */
+export function instanceRef(market: string, id: string): string {
+  return `${market}:${id}`;
+}
+
+/** The market's own id of an instance the composite answered (its id carries the market); a bare adapter's id as it is. */
+export function ownInstanceId(instance: Pick<MarketInstance, "id" | "market">): string {
+  const prefix = instance.market === undefined ? undefined : `${instance.market}:`;
+  return prefix !== undefined && instance.id.startsWith(prefix) ? instance.id.slice(prefix.length) : instance.id;
 }
 
 /** `names`: the configured markets, in order; `known`: every market name there is (MARKETPLACE's choices). */
@@ -30,6 +46,7 @@ export function createMarketIds(names: readonly string[], known: readonly string
     if (found) return found;
     const prefix = id.slice(0, Math.max(0, id.indexOf(":")));
     if (known.includes(prefix)) throw new UnavailableError(`Instance '${excerpt(id)}' is rented on the market '${prefix}', which MARKETPLACE does not name now`);
+    if (names.length > 1) throw new UnavailableError(`Instance '${excerpt(id)}' names no market; with several markets configured it is sent to none`);
     return { market: first, id };
   };
   if (names.length === 1) {

@@ -10,14 +10,15 @@ import type {
   OfferFilter,
 } from "../port.js";
 import { createHealthTracker, refusesAccount, type HealthTracker } from "./market-health.js";
-import { createMarketIds } from "./market-ids.js";
+import { createMarketIds, instanceRef } from "./market-ids.js";
 import { createMarketRefusals } from "./market-refusals.js";
 import { mergedOffers } from "./merged-offers.js";
 
 // The configured markets behind the one port (SPEC.md section 2, "Several marketplaces"). A
 // search asks every market at once, each under its own timeout, and answers with what the
-// markets that answered offer; each offer and instance names its market, and with several
-// markets their ids carry it, so that every instance call goes to the instance's own market.
+// markets that answered offer; each offer and instance names its market, offer ids carry it with
+// several markets and instance ids always (market-ids.ts), so that every instance call goes to
+// the instance's own market.
 // A blocked market (MarketBlockedError) is left out of auto-picks but for one create a minute;
 // when it is the only market a pick may rent on, the pick answers its refusal (market-refusals.ts).
 
@@ -86,7 +87,7 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
   const offerOf = (market: string) => (offer: MarketOffer): MarketOffer => ({ ...offer, id: ids.qualify(market, offer.id), market });
   const instanceOf = (market: string) => (instance: MarketInstance): MarketInstance => ({
     ...instance,
-    id: ids.qualify(market, instance.id),
+    id: instanceRef(market, instance.id),
     offerId: ids.qualify(market, instance.offerId),
     market,
   });
@@ -104,14 +105,6 @@ export function createSeveralMarkets(options: SeveralMarketsOptions): SeveralMar
         ...tracker.counts(market),
         rateLimitWaits: adapter(market).rateLimitWaits?.(),
       })),
-    marketOfInstance(id) {
-      try {
-        return ids.ofInstance(id).market;
-      } catch {
-        // A market not configured now: named as its id says, and never listed.
-        return id.slice(0, id.indexOf(":"));
-      }
-    },
   };
 
   const costs = names.filter((n) => adapter(n).costIncludes !== undefined);

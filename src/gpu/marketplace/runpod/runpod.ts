@@ -104,12 +104,23 @@ export function createRunpodMarketplace(options: RunpodMarketplaceOptions): Mark
     return filterOffers(answers.flat(), filter);
   }
 
+  const unknownStates = new Set<string>();
+  /** Each state the adapter does not know is logged once; its pods keep their records' status. */
+  function noteUnknownStates(pods: readonly MarketInstance[]): void {
+    for (const pod of pods) {
+      if (pod.unknownState === undefined || unknownStates.has(pod.unknownState)) continue;
+      unknownStates.add(pod.unknownState);
+      options.logger?.warn({ state: pod.unknownState, instance: pod.id }, "RunPod shows a pod in a state this adapter does not know; its record keeps its stored status");
+    }
+  }
+
   /**
    * The pods as the port reports them, their GPU types named as the catalogue names them (a pod
    * names its type by id only). A type not seen yet (after a restart) is looked up in the
    * catalogue: a machine adopted with no GPU memory would fail its template's limits.
    */
   async function named(pods: MarketInstance[]): Promise<MarketInstance[]> {
+    noteUnknownStates(pods);
     if (pods.some((pod) => pod.gpuName !== "" && !catalogue.known(pod.gpuName))) await catalogue.types({ count: 1, cloud: "SECURE" });
     return pods.map((pod) => {
       const type = catalogue.known(pod.gpuName);

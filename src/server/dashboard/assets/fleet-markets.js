@@ -1,13 +1,14 @@
 // @ts-check
 // The fleet's markets (GET /api/gpu/markets): each configured market's state (ok, failing with
-// its last error, rate limited until when, blocked and why), its live instances, which are the
+// its last error, rate limited until when, blocked and why; a market no longer configured that
+// live instances are still rented on: unconfigured), its live instances, which are the
 // instances rented there, and what they cost per hour. A part of the fleet page of its own.
 
 import { get } from "./api.js";
 import { escape, notice, perHour, table, time } from "./format.js";
 
 /** Each state's word and the colour of its mark (as format.js's state() marks them). */
-const STATES = { ok: ["ok", "good"], failing: ["failing", "bad"], rate_limited: ["rate limited", "warn"], blocked: ["blocked", "bad"] };
+const STATES = { ok: ["ok", "good"], failing: ["failing", "bad"], rate_limited: ["rate limited", "warn"], blocked: ["blocked", "bad"], unconfigured: ["not configured", "warn"] };
 
 /** The state in words, with what the market said and since or until when. @param {any} m */
 function stateOf(m) {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { ConflictError, InvalidInputError, MarketBlockedError, OperationFailedError, UnavailableError } from "../../../../src/errors.js";
 import { BLOCKED_PROBE_MS, createHealthTracker } from "../../../../src/gpu/marketplace/markets/market-health.js";
-import { createMarketIds } from "../../../../src/gpu/marketplace/markets/market-ids.js";
+import { createMarketIds, instanceRef, ownInstanceId } from "../../../../src/gpu/marketplace/markets/market-ids.js";
 import { mergedOffers } from "../../../../src/gpu/marketplace/markets/merged-offers.js";
 import type { MarketOffer } from "../../../../src/gpu/marketplace/port.js";
 
@@ -22,8 +22,16 @@ describe("offer and instance ids over markets", () => {
     expect(ids.ofOffer("simulated:12")).toEqual({ market: "simulated", id: "12" });
     expect(ids.ofOffer("vastai:a:b")).toEqual({ market: "vastai", id: "a:b" });
     expect(ids.ofInstance("simulated:5")).toEqual({ market: "simulated", id: "5" });
-    // A record from before several markets: the first market's.
-    expect(ids.ofInstance("5")).toEqual({ market: "vastai", id: "5" });
+    // A bare id names no market: with several it is sent to none, never to the first.
+    expect(() => ids.ofInstance("5")).toThrow(UnavailableError);
+    expect(() => createMarketIds(["runpod", "vastai"]).ofInstance("4200001")).toThrow(/names no market/);
+  });
+
+  it("names an instance by its market and its own id, whatever the number of markets", () => {
+    expect(instanceRef("vastai", "4200001")).toBe("vastai:4200001");
+    expect(ownInstanceId({ id: "vastai:4200001", market: "vastai" })).toBe("4200001");
+    expect(ownInstanceId({ id: "4200001", market: undefined })).toBe("4200001");
+    expect(createMarketIds(["vastai"]).ofInstance(instanceRef("vastai", "4200001"))).toEqual({ market: "vastai", id: "4200001" });
   });
 
   it("never sends an instance of a market MARKETPLACE no longer names to another, and takes its own prefix back when alone", () => {

@@ -141,7 +141,15 @@ describe("RunPod's pods", () => {
     expect(parsePodList({ pods: [pod({ status: "TERMINATED", cost: 0 })] })).toEqual([]);
     const { cost: _cost, ...costless } = pod();
     expect(() => parsePodList({ pods: [costless] })).toThrow(/RunPod sent a malformed answer: pods\[0\]\.cost/);
-    expect(() => parsePod(pod({ status: "HIBERNATING" }), "answer")).toThrow(OperationFailedError);
+    expect(() => parsePod(pod({ status: 7 }), "answer")).toThrow(OperationFailedError);
+  });
+
+  it("reads a state it does not know as no news of the pod, keeping RunPod's word, and goes on with the list", () => {
+    const [strange, known] = parsePodList({ pods: [pod({ status: "HIBERNATING" }), pod({ id: "pod-2" })] });
+    expect(strange).toMatchObject({ status: "offline", unknownState: "HIBERNATING" });
+    expect(strange!.failure).toBeUndefined();
+    expect(known).toMatchObject({ status: "running" });
+    expect(known!.unknownState).toBeUndefined();
   });
 });
 
