@@ -11,6 +11,7 @@ import { KnexKeyStore } from "./server/keys/key-store.js";
 import { KeptBytes } from "./server/proxy/kept-body.js";
 import { createProxyLoad } from "./server/proxy/proxy-load.js";
 import { createProxyTraffic } from "./server/proxy/proxy-traffic.js";
+import { createKeyUsage } from "./server/keys/key-usage.js";
 import type { NodeHandler } from "./server/node-http.js";
 import { createMetrics } from "./server/metrics.js";
 import { mergeApiHints } from "./server/openapi/api-hints.js";
@@ -35,9 +36,11 @@ export function createApp(deps: AppDeps): App {
   const proxyLoad = createProxyLoad();
   // The proxy's answers per endpoint and minute, published the same way for the endpoints' history.
   const proxyTraffic = createProxyTraffic();
+  // Each caller's usage per endpoint and minute, published the same way for the keys' usage.
+  const keyUsage = createKeyUsage();
   // Stopping answers the proxy's held requests at once, before the modules stop.
   const stopping = new AbortController();
-  const moduleDeps: ModuleDeps = { ...deps, metrics, proxyLoad, proxyTraffic };
+  const moduleDeps: ModuleDeps = { ...deps, metrics, proxyLoad, proxyTraffic, keyUsage };
   // First, so that a bad AUTH_TOKENS_FILE stops the start before any module is built.
   const tokens = createTokenSource({ envTokens: config.authTokens, file: config.authTokensFile, logger });
   // The keys for callers of the endpoints, held in memory and followed from the database.
@@ -60,6 +63,7 @@ export function createApp(deps: AppDeps): App {
     endpointLoad: proxyLoad,
     endpointKept: new KeptBytes(config.gpu.endpoints.keptBodyBytes),
     endpointTraffic: proxyTraffic,
+    endpointUsage: keyUsage,
     shutdown: stopping.signal,
     readiness: {
       database: async () => {

@@ -24,7 +24,7 @@ export interface AppDeps {
  * What each service module is built from: the app's dependencies, the metrics registry, and the
  * endpoint proxy's counts and traffic in this process (which the GPU module publishes).
  */
-export type ModuleDeps = AppDeps & { metrics: Metrics; proxyLoad: ProxyLoad; proxyTraffic: ProxyTraffic };
+export type ModuleDeps = AppDeps & { metrics: Metrics; proxyLoad: ProxyLoad; proxyTraffic: ProxyTraffic; keyUsage: KeyUsage };
 
 /** A service with the background work it owns. */
 export interface ServiceModule {

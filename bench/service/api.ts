@@ -21,6 +21,7 @@ import { listen } from "../../src/server/listen.js";
 import { createMetrics } from "../../src/server/metrics.js";
 import { createProxyLoad } from "../../src/server/proxy/proxy-load.js";
 import { createProxyTraffic } from "../../src/server/proxy/proxy-traffic.js";
+import { createKeyUsage } from "../../src/server/keys/key-usage.js";
 import { admin, databaseUrl, printTable } from "../shared/support.js";
 
 const RECORDS = 100_000;
@@ -97,7 +98,7 @@ async function main(): Promise<void> {
     const config = loadConfig({ PORT: "0", GPU_STATUS_SYNC_MS: "60000" });
     const logger = pino({ level: "silent" });
     const metrics = createMetrics();
-    const gpu = createGpuModule({ config, logger, knex, marketplace, metrics, proxyLoad: createProxyLoad(), proxyTraffic: createProxyTraffic(), elasticsearch: undefined as never });
+    const gpu = createGpuModule({ config, logger, knex, marketplace, metrics, proxyLoad: createProxyLoad(), proxyTraffic: createProxyTraffic(), keyUsage: createKeyUsage(), elasticsearch: undefined as never });
     const handler = createAppHandler({
       services: [gpu.service, registration(noopService(), { noop: () => ({}) } as never)],
       logger,

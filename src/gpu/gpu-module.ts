@@ -106,6 +106,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     store: load,
     load: deps.proxyLoad,
     traffic: { source: deps.proxyTraffic, store: traffic },
+    usage: { source: deps.keyUsage, store: keyUsage },
     logger: ctx.logger,
   });
   const statistics = StatisticsStore.create({ knex });

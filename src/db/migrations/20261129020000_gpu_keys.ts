@@ -8,8 +8,8 @@ import type { Knex } from "knex";
 //   value of gpu_keys_version on every write of what a directory holds (not last_used_at), so that the sum of versions changes whenever any
 //   row does, whichever transaction commits first: each process polls that sum and reloads its
 //   directory of keys only when it moved (src/server/keys/key-directory.ts).
-// - gpu_key_usage_minutes: what each key used of each endpoint per minute, written by the proxy
-//   in batches and summed by the usage read; `refused` counts refusals by reason. No foreign key:
+// - gpu_key_usage_minutes: what each key used of each endpoint per minute, written by each
+//   process's proxy in batches (a row per process: absolute counts) and summed by the usage read; `refused` counts refusals by reason. No foreign key:
 //   rows are measurements, kept as long as the endpoints' history and pruned with it.
 // - gpu_endpoints.token_input_per_mtok and token_output_per_mtok: dollars per million tokens,
 //   both set or both null (unpriced).
@@ -50,7 +50,9 @@ export async function up(knex: Knex): Promise<void> {
     t.bigInteger("machine_cost_micros").notNullable().defaultTo(0);
     t.integer("estimated").notNullable().defaultTo(0);
     t.jsonb("refused").notNullable().defaultTo("{}");
-    t.primary(["key_name", "endpoint_name", "minute"]);
+    // Each process writes its own absolute counts of a minute (a write retried counts nothing twice).
+    t.text("process_id").notNullable().defaultTo("");
+    t.primary(["key_name", "endpoint_name", "minute", "process_id"]);
     // The usage read: one key over a window, every endpoint; pruning: by age.
     t.index(["key_name", "minute"]);
     t.index(["minute"]);

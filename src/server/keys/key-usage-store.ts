@@ -1,5 +1,6 @@
 import type { Knex } from "knex";
 import { DEFAULT_READ_TIMEOUT_MS, readWithTimeout } from "../../db/read-timeout.js";
+import type { KeyUsageEntry } from "../../module.js";
 
 // What keys used (table gpu_key_usage_minutes): a row per key, endpoint and minute, written by
 // the proxy in batches, summed here in SQL for the usage read and each key's budget period, and
@@ -33,6 +34,11 @@ export interface UsageQuery {
 }
 
 export interface KeyUsageStore {
+  /**
+   * Writes one process's minutes as they stand (absolute counts: writing one twice changes
+   * nothing), their spend priced at each endpoint's token_price as it is now.
+   */
+  publish(processId: string, entries: readonly KeyUsageEntry[]): Promise<void>;
   /** The steps of the query that hold usage, oldest first. */
   points(query: UsageQuery): Promise<UsagePoint[]>;
   /** Each key's totals from the minute holding its period's start on (key name -> totals; keys with none left out). */
@@ -68,6 +74,23 @@ const PERIODS_SQL = `
   join ${USAGE} u on u.key_name = p.key_name and u.minute > p.starts_at - interval '1 minute'
   group by p.key_name`;
 
+// One statement for a process's minutes: spend in micro-dollars is tokens x dollars per million
+// tokens (one dollar per million tokens is one micro-dollar per token), at the price of the
+// endpoint of that name (the live one, else the latest deleted); unpriced: 0.
+const PUBLISH_SQL = `
+  insert into ${USAGE} (key_name, endpoint_name, minute, process_id, requests, prompt_tokens, completion_tokens, estimated, refused, spend_micros)
+  select u.key_name, u.endpoint_name, u.minute, :processId, u.requests, u.prompt_tokens, u.completion_tokens, u.estimated, u.refused,
+         coalesce(round(u.prompt_tokens * e.token_input_per_mtok + u.completion_tokens * e.token_output_per_mtok), 0)::bigint
+  from jsonb_to_recordset(:rows::jsonb) as u(key_name text, endpoint_name text, minute timestamptz, requests int,
+       prompt_tokens bigint, completion_tokens bigint, estimated int, refused jsonb)
+  left join lateral (
+    select token_input_per_mtok, token_output_per_mtok from gpu_endpoints g
+    where g.name = u.endpoint_name order by (g.phase = 'deleted'), g.created_at desc limit 1
+  ) e on true
+  on conflict (key_name, endpoint_name, minute, process_id) do update set
+    requests = excluded.requests, prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens,
+    estimated = excluded.estimated, refused = excluded.refused, spend_micros = excluded.spend_micros`;
+
 function totalsOf(row: Record<string, unknown>): UsageTotals {
   return {
     requests: Number(row.requests),
@@ -87,6 +110,21 @@ export class KnexKeyUsageStore implements KeyUsageStore {
   /** `readTimeoutMs`: API_READ_TIMEOUT_MS, the statement timeout of the reads. */
   static create({ knex, readTimeoutMs = DEFAULT_READ_TIMEOUT_MS }: { knex: Knex; readTimeoutMs?: number }): KnexKeyUsageStore {
     return new KnexKeyUsageStore(knex, readTimeoutMs);
+  }
+
+  async publish(processId: string, entries: readonly KeyUsageEntry[]): Promise<void> {
+    if (entries.length === 0) return;
+    const rows = entries.map((e) => ({
+      key_name: e.caller,
+      endpoint_name: e.endpointName,
+      minute: e.minute.toISOString(),
+      requests: e.requests,
+      prompt_tokens: e.promptTokens,
+      completion_tokens: e.completionTokens,
+      estimated: e.estimated,
+      refused: e.refused,
+    }));
+    await this.knex.raw(PUBLISH_SQL, { processId, rows: JSON.stringify(rows) });
   }
 
   async points(query: UsageQuery): Promise<UsagePoint[]> {

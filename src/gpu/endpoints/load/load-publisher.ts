@@ -1,13 +1,15 @@
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
-import type { ProxyLoad, ProxyTraffic } from "../../../module.js";
+import type { KeyUsage, ProxyLoad, ProxyTraffic } from "../../../module.js";
+import type { KeyUsageStore } from "../../../server/keys/key-usage-store.js";
 import type { LoadStore } from "./load-store.js";
 import type { TrafficStore } from "./traffic-store.js";
 
 // Every service process, leader or not, publishes its proxy's load through PostgreSQL about every
 // second (one upsert per tick, only while it has or just had requests), so that the controller on
 // the sync leader scales on load that arrives at any process; and, in the same tick, the minutes
-// of its proxy's traffic that changed, for the endpoints' history. No server of its own.
+// of its proxy's traffic and of its callers' usage that changed, for the endpoints' history and
+// the keys' usage (one statement each, whatever the request rate). No server of its own.
 
 export interface LoadPublisher {
   /** This process's id in the table: random per start. */
@@ -27,13 +29,15 @@ export interface LoadPublisherDeps {
   load: ProxyLoad;
   /** The proxy's answers per minute and where they go; absent: load only. */
   traffic?: { source: ProxyTraffic; store: TrafficStore };
+  /** Each caller's usage per endpoint and minute and where it goes; absent: none written. */
+  usage?: { source: KeyUsage; store: Pick<KeyUsageStore, "publish"> };
   logger: Logger;
   intervalMs?: number;
   processId?: string;
 }
 
 export function createLoadPublisher(deps: LoadPublisherDeps): LoadPublisher {
-  const { store, load, logger, traffic } = deps;
+  const { store, load, logger, traffic, usage } = deps;
   const intervalMs = deps.intervalMs ?? PUBLISH_EVERY_MS;
   const processId = deps.processId ?? randomUUID();
   // An endpoint whose load just ended is written a few more times, so that its zero lands even
@@ -47,11 +51,20 @@ export function createLoadPublisher(deps: LoadPublisherDeps): LoadPublisher {
   // Traffic minutes changed from this moment on are not written yet (epoch ms).
   let trafficSince = 0;
 
+  // Usage minutes likewise.
+  let usageSince = 0;
+
   async function publishTraffic(): Promise<void> {
-    if (!traffic) return;
-    const since = Date.now();
-    await traffic.store.publish(processId, traffic.source.changedSince(trafficSince));
-    trafficSince = since;
+    if (traffic) {
+      const since = Date.now();
+      await traffic.store.publish(processId, traffic.source.changedSince(trafficSince));
+      trafficSince = since;
+    }
+    if (usage) {
+      const since = Date.now();
+      await usage.store.publish(processId, usage.source.changedSince(usageSince));
+      usageSince = since;
+    }
   }
 
   async function publish(): Promise<void> {
