@@ -56,7 +56,7 @@ async function startProxy(endpoints: Record<string, RouteTarget[]>, routings: Re
     endpoints: {
       route: async (name) => {
         if (!endpoints[name]) return undefined;
-        // The directory's answer carries the endpoint's routing as the service's directory does.
+        // An endpoint's `routing` rides on the directory's answer (EndpointRoute), where the proxy reads it.
         const route = { endpointId: name, targets: endpoints[name], coming: false, ...(routings[name] ? { routing: routings[name] } : {}) };
         return route;
       },

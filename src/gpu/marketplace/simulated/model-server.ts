@@ -42,7 +42,7 @@ export interface ModelServerOptions {
 }
 
 /** A 24 GB GPU's KV cache beside a 7B model's weights, roughly. */
-export const DEFAULT_KV_CACHE_TOKENS = 65_536;
+const DEFAULT_KV_CACHE_TOKENS = 65_536;
 
 export async function startModelServer(options: ModelServerOptions): Promise<ModelServer> {
   const created = Math.floor(Date.now() / 1000);
