@@ -18,18 +18,21 @@ import { sharedPrefixChats, unsharedPrompts, type Message } from "./parts/worklo
 import { adminDatabaseUrl } from "../shared/support.js";
 
 const REPLICAS = 4;
-const IN_FLIGHT = Number(process.env.BENCH_IN_FLIGHT ?? 16);
+const IN_FLIGHT = Number(process.env.BENCH_IN_FLIGHT ?? 8);
 const SEED = Number(process.env.BENCH_SEED ?? 65);
 const CHATS = {
   seed: SEED,
   systemPrompts: Number(process.env.BENCH_SYSTEM_PROMPTS ?? 8),
   systemChars: 4_000,
   conversations: Number(process.env.BENCH_CONVERSATIONS ?? 96),
-  turns: Number(process.env.BENCH_TURNS ?? 6),
-  turnChars: 800,
+  turns: Number(process.env.BENCH_TURNS ?? 5),
+  turnChars: 1_600,
+  maxPauseMs: 200,
+  answerTokens: { min: 8, max: 24 },
 };
 const UNSHARED = { count: Number(process.env.BENCH_UNSHARED ?? 480), chars: 4_000 };
-const MAX_TOKENS = 12;
+/** The answers to unshared prompts, tokens. */
+const UNSHARED_TOKENS = 12;
 const ROUTINGS: Routing[] = ["prefix", "least_outstanding"];
 const NAMES: Record<Routing, string> = { prefix: "routing-prefix", least_outstanding: "routing-least-outstanding" };
 /** The controller's clocks, short so that 8 replicas are ready within seconds. */
@@ -64,17 +67,17 @@ async function main(): Promise<void> {
     const urls = (r: Routing) => views[r].instances!.filter((i) => i.state === "ready").map((i) => i.url);
     const port = Number(new URL(service.url).port);
     console.log(`the built service on the simulated marketplace (its defaults: SIM_PREFILL_MS_PER_KTOKEN 20, SIM_KV_CACHE_TOKENS 65536, tokens 20 ms apart); load average at the start ${loadavg().map((l) => l.toFixed(1)).join(" ")}`);
-    console.log(`two endpoints of ${REPLICAS} replicas (${ROUTINGS.join(", ")}), ${IN_FLIGHT} callers each at once, streamed answers of ${MAX_TOKENS} tokens`);
+    console.log(`two endpoints of ${REPLICAS} replicas (${ROUTINGS.join(", ")}), ${IN_FLIGHT} callers each at once, streamed answers`);
 
     const chats = sharedPrefixChats(CHATS);
     const shared = await side(ROUTINGS, urls, (routing) => chatPhase(port, NAMES[routing], chats));
     printPhase(
-      `(a) ${CHATS.conversations} conversations of ${CHATS.turns} turns (${CHATS.turnChars} characters each) over ${CHATS.systemPrompts} system prompts of ${CHATS.systemChars} characters, the whole conversation resent each turn`,
+      `(a) ${CHATS.conversations} conversations of ${CHATS.turns} turns (${CHATS.turnChars} characters each, after a pause of up to ${CHATS.maxPauseMs} ms, answered in ${CHATS.answerTokens.min} to ${CHATS.answerTokens.max} tokens) over ${CHATS.systemPrompts} system prompts of ${CHATS.systemChars} characters, the whole conversation resent each turn`,
       shared,
     );
     const prompts = unsharedPrompts(SEED + 1, UNSHARED.count, UNSHARED.chars);
     const unshared = await side(ROUTINGS, urls, (routing) => promptPhase(port, NAMES[routing], prompts));
-    printPhase(`(b) ${UNSHARED.count} prompts of ${UNSHARED.chars} characters that share nothing`, unshared);
+    printPhase(`(b) ${UNSHARED.count} prompts of ${UNSHARED.chars} characters that share nothing, answered in ${UNSHARED_TOKENS} tokens`, unshared);
     console.log("");
     console.log(sharedPrefixVerdict(shared));
     console.log(unsharedVerdict(unshared));
@@ -115,14 +118,15 @@ async function side(routings: Routing[], urls: (r: Routing) => string[], phase: 
 
 /** Each conversation turn by turn, its answers appended to what the next turn resends. */
 async function chatPhase(port: number, endpoint: string, chats: ReturnType<typeof sharedPrefixChats>) {
-  const client = createChatClient({ port, endpoint, maxTokens: MAX_TOKENS }, IN_FLIGHT);
+  const client = createChatClient({ port, endpoint }, IN_FLIGHT);
   const figures = emptyFigures();
   const started = performance.now();
   await runLoops(chats, IN_FLIGHT, async (chat) => {
     const messages: Message[] = [{ role: "system", content: chat.system }];
     for (const turn of chat.turns) {
-      messages.push({ role: "user", content: turn });
-      const answer = await client.ask(messages);
+      await new Promise((resolve) => setTimeout(resolve, turn.pauseMs));
+      messages.push({ role: "user", content: turn.text });
+      const answer = await client.ask(messages, turn.maxTokens);
       record(figures, answer);
       if (!answer.ok) return;
       messages.push({ role: "assistant", content: answer.text });
@@ -133,10 +137,10 @@ async function chatPhase(port: number, endpoint: string, chats: ReturnType<typeo
 }
 
 async function promptPhase(port: number, endpoint: string, prompts: string[]) {
-  const client = createChatClient({ port, endpoint, maxTokens: MAX_TOKENS }, IN_FLIGHT);
+  const client = createChatClient({ port, endpoint }, IN_FLIGHT);
   const figures = emptyFigures();
   const started = performance.now();
-  await runLoops(prompts, IN_FLIGHT, async (prompt) => record(figures, await client.ask([{ role: "user", content: prompt }])));
+  await runLoops(prompts, IN_FLIGHT, async (prompt) => record(figures, await client.ask([{ role: "user", content: prompt }], UNSHARED_TOKENS)));
   client.close();
   return { ...figures, seconds: (performance.now() - started) / 1000 };
 }

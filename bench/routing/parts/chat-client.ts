@@ -17,18 +17,17 @@ export interface ChatTarget {
   port: number;
   /** The endpoint's name. */
   endpoint: string;
-  maxTokens: number;
 }
 
 const FIRST_TOKEN = /"delta":\{"content":"[^"]/;
 
 export function createChatClient(target: ChatTarget, inFlight: number) {
   const agent = new Agent({ keepAlive: true, maxSockets: inFlight });
-  const ask = (messages: Message[]): Promise<Answer> =>
+  const ask = (messages: Message[], maxTokens: number): Promise<Answer> =>
     new Promise((resolve) => {
       const started = performance.now();
       const failed = () => resolve({ ok: false, ttftMs: performance.now() - started, instance: "", text: "" });
-      const body = JSON.stringify({ messages, max_tokens: target.maxTokens, stream: true });
+      const body = JSON.stringify({ messages, max_tokens: maxTokens, stream: true });
       const req = request(
         { agent, host: "127.0.0.1", port: target.port, path: `/endpoints/${target.endpoint}/v1/chat/completions`, method: "POST", headers: { "content-type": "application/json" } },
         (res) => {

@@ -10,7 +10,18 @@ export interface Message {
 /** One conversation: its system prompt and the user's turns, in order. */
 export interface Conversation {
   system: string;
-  turns: string[];
+  turns: Turn[];
+}
+
+/**
+ * A user's turn: what they write after a pause (reading the answer, typing), and how long an
+ * answer it gets. Both vary, as people's do, so that callers never fall into step with each other
+ * (callers in step with a round-robin tie-break would each meet the same replica every turn).
+ */
+export interface Turn {
+  text: string;
+  pauseMs: number;
+  maxTokens: number;
 }
 
 export interface ChatWorkloadOptions {
@@ -22,6 +33,10 @@ export interface ChatWorkloadOptions {
   turns: number;
   /** Characters of each user turn. */
   turnChars: number;
+  /** The most a user pauses before a turn, ms (uniform from 0). */
+  maxPauseMs: number;
+  /** Answers' lengths, tokens (uniform). */
+  answerTokens: { min: number; max: number };
 }
 
 const WORDS = (
@@ -56,7 +71,11 @@ export function sharedPrefixChats(options: ChatWorkloadOptions): Conversation[] 
   const systems = Array.from({ length: options.systemPrompts }, (_, i) => text(random, `You are assistant ${i}; follow these instructions`, options.systemChars));
   return Array.from({ length: options.conversations }, (_, c) => ({
     system: systems[c % systems.length]!,
-    turns: Array.from({ length: options.turns }, (_, t) => text(random, `conversation ${c}, turn ${t}`, options.turnChars)),
+    turns: Array.from({ length: options.turns }, (_, t) => ({
+      text: text(random, `conversation ${c}, turn ${t}`, options.turnChars),
+      pauseMs: Math.floor(random() * options.maxPauseMs),
+      maxTokens: options.answerTokens.min + Math.floor(random() * (options.answerTokens.max - options.answerTokens.min + 1)),
+    })),
   }));
 }
 
