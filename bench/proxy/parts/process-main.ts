@@ -26,7 +26,7 @@ async function runPart(role: Role, args: string[]): Promise<void> {
   await startProxy(JSON.parse(args[0]!) as Record<string, RouteTarget[]>, JSON.parse(args[1] ?? "{}") as Record<string, EndpointRouting>);
 }
 
-/** An endpoint's `routing`; an endpoint not named in the proxy's second argument has the service's default. */
+/** An endpoint's `routing`; an endpoint not named in the proxy's second argument gets none (the proxy's own default). */
 type EndpointRouting = "prefix" | "least_outstanding";
 
 async function startProxy(endpoints: Record<string, RouteTarget[]>, routings: Record<string, EndpointRouting>): Promise<void> {
