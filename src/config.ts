@@ -165,6 +165,10 @@ export interface MarketplaceConfig {
   readonly simModelServerStartMs: number;
   /** Simulated only: preemptions per interruptible instance-hour (0: never). */
   readonly simPreemptPerHour: number;
+  /** Simulated only: the model servers' time per thousand prompt tokens not in their prefix cache, ms. */
+  readonly simPrefillMsPerKtoken: number;
+  /** Simulated only: each model server's prefix-cache budget, tokens (0: no prefix caching). */
+  readonly simKvCacheTokens: number;
 }
 
 export class ConfigError extends Error {}
@@ -298,6 +302,8 @@ function marketplaceConfig(env: Env): MarketplaceConfig {
     simLoadingMs: integer(env, "SIM_LOADING_MS", 10_000, 0, 3_600_000),
     simModelServerStartMs: integer(env, "SIM_MODEL_SERVER_START_MS", 5_000, 0, 3_600_000),
     simPreemptPerHour: rate(env, "SIM_PREEMPT_PER_HOUR", 0, 3_600),
+    simPrefillMsPerKtoken: integer(env, "SIM_PREFILL_MS_PER_KTOKEN", 20, 0, 60_000),
+    simKvCacheTokens: integer(env, "SIM_KV_CACHE_TOKENS", 65_536, 0, 100_000_000),
   };
   // Every missing variable at once: an operator should not learn them one failed start at a time.
   const required: Record<MarketName, [string, unknown][]> = {

@@ -10,13 +10,16 @@
 // flight, direct to the replica, through nginx and through the proxy, in rounds whose order
 // rotates so that each sees the same conditions; latency at that load and one request at a time,
 // and what each proxy adds over direct; the CPU per request (and per streamed chunk) of each proxy
-// process alone, from /proc/<pid>/stat. The machine may be shared: read the ratios, taken within
-// the run, rather than the absolute figures.
+// process alone, from /proc/<pid>/stat. Last, the prefix index's cost: the proxy's CPU per request
+// with `routing: prefix` against `least_outstanding` (parts/prefix-index-cost.ts; BENCH_ONLY=index
+// runs only that). The machine may be shared: read the ratios, taken within the run, rather than
+// the absolute figures.
 import { loadavg } from "node:os";
 import { checkStream, fmt, signed, type Route, type Throughput } from "./parts/http-timing.js";
 import { startLoad, type Load } from "./parts/load-process.js";
 import { findNginx, NGINX_MISSING, startNginx } from "./parts/nginx.js";
 import { ONE_TOKEN, spawnPart, targetOf, TOKEN } from "./parts/processes.js";
+import { measureIndexCost } from "./parts/prefix-index-cost.js";
 import { STREAM_CHUNKS, STREAMED_64 } from "./parts/sse-replica.js";
 import { printTable, processCpuSeconds } from "../shared/support.js";
 
@@ -90,7 +93,19 @@ function report(title: string, f: Record<Target, Figures>, chunks: number): void
   console.log(`the proxy's own work over the floor of its client (undici): ${signed(f.proxy.cpuUs - f["floor-undici"].cpuUs)} us per request, ${(f.proxy.cpuUs / f["floor-undici"].cpuUs).toFixed(2)}x the floor's CPU (target <= 1.25x)`);
 }
 
+/** The prefix index's cost alone (BENCH_ONLY=index): no nginx, no floors. */
+async function indexOnly(): Promise<void> {
+  const replica = await spawnPart("sse-replica");
+  const load = await startLoad();
+  try {
+    await measureIndexCost(load, replica, { inFlight: IN_FLIGHT, durationS: DURATION_S, rounds: ROUNDS });
+  } finally {
+    for (const part of [load.part, replica]) part.child.kill("SIGTERM");
+  }
+}
+
 async function main(): Promise<void> {
+  if (process.env.BENCH_ONLY === "index") return indexOnly();
   const binary = findNginx();
   if (binary === undefined) {
     console.error(NGINX_MISSING);
@@ -117,6 +132,7 @@ async function main(): Promise<void> {
     console.log(`${IN_FLIGHT} in flight, ${ROUNDS} rounds of ${DURATION_S} s each (${TARGETS.join(", ")} in rotated order), then ${SEQUENTIAL} requests one at a time on each`);
     report("one-token chat completions", await measure(load, routes, cpu, ONE_TOKEN), 1);
     report(`streamed chat completions (stream: true), ${STREAM_CHUNKS} events each, whole answer timed`, await measure(load, routes, cpu, STREAMED_64), STREAM_CHUNKS);
+    await measureIndexCost(load, replica, { inFlight: IN_FLIGHT, durationS: DURATION_S, rounds: ROUNDS });
   } finally {
     for (const part of [load.part, proxy, floorHttp, floorUndici, replica]) part.child.kill("SIGTERM");
     nginx.stop();

@@ -3,13 +3,13 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { importCircles, importGraph } from "../support/import-graph.js";
 
-// bench/ has rooms by what the benches measure (proxy/, serving/, indexing/, service/): a room's
+// bench/ has rooms by what the benches measure (proxy/, routing/, serving/, indexing/, service/): a room's
 // entry points (the npm scripts) at its top, the parts only they use one level down in its parts/,
 // and what every room uses in shared/. See docs/architecture.md.
 
 const root = join(import.meta.dirname, "../..");
-const ROOM_ENTRY = /^bench\/(proxy|serving|indexing|service)\/[a-z-]+\.ts$/;
-const PART = /^bench\/((proxy|serving|indexing|service)\/parts|shared)\/[a-z-]+\.ts$/;
+const ROOM_ENTRY = /^bench\/(proxy|routing|serving|indexing|service)\/[a-z-]+\.ts$/;
+const PART = /^bench\/((proxy|routing|serving|indexing|service)\/parts|shared)\/[a-z-]+\.ts$/;
 
 describe("the imports of bench/", () => {
   const graph = importGraph(root, "bench");

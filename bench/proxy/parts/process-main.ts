@@ -23,10 +23,13 @@ async function runPart(role: Role, args: string[]): Promise<void> {
     const { serveLoadJobs } = await import("./load-process.js");
     return serveLoadJobs();
   }
-  await startProxy(JSON.parse(args[0]!) as Record<string, RouteTarget[]>);
+  await startProxy(JSON.parse(args[0]!) as Record<string, RouteTarget[]>, JSON.parse(args[1] ?? "{}") as Record<string, EndpointRouting>);
 }
 
-async function startProxy(endpoints: Record<string, RouteTarget[]>): Promise<void> {
+/** An endpoint's `routing`; an endpoint not named in the proxy's second argument gets none (the proxy's own default). */
+type EndpointRouting = "prefix" | "least_outstanding";
+
+async function startProxy(endpoints: Record<string, RouteTarget[]>, routings: Record<string, EndpointRouting>): Promise<void> {
   // The service's code as `npm start` runs it: compiled by `npm run build` (bench:proxy and
   // bench:endpoint build first), not transformed on the fly as the bench's own TypeScript is.
   const built = <T>(path: string): Promise<T> => import(new URL(`../../../dist/${path}`, import.meta.url).href) as Promise<T>;
@@ -50,7 +53,14 @@ async function startProxy(endpoints: Record<string, RouteTarget[]>): Promise<voi
     readiness: {},
     maxBodyBytes: 1024 * 1024,
     metrics: createMetrics(),
-    endpoints: { route: async (name) => (endpoints[name] ? { endpointId: name, targets: endpoints[name], coming: false } : undefined) },
+    endpoints: {
+      route: async (name) => {
+        if (!endpoints[name]) return undefined;
+        // An endpoint's `routing` rides on the directory's answer (EndpointRoute), where the proxy reads it.
+        const route = { endpointId: name, targets: endpoints[name], coming: false, ...(routings[name] ? { routing: routings[name] } : {}) };
+        return route;
+      },
+    },
     // What the service counts per request too: the load it publishes and the traffic of its history.
     endpointLoad: createProxyLoad(),
     endpointTraffic: createProxyTraffic(),

@@ -24,7 +24,7 @@ export type Role =
   | "model-server"
   /** The bench's minimal replica (sse-replica.ts). */
   | "sse-replica"
-  /** The product's app handler over a fixed directory: a JSON map of endpoint names to replicas. */
+  /** The product's app handler over a fixed directory: a JSON map of endpoint names to replicas, and optionally one of names to their `routing`. */
   | "proxy"
   /** The load generator (load-process.ts): runs the jobs it reads on stdin. */
   | "load"

@@ -65,6 +65,8 @@ function createAdapter(name: MarketName, config: Config, logger: Logger, knex?: 
         loadingMs: settings.simLoadingMs,
         modelServerStartMs: settings.simModelServerStartMs,
         preemptPerHour: settings.simPreemptPerHour,
+        prefillMsPerKtoken: settings.simPrefillMsPerKtoken,
+        kvCacheTokens: settings.simKvCacheTokens,
         store: knex ? createPgSimStore(knex) : undefined,
       });
   }

@@ -40,6 +40,8 @@ describe("marketplace configuration", () => {
       simLoadingMs: 10_000,
       simModelServerStartMs: 5_000,
       simPreemptPerHour: 0,
+      simPrefillMsPerKtoken: 20,
+      simKvCacheTokens: 65_536,
     });
   });
 
@@ -54,7 +56,15 @@ describe("marketplace configuration", () => {
     expect(loadConfig({ SIM_PREEMPT_PER_HOUR: "0.2" }).marketplace.simPreemptPerHour).toBe(0.2);
   });
 
+  it("reads the simulated model servers' prefill time and prefix-cache budget", () => {
+    const config = loadConfig({ SIM_PREFILL_MS_PER_KTOKEN: "50", SIM_KV_CACHE_TOKENS: "0" });
+    expect(config.marketplace.simPrefillMsPerKtoken).toBe(50);
+    expect(config.marketplace.simKvCacheTokens).toBe(0);
+  });
+
   it.each([
+    [{ SIM_PREFILL_MS_PER_KTOKEN: "-1" }, /SIM_PREFILL_MS_PER_KTOKEN/],
+    [{ SIM_KV_CACHE_TOKENS: "lots" }, /SIM_KV_CACHE_TOKENS/],
     [{ MARKETPLACE: "vastai" }, /VAST_API_KEY is required when MARKETPLACE=vastai/],
     [{ MARKETPLACE: "vastai", VAST_API_KEY: "k", VAST_API_URL: "console.vast.ai" }, /VAST_API_URL/],
     [{ MARKETPLACE: "vastai", VAST_API_KEY: "k", VAST_API_URL: "ftp://console.vast.ai" }, /VAST_API_URL/],

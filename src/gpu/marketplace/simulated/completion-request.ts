@@ -16,6 +16,8 @@ export interface CompletionRequest {
   promptTokens: number;
   /** The text the answer continues: the final message (continue_final_message) or the prompt. */
   prefix: string;
+  /** What the model reads, as its prefix cache sees it: the chat's messages in order (roles and contents), or the prompt. */
+  prompt: string;
   usage: StreamUsage;
 }
 
@@ -45,8 +47,22 @@ export function parseCompletionRequest(kind: CompletionKind, body: string | unde
     maxTokens: limit as number | undefined,
     promptTokens: Math.max(1, Math.ceil(body.length / 4)),
     prefix,
+    prompt: kind === "chat" ? chatPrompt(fields.messages) : typeof fields.prompt === "string" ? fields.prompt : "",
     usage,
   };
+}
+
+/** The messages as one text, each role and content in order, as a chat template lays them out. */
+function chatPrompt(messages: unknown): string {
+  if (!Array.isArray(messages)) return "";
+  return messages.map((message: { role?: unknown; content?: unknown } | null) => `<|${String(message?.role ?? "")}|>\n${contentText(message?.content)}\n`).join("");
+}
+
+/** A message's text: a string, or its text parts joined. */
+function contentText(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  return content.map((part) => ((part as { type?: unknown }).type === "text" ? String((part as { text?: unknown }).text ?? "") : "")).join("");
 }
 
 /** The usage a stream asked for, or undefined for stream options on an answer not streamed. */
@@ -63,8 +79,5 @@ function continuedMessage(fields: Record<string, unknown>): string | undefined {
   if (fields.continue_final_message !== true) return "";
   if (fields.add_generation_prompt !== false) return undefined;
   const messages = Array.isArray(fields.messages) ? (fields.messages as unknown[]) : [];
-  const content = (messages.at(-1) as { content?: unknown } | undefined)?.content;
-  if (typeof content === "string") return content;
-  if (!Array.isArray(content)) return "";
-  return content.map((part) => ((part as { type?: unknown }).type === "text" ? String((part as { text?: unknown }).text ?? "") : "")).join("");
+  return contentText((messages.at(-1) as { content?: unknown } | undefined)?.content);
 }

@@ -2,19 +2,23 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { randomBytes } from "node:crypto";
 import { parseCompletionRequest, type CompletionKind } from "./completion-request.js";
 import { plannedAnswer } from "./simulated-answer.js";
+import type { PrefixCache } from "./prefix-cache.js";
 
 // The simulated model server's OpenAI-compatible completions (`POST /v1/chat/completions` and
 // `POST /v1/completions`), streamed as server-sent events in OpenAI's chunk format or answered
 // whole. The text names the machine, so a caller can see which replica answered, and carries on
 // where a continued answer stopped (simulated-answer.ts). Tokens come one `tokenDelayMs` apart, as a
-// real model produces them, the first after `firstTokenMs` (0 by default).
+// real model produces them, the first after `firstTokenMs` (0 by default) plus the prefill of the
+// prompt's tokens its prefix cache (prefix-cache.ts) did not hold, `prefillMsPerKtoken` a thousand.
 
 export interface CompletionSettings {
   model: string;
   /** The machine the server runs on, named in every answer. */
   instance: string;
-  /** Time before the first token (a real model reads the prompt first), ms. */
+  /** Time before the first token whatever the prompt, ms. */
   firstTokenMs: number;
+  /** Time to read a thousand prompt tokens not found in the prefix cache, ms. */
+  prefillMsPerKtoken: number;
   tokenDelayMs: number;
 }
 
@@ -33,6 +37,7 @@ export async function answerCompletion(
   res: ServerResponse,
   settings: CompletionSettings,
   stats: CompletionStats,
+  cache: PrefixCache,
 ): Promise<void> {
   const parsed = parseCompletionRequest(kind, await readBody(req), MAX_REQUEST_BYTES);
   if (typeof parsed === "string") return sendError(res, 400, parsed);
@@ -40,6 +45,8 @@ export async function answerCompletion(
     return sendError(res, 404, `The model \`${parsed.model}\` does not exist.`);
   }
   stats.completions += 1;
+  const { promptTokens, cachedTokens } = cache.admit(parsed.prompt);
+  const firstTokenMs = settings.firstTokenMs + Math.round(((promptTokens - cachedTokens) * settings.prefillMsPerKtoken) / 1000);
   const planned = plannedAnswer(parsed.prefix, settings, parsed.maxTokens);
   const tokens = planned.slice(0, parsed.maxTokens ?? DEFAULT_MAX_TOKENS);
   const finishReason = tokens.length < planned.length ? "length" : "stop";
@@ -55,7 +62,7 @@ export async function answerCompletion(
   });
   const produce = async (emit: (token: string, index: number) => void) => {
     for (const [index, token] of tokens.entries()) {
-      const wait = index === 0 ? settings.firstTokenMs : settings.tokenDelayMs;
+      const wait = index === 0 ? firstTokenMs : settings.tokenDelayMs;
       if (wait > 0) await delay(wait);
       if (gone) return false;
       emit(token, index);

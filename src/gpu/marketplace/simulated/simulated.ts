@@ -28,6 +28,10 @@ export interface SimulatedMarketplaceOptions {
   modelServerStartMs: number;
   /** Time between two tokens of the model servers' answers, ms (their default when absent). */
   tokenDelayMs?: number;
+  /** The model servers' time per thousand prompt tokens their prefix cache lacks, ms (theirs when absent: none). */
+  prefillMsPerKtoken?: number;
+  /** Each model server's prefix-cache budget, tokens (theirs when absent; 0: no prefix caching). */
+  kvCacheTokens?: number;
   catalogue?: CatalogueOptions;
   /** Interface the model servers bind; loopback by default. */
   host?: string;
@@ -240,6 +244,8 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
         apiKey: instance.request.env[MODEL_API_KEY_ENV],
         instance: instance.id,
         tokenDelayMs: options.tokenDelayMs,
+        prefillMsPerKtoken: options.prefillMsPerKtoken,
+        kvCacheTokens: options.kvCacheTokens,
       });
       // The instance may have been destroyed, halted or closed while the socket was opening.
       const stillWanted = !closed && instances.get(instance.id) === instance && statusOf(instance) === "running";

@@ -112,6 +112,31 @@ describe("simulated marketplace lifecycle", () => {
     expect(await probe(port, "/health")).toBeNull();
   });
 
+  it("gives its model servers the market's prefill time and prefix-cache budget", async () => {
+    const slow = createSimulatedMarketplace({ ...CLOCK, prefillMsPerKtoken: 200, kvCacheTokens: 0 });
+    try {
+      const offerId = (await slow.listOffers()).find((o) => o.rentable)!.id;
+      const created = await slow.createInstance(request(offerId, { llmPort: 8000, llmModelName: MODEL }));
+      const deadline = Date.now() + 10_000;
+      let port = (await slow.getInstance(created.id))?.portMappings["8000/tcp"];
+      while (port === undefined && Date.now() < deadline) {
+        await sleep(10);
+        port = (await slow.getInstance(created.id))?.portMappings["8000/tcp"];
+      }
+      // 2,000 prompt tokens at 200 ms a thousand, and no cache to spare the second one.
+      const prompt = "word ".repeat(1600);
+      for (let i = 0; i < 2; i++) {
+        const started = performance.now();
+        const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, { method: "POST", body: JSON.stringify({ model: MODEL, prompt, max_tokens: 1 }) });
+        expect(res.status).toBe(200);
+        expect(performance.now() - started).toBeGreaterThanOrEqual(380);
+      }
+      expect(await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()).toContain(`vllm:prefix_cache_hits_total{engine="0",model_name="${MODEL}"} 0.0`);
+    } finally {
+      await slow.close();
+    }
+  });
+
   it("runs no model server for an instance created without a model", async () => {
     const created = await market.createInstance(request(await firstRentableOfferId(), { llmPort: 8000 }));
     await sleep(CLOCK.creatingMs + CLOCK.loadingMs + CLOCK.modelServerStartMs + 100);

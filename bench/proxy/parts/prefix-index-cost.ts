@@ -1,0 +1,67 @@
+// bench:proxy's measure of the prefix index (SPEC.md section 2, "Requests that share a prompt go
+// where it is cached"): one proxy process with two endpoints over the same 4 replicas, one with
+// `routing: prefix` (the index cuts and hashes every prompt, looks it up and learns it) and one
+// with `routing: least_outstanding` (no index), under the same load in rounds of rotated order; the
+// proxy's CPU per request of each, and their ratio (goal: at most 1.05). The prompt is a chat with
+// a 4,000-character system prompt, as the prefix workloads send. The proxy's own counter of prefix
+// routing (gpu_endpoint_prefix_routed_total) shows whether the index ran at all.
+import { fmt, type Route, type Throughput } from "./http-timing.js";
+import type { Load } from "./load-process.js";
+import { MODEL, spawnPart, targetOf, TOKEN, type Part } from "./processes.js";
+import { printTable, processCpuSeconds } from "../../shared/support.js";
+
+const ENDPOINTS = { prefix: "with-index", least_outstanding: "without-index" } as const;
+type Routing = keyof typeof ENDPOINTS;
+const SYSTEM = `You are a support assistant for a shop; answer in two sentences. ${"Keep to the policy. ".repeat(196)}`;
+const LONG_PROMPT = JSON.stringify({ model: MODEL, messages: [{ role: "system", content: SYSTEM }, { role: "user", content: "Where is my order?" }], max_tokens: 1 });
+
+export interface IndexCostOptions {
+  inFlight: number;
+  durationS: number;
+  rounds: number;
+}
+
+export async function measureIndexCost(load: Load, replica: Part, options: IndexCostOptions): Promise<void> {
+  const targets = Array.from({ length: 4 }, (_, i) => targetOf(replica, `gpu-bench-replica-${i + 1}`));
+  const proxy = await spawnPart("proxy", [JSON.stringify({ [ENDPOINTS.prefix]: targets, [ENDPOINTS.least_outstanding]: targets }), JSON.stringify({ [ENDPOINTS.prefix]: "prefix", [ENDPOINTS.least_outstanding]: "least_outstanding" })]);
+  try {
+    const route = (routing: Routing): Route => ({ port: proxy.port, path: `/endpoints/${ENDPOINTS[routing]}/v1/chat/completions`, headers: { authorization: `Bearer ${TOKEN}` } });
+    const cpu = () => processCpuSeconds(proxy.child.pid!);
+    const order: Routing[] = ["prefix", "least_outstanding"];
+    for (const routing of order) await load.throughput(route(routing), LONG_PROMPT, options.inFlight, options.durationS);
+    const runs: Record<Routing, Array<Throughput & { cpuUs: number }>> = { prefix: [], least_outstanding: [] };
+    for (let round = 0; round < options.rounds; round++) {
+      for (const routing of round % 2 === 0 ? order : [...order].reverse()) {
+        const before = cpu();
+        const run = await load.throughput(route(routing), LONG_PROMPT, options.inFlight, options.durationS);
+        runs[routing].push({ ...run, cpuUs: ((cpu() - before) / Math.max(1, run.total)) * 1e6 });
+      }
+    }
+    const mean = (routing: Routing, pick: (r: Throughput & { cpuUs: number }) => number) => runs[routing].reduce((sum, r) => sum + pick(r), 0) / runs[routing].length;
+    console.log(`\nthe prefix index: one proxy process, endpoints '${ENDPOINTS.prefix}' (routing: prefix) and '${ENDPOINTS.least_outstanding}' (routing: least_outstanding) over the same 4 replicas, one-token chat completions with a ${SYSTEM.length}-character system prompt, ${options.inFlight} in flight, ${options.rounds} rounds of ${options.durationS} s each\n`);
+    printTable([
+      ["", ...order],
+      ["req/s", ...order.map((r) => fmt(mean(r, (x) => x.rps)))],
+      ["CPU per request us, the proxy process", ...order.map((r) => fmt(mean(r, (x) => x.cpuUs)))],
+      ["errors", ...order.map((r) => String(runs[r].reduce((sum, x) => sum + x.errors, 0)))],
+    ]);
+    const ratio = mean("prefix", (x) => x.cpuUs) / mean("least_outstanding", (x) => x.cpuUs);
+    const routed = await prefixRouted(proxy.port);
+    if (routed === 0) {
+      console.log(`target: not measured (${ratio.toFixed(3)}x): the proxy counted no prefix routing (gpu_endpoint_prefix_routed_total), so the index did not run and both endpoints routed by least outstanding`);
+      return;
+    }
+    console.log(`target: CPU per request with the prefix index <= 1.05x without it: ${ratio.toFixed(3)}x ${ratio <= 1.05 ? "met" : "MISSED"} (${routed} requests routed by the index)`);
+  } finally {
+    proxy.child.kill("SIGTERM");
+  }
+}
+
+/** The requests the proxy says it routed by prefix on the 'with-index' endpoint, every outcome summed. */
+async function prefixRouted(port: number): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } })).text();
+  return text
+    .split("\n")
+    .filter((line) => line.startsWith("gpu_endpoint_prefix_routed_total{") && line.includes(`endpoint="${ENDPOINTS.prefix}"`))
+    .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(" ") + 1)), 0);
+}
