@@ -27,6 +27,7 @@ import * as gpuInstanceBillingEnd from "./20261128011000_gpu_instance_billing_en
 import * as gpuEndpointMixWait from "./20261128020000_gpu_endpoint_mix_wait.js";
 import * as gpuInstanceMarket from "./20261128030000_gpu_instance_market.js";
 import * as gpuEndpointMarkets from "./20261128040000_gpu_endpoint_markets.js";
+import * as gpuKeyLeases from "./20261129030000_gpu_key_leases.js";
 
 // Migrations are listed here, in order, rather than found on disk, so that they run the same
 // under tsx, vitest and compiled output. A shipped migration is never edited: add a new one.
@@ -59,6 +60,7 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261128020000_gpu_endpoint_mix_wait", gpuEndpointMixWait],
   ["20261128030000_gpu_instance_market", gpuInstanceMarket],
   ["20261128040000_gpu_endpoint_markets", gpuEndpointMarkets],
+  ["20261129030000_gpu_key_leases", gpuKeyLeases],
 ];
 
 export const migrationSource: Knex.MigrationSource<string> = {

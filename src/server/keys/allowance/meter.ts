@@ -1,0 +1,86 @@
+// One limit of one key as one process sees it: what its lease lets it use, and what it uses.
+// Everything this process used and has not yet reported to the database lives inside its lease:
+// answers in flight (`held`), what ended since the last report (`pending`), and what a report on
+// its way carries (`reporting`). The process never lets that sum pass the lease (`cap`).
+
+export class Meter {
+  /** What the lease covers; no limit: no lease. */
+  cap: number;
+  held = 0;
+  pending = 0;
+  reporting = 0;
+  /** Asked for since the last report, admitted or not: how the next lease is sized. */
+  demand = 0;
+  /** The largest single ask since the last report. */
+  largestAsk = 0;
+
+  constructor(public limit: number | undefined) {
+    this.cap = limit === undefined ? Infinity : 0;
+  }
+
+  /** A changed limit: a new one needs a lease first, a removed one none; a changed one applies at the next renewal. */
+  setLimit(limit: number | undefined): void {
+    if (limit === undefined) this.cap = Infinity;
+    else if (this.limit === undefined) this.cap = 0;
+    this.limit = limit;
+  }
+
+  get limited(): boolean {
+    return this.limit !== undefined;
+  }
+
+  get used(): number {
+    return this.held + this.pending + this.reporting;
+  }
+
+  fits(amount: number): boolean {
+    return this.used + amount <= this.cap;
+  }
+
+  ask(amount: number): void {
+    this.demand += amount;
+    if (amount > this.largestAsk) this.largestAsk = amount;
+  }
+
+  /**
+   * What the next lease should cover: what is in flight, and room for twice the last interval's
+   * asks (at least the largest one), so a busy process renews once a second and an idle one gives
+   * its room back.
+   */
+  want(): number {
+    if (this.limit === undefined) return 0;
+    const room = Math.max(2 * this.demand, this.largestAsk);
+    return Math.min(this.limit, this.held + room);
+  }
+
+  /**
+   * A report leaves with what ended since the last one. Until the answer comes the lease is taken
+   * as the smaller of the old one and what the new one is sure to be: the database grants at least
+   * min(want, old lease - reported), since nobody else could have taken that part.
+   */
+  startReport(want: number): number {
+    this.reporting = this.pending;
+    this.pending = 0;
+    this.cap = Math.min(this.cap, this.reporting + want);
+    this.demand = 0;
+    this.largestAsk = 0;
+    return this.reporting;
+  }
+
+  reportDone(granted: number | null): void {
+    this.reporting = 0;
+    if (this.limited) this.cap = granted ?? 0;
+  }
+
+  /** Whether the database counted the report or not, counting it again is safe: it is reported again. */
+  reportFailed(): void {
+    this.pending += this.reporting;
+    this.reporting = 0;
+  }
+
+  /** The lease ran out unrenewed: the database counts all of it as used; this process starts afresh. */
+  lapse(): void {
+    this.held = this.pending = this.reporting = 0;
+    if (this.limited) this.cap = 0;
+  }
+}
