@@ -22,6 +22,11 @@ export interface Ticket {
   readonly keyId: string;
   readonly allowance: KeyAllowance | undefined;
   readonly hold: Hold;
+  /**
+   * Aborts when the lease behind the answer ran out unrenewed (the database lost): the database
+   * then counts that lease as used and frees its places, so the answer must end now.
+   */
+  readonly signal: AbortSignal;
 }
 
 export type Admitted = { readonly admitted: true; readonly ticket: Ticket } | { readonly admitted: false; readonly refusal: Refusal };
@@ -64,9 +69,12 @@ interface Entry {
   flight: Promise<void> | undefined;
   /** Waiting for a renewal that starts after they asked. */
   waiters: Array<() => void>;
+  /** Aborted when the current epoch's lease lapses. */
+  lapsed: AbortController;
 }
 
 const UNLIMITED_HOLD: Hold = Object.freeze({ epoch: 0, tokens: 0, micros: 0 });
+const NEVER = new AbortController().signal;
 
 export function createAllowances(options: AllowancesOptions): Allowances {
   const { store, processId, logger, renewMs = RENEW_MS, leaseTtlMs = LEASE_TTL_MS, now = Date.now } = options;
@@ -80,7 +88,7 @@ export function createAllowances(options: AllowancesOptions): Allowances {
     let entry = entries.get(key.id);
     if (entry === undefined) {
       const allowance = allowanceOf(key);
-      entry = { key, allowance, lastSentAt: -Infinity, flight: undefined, waiters: [] };
+      entry = { key, allowance, lastSentAt: -Infinity, flight: undefined, waiters: [], lapsed: new AbortController() };
       entries.set(key.id, entry);
     } else if (entry.key.limits !== key.limits) {
       entry.allowance.setLimits(key.limits);
@@ -125,7 +133,11 @@ export function createAllowances(options: AllowancesOptions): Allowances {
   const tick = (): void => {
     const at = now();
     for (const entry of entries.values()) {
-      if (Number.isFinite(entry.allowance.validUntilMs) && at >= entry.allowance.validUntilMs) entry.allowance.lapse();
+      if (Number.isFinite(entry.allowance.validUntilMs) && at >= entry.allowance.validUntilMs) {
+        entry.allowance.lapse();
+        entry.lapsed.abort(new Error("the key's lease ran out unrenewed"));
+        entry.lapsed = new AbortController();
+      }
       if (due(entry, at)) void renew(entry);
     }
   };
@@ -143,14 +155,14 @@ export function createAllowances(options: AllowancesOptions): Allowances {
 
   return {
     async admit(key, estimate) {
-      if (!hasLimits(key.limits)) return { admitted: true, ticket: { keyId: key.id, allowance: undefined, hold: UNLIMITED_HOLD } };
+      if (!hasLimits(key.limits)) return { admitted: true, ticket: { keyId: key.id, allowance: undefined, hold: UNLIMITED_HOLD, signal: NEVER } };
       const entry = entryOf(key);
       let admission = entry.allowance.admit(estimate, now());
       if (!admission.admitted) {
         await nextRenewal(entry);
         admission = entry.allowance.admit(estimate, now());
       }
-      if (admission.admitted) return { admitted: true, ticket: { keyId: key.id, allowance: entry.allowance, hold: admission.hold } };
+      if (admission.admitted) return { admitted: true, ticket: { keyId: key.id, allowance: entry.allowance, hold: admission.hold, signal: entry.lapsed.signal } };
       return { admitted: false, refusal: refusal(entry.allowance, admission.code, asks(estimate), now()) };
     },
 

@@ -61,7 +61,7 @@ export class Meter {
   startReport(want: number): number {
     this.reporting = this.pending;
     this.pending = 0;
-    this.cap = Math.min(this.cap, this.reporting + want);
+    if (this.limited) this.cap = Math.min(this.cap, this.reporting + want);
     this.demand = 0;
     this.largestAsk = 0;
     return this.reporting;
