@@ -48,15 +48,18 @@ export async function down(knex: Knex): Promise<void> {
 //  3. a new budget period starts the spend at 0;
 //  4. the report's use goes into the bucket of this second (no earlier than the use) and the spend;
 //  5. buckets that no longer count (61 s after their second) go;
-//  6. the lease becomes, per limit, the smaller of what is wanted and what the limit leaves beside
-//     the counted buckets (or the spend) and the other live leases; a null limit grants null;
-//     wanting nothing gives the lease back.
+//  6. the lease becomes what the process has in flight (`keep`, always free for it: it was in its
+//     lease) plus as many whole units (one request's ask) as it wants and every limit leaves beside
+//     the counted buckets (or the spend) and the other live leases: a lease never holds a part of
+//     one limit it cannot use for lack of another. A null limit grants null; a lease of nothing is
+//     given back.
 // It answers the lease, the database's clock, the buckets, the other leases and the spend.
 const RENEW = `
 create function gpu_key_lease_renew(
   p_key text, p_holder text, p_ttl_ms integer, p_period_starts_at timestamptz,
   p_used_requests bigint, p_used_tokens bigint, p_used_micros bigint,
-  p_want_parallel bigint, p_want_requests bigint, p_want_tokens bigint, p_want_micros bigint,
+  p_keep_parallel bigint, p_keep_requests bigint, p_keep_tokens bigint, p_keep_micros bigint,
+  p_unit_parallel bigint, p_unit_requests bigint, p_unit_tokens bigint, p_unit_micros bigint, p_units bigint,
   p_max_parallel bigint, p_rpm bigint, p_tpm bigint, p_budget bigint
 ) returns jsonb language plpgsql as $$
 declare
@@ -65,6 +68,8 @@ declare
   v_spent bigint;
   v_window record;
   v_others record;
+  v_free record;
+  v_units bigint;
   v_grant record;
 begin
   insert into gpu_key_allowances (key_id, period_starts_at) values (p_key, p_period_starts_at) on conflict do nothing;
@@ -101,10 +106,19 @@ begin
          coalesce(sum(tokens), 0) as tokens, coalesce(sum(micros), 0) as micros
     into v_others from gpu_key_leases where key_id = p_key and holder <> p_holder;
 
-  select case when p_max_parallel is null then null else least(p_want_parallel, greatest(p_max_parallel - v_others.parallel, 0)) end as parallel,
-         case when p_rpm is null then null else least(p_want_requests, greatest(p_rpm - v_window.requests - v_others.requests, 0)) end as requests,
-         case when p_tpm is null then null else least(p_want_tokens, greatest(p_tpm - v_window.tokens - v_others.tokens, 0)) end as tokens,
-         case when p_budget is null then null else least(p_want_micros, greatest(p_budget - v_spent - v_others.micros, 0)) end as micros
+  select p_max_parallel - v_others.parallel as parallel, p_rpm - v_window.requests - v_others.requests as requests,
+         p_tpm - v_window.tokens - v_others.tokens as tokens, p_budget - v_spent - v_others.micros as micros
+    into v_free;
+  -- Whole units that fit beside what is kept, under every limit (a null limit or a unit of 0 leaves any number).
+  v_units := greatest(0, least(p_units,
+    case when v_free.parallel is null or p_unit_parallel = 0 then null else (v_free.parallel - p_keep_parallel) / p_unit_parallel end,
+    case when v_free.requests is null or p_unit_requests = 0 then null else (v_free.requests - p_keep_requests) / p_unit_requests end,
+    case when v_free.tokens is null or p_unit_tokens = 0 then null else (v_free.tokens - p_keep_tokens) / p_unit_tokens end,
+    case when v_free.micros is null or p_unit_micros = 0 then null else (v_free.micros - p_keep_micros) / p_unit_micros end));
+  select case when v_free.parallel is null then null else least(p_keep_parallel + v_units * p_unit_parallel, greatest(v_free.parallel, 0)) end as parallel,
+         case when v_free.requests is null then null else least(p_keep_requests + v_units * p_unit_requests, greatest(v_free.requests, 0)) end as requests,
+         case when v_free.tokens is null then null else least(p_keep_tokens + v_units * p_unit_tokens, greatest(v_free.tokens, 0)) end as tokens,
+         case when v_free.micros is null then null else least(p_keep_micros + v_units * p_unit_micros, greatest(v_free.micros, 0)) end as micros
     into v_grant;
 
   if coalesce(v_grant.parallel, 0) + coalesce(v_grant.requests, 0) + coalesce(v_grant.tokens, 0) + coalesce(v_grant.micros, 0) = 0 then

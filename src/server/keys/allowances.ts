@@ -64,6 +64,7 @@ const TICK_MS = 50;
 interface Entry {
   readonly key: KeyRef;
   readonly allowance: KeyAllowance;
+  /** When the last statement left or, once answered, ended. */
   lastSentAt: number;
   /** The renewal on its way, if any. */
   flight: Promise<void> | undefined;
@@ -121,8 +122,10 @@ export function createAllowances(options: AllowancesOptions): Allowances {
       if (allowance.epoch === epoch) allowance.reportFailed();
       if (failures++ === 0) logger.warn({ err, key: entry.key.id }, "a key's lease could not be renewed; its answers stop when the lease runs out");
     }
+    // The gap between statements counts from the end of this one: never two within RENEW_GAP_MS.
+    entry.lastSentAt = now();
     // A key nobody uses gave its lease back with this report: forget it until its next request.
-    const gaveBack = Object.values(report.want).every((w) => w === 0);
+    const gaveBack = report.units === 0 && Object.values(report.keep).every((k) => k === 0);
     if (gaveBack && allowance.idle && entry.waiters.length === 0 && entries.get(entry.key.id) === entry) entries.delete(entry.key.id);
     for (const wake of waiters) wake();
   };
@@ -144,8 +147,9 @@ export function createAllowances(options: AllowancesOptions): Allowances {
   const timer = setInterval(tick, TICK_MS);
   timer.unref();
 
-  /** Resolves after a renewal that starts from now has answered. */
+  /** Resolves when the renewal on its way has answered, or else the next one. */
   const nextRenewal = (entry: Entry): Promise<void> =>
+    entry.flight ??
     new Promise((resolve) => {
       entry.waiters.push(resolve);
       if (due(entry, now())) void renew(entry);
@@ -157,8 +161,9 @@ export function createAllowances(options: AllowancesOptions): Allowances {
     async admit(key, estimate) {
       if (!hasLimits(key.limits)) return { admitted: true, ticket: { keyId: key.id, allowance: undefined, hold: UNLIMITED_HOLD, signal: NEVER } };
       const entry = entryOf(key);
+      // Short of lease: the renewal on its way may bring enough, else the next one (this ask sizes it).
       let admission = entry.allowance.admit(estimate, now());
-      if (!admission.admitted) {
+      for (let tries = 0; !admission.admitted && tries < 2; tries++) {
         await nextRenewal(entry);
         admission = entry.allowance.admit(estimate, now());
       }

@@ -7,7 +7,7 @@ import type { KeyLimits } from "./allowance/limits.js";
 // row lock. Rows and the function's answer map here and nowhere else.
 
 export interface LeaseStore {
-  /** Reports `report` for `holder` and answers its new lease; wanting nothing gives the lease back. */
+  /** Reports `report` for `holder` and answers its new lease; a lease of nothing is given back. */
   renew(keyId: string, holder: string, limits: KeyLimits, report: LeaseReport, ttlMs: number): Promise<LeaseGrant>;
 }
 
@@ -27,9 +27,9 @@ export class KnexLeaseStore implements LeaseStore {
   }
 
   async renew(keyId: string, holder: string, limits: KeyLimits, report: LeaseReport, ttlMs: number): Promise<LeaseGrant> {
-    const { used, want } = report;
+    const { used, keep, unit } = report;
     const result = await this.knex.raw<{ rows: Array<{ answer: RenewAnswer }> }>(
-      "select gpu_key_lease_renew(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) as answer",
+      "select gpu_key_lease_renew(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) as answer",
       [
         keyId,
         holder,
@@ -38,10 +38,15 @@ export class KnexLeaseStore implements LeaseStore {
         used.requests,
         used.tokens,
         used.micros,
-        want.parallel,
-        want.requests,
-        want.tokens,
-        want.micros,
+        keep.parallel,
+        keep.requests,
+        keep.tokens,
+        keep.micros,
+        unit.parallel,
+        unit.requests,
+        unit.tokens,
+        unit.micros,
+        report.units,
         limits.maxParallel ?? null,
         limits.rpm ?? null,
         limits.tpm ?? null,

@@ -31,12 +31,18 @@ export type Take = { readonly taken: true } | { readonly taken: false; readonly 
 
 export type Amounts = Readonly<Record<Dimension, number>>;
 
-/** What a process tells the database: used since its last report, and the lease it wants now. */
+/**
+ * What a process tells the database: used since its last report, and the lease it wants now: what
+ * is in flight (`keep`) plus `units` times one request's ask (`unit`). The database grants whole
+ * units, so that no lease holds a part of one limit that it cannot use for lack of another.
+ */
 export interface LeaseReport {
   readonly epoch: number;
   /** requests, tokens and micros used; parallel is never reported (it ends with its answers). */
   readonly used: Amounts;
-  readonly want: Amounts;
+  readonly keep: Amounts;
+  readonly unit: Amounts;
+  readonly units: number;
   /** Start of the budget period the spend belongs to, ms. */
   readonly periodStartsAt: number;
 }
@@ -65,6 +71,8 @@ export interface KeyAllowanceOptions {
 
 export class KeyAllowance {
   readonly meters: Readonly<Record<Dimension, Meter>>;
+  /** Admissions asked for since the last report, admitted or not. */
+  asked = 0;
   /** Bumped when a lease lapses: holds of an older epoch were counted with it. */
   epoch = 0;
   /** Local clock after which the lease may no longer be used, ms. */
@@ -103,6 +111,7 @@ export class KeyAllowance {
   /** A request holds one place, one request of the minute, and its estimate; all or nothing. */
   admit(estimate: Estimate, nowMs: number): Admission {
     const asks: Amounts = { parallel: 1, requests: 1, tokens: estimate.tokens, micros: estimate.micros };
+    this.asked += 1;
     for (const d of DIMENSIONS) this.meters[d].ask(asks[d]);
     const short = this.shortOf(asks, nowMs);
     if (short !== undefined) return { admitted: false, code: short };
@@ -116,8 +125,6 @@ export class KeyAllowance {
   /** A streamed answer past its hold takes more per event; refused, it must end now. */
   takeMore(hold: Hold, tokens: number, micros: number, nowMs: number): Take {
     if (hold.epoch !== this.epoch) return { taken: false, code: this.meters.micros.limited ? "budget_exceeded" : "tpm_limit" };
-    this.meters.tokens.ask(tokens);
-    this.meters.micros.ask(micros);
     const short = this.shortOf({ parallel: 0, requests: 0, tokens, micros }, nowMs);
     if (short !== undefined) return { taken: false, code: short };
     hold.tokens += tokens;
@@ -137,16 +144,25 @@ export class KeyAllowance {
     this.meters.micros.pending += usedMicros;
   }
 
-  /** The next report; `giveBack` wants no lease (the process stops). */
+  /**
+   * The next report: room for twice the admissions asked for since the last one, each the size of
+   * the largest; an idle key, or `giveBack` (the process stops), wants only what is in flight.
+   */
   startReport(nowMs: number, giveBack = false): LeaseReport {
-    const want = {} as Record<Dimension, number>;
+    const keep = {} as Record<Dimension, number>;
+    const unit = {} as Record<Dimension, number>;
     const used = {} as Record<Dimension, number>;
     for (const d of DIMENSIONS) {
-      want[d] = giveBack ? 0 : this.meters[d].want();
-      used[d] = this.meters[d].startReport(want[d]);
+      const meter = this.meters[d];
+      keep[d] = meter.limited ? meter.held : 0;
+      unit[d] = meter.limited ? meter.largestAsk : 0;
+      meter.largestAsk = 0;
+      used[d] = meter.startReport();
     }
+    const units = giveBack ? 0 : 2 * this.asked;
+    this.asked = 0;
     const periodStartsAt = budgetPeriod(this.options.createdAtMs, this.options.limits.budgetPeriodMs, nowMs + this.clockOffsetMs).startsAt;
-    return { epoch: this.epoch, used, want, periodStartsAt };
+    return { epoch: this.epoch, used, keep, unit, units, periodStartsAt };
   }
 
   /** The database renewed the lease; `sentAtMs` is when the report left (the lease runs from no earlier). */
@@ -170,7 +186,7 @@ export class KeyAllowance {
 
   /** Nothing in flight, nothing to report, nothing asked: the lease can be given back. */
   get idle(): boolean {
-    return DIMENSIONS.every((d) => this.meters[d].used === 0 && this.meters[d].demand === 0);
+    return this.asked === 0 && DIMENSIONS.every((d) => this.meters[d].used === 0);
   }
 
   private shortOf(asks: Amounts, nowMs: number): RefusalCode | undefined {

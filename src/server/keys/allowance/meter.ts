@@ -9,9 +9,7 @@ export class Meter {
   held = 0;
   pending = 0;
   reporting = 0;
-  /** Asked for since the last report, admitted or not: how the next lease is sized. */
-  demand = 0;
-  /** The largest single ask since the last report. */
+  /** The largest admission's ask since the last report: one unit of the next lease. */
   largestAsk = 0;
 
   constructor(public limit: number | undefined) {
@@ -37,33 +35,20 @@ export class Meter {
     return this.used + amount <= this.cap;
   }
 
+  /** An admission asked for `amount`: the largest one sizes the next lease's units. */
   ask(amount: number): void {
-    this.demand += amount;
     if (amount > this.largestAsk) this.largestAsk = amount;
   }
 
   /**
-   * What the next lease should cover: what is in flight, and room for twice the last interval's
-   * asks (at least the largest one), so a busy process renews once a second and an idle one gives
-   * its room back.
+   * A report leaves with what ended since the last one. Until its answer comes this process uses
+   * no more than what is in flight: the database always grants at least that (nobody else could
+   * have taken it), so the lease covers this process whichever way the answer goes.
    */
-  want(): number {
-    if (this.limit === undefined) return 0;
-    const room = Math.max(2 * this.demand, this.largestAsk);
-    return Math.min(this.limit, this.held + room);
-  }
-
-  /**
-   * A report leaves with what ended since the last one. Until the answer comes the lease is taken
-   * as the smaller of the old one and what the new one is sure to be: the database grants at least
-   * min(want, old lease - reported), since nobody else could have taken that part.
-   */
-  startReport(want: number): number {
+  startReport(): number {
     this.reporting = this.pending;
     this.pending = 0;
-    if (this.limited) this.cap = Math.min(this.cap, this.reporting + want);
-    this.demand = 0;
-    this.largestAsk = 0;
+    if (this.limited) this.cap = Math.min(this.cap, this.reporting + this.held);
     return this.reporting;
   }
 

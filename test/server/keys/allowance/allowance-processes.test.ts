@@ -50,11 +50,18 @@ class ModelDatabase {
       micros: this.limits.budgetMicros,
     };
     const counted: Record<Dimension, number> = { parallel: 0, requests: window.requests, tokens: window.tokens, micros: this.spent };
-    const granted = {} as Record<Dimension, number | null>;
+    const free = {} as Record<Dimension, number>;
+    let units = report.units;
     for (const d of DIMENSIONS) {
       const limit = limitOf[d];
-      const free = this.sharing ? limit! - counted[d] - others[d] : limit!;
-      granted[d] = limit === undefined ? null : Math.min(report.want[d], Math.max(free, 0));
+      if (limit === undefined) continue;
+      free[d] = this.sharing ? limit - counted[d] - others[d] : limit;
+      if (report.unit[d] > 0) units = Math.min(units, Math.floor((free[d] - report.keep[d]) / report.unit[d]));
+    }
+    units = Math.max(0, units);
+    const granted = {} as Record<Dimension, number | null>;
+    for (const d of DIMENSIONS) {
+      granted[d] = limitOf[d] === undefined ? null : Math.min(report.keep[d] + units * report.unit[d], Math.max(free[d]!, 0));
     }
     this.leases.set(holder, { granted: { parallel: granted.parallel ?? 0, requests: granted.requests ?? 0, tokens: granted.tokens ?? 0, micros: granted.micros ?? 0 }, expiresAt: nowMs + TTL });
     const buckets: Bucket[] = [...this.buckets].map(([s, b]) => ({ second: s, ...b }));

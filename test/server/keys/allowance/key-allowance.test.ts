@@ -144,23 +144,29 @@ describe("the lease reports", () => {
     allowance.settle(a.hold, 150, 0);
     const report = allowance.startReport(T0 + 1000);
     expect(report.used).toEqual({ parallel: 0, requests: 2, tokens: 150, micros: 0 });
-    // One in flight (200 tokens) and room for twice the two asks.
-    expect(report.want).toEqual({ parallel: 1 + 4, requests: 4, tokens: 200 + 800, micros: 0 });
+    // One in flight (200 tokens) kept, and room for twice the two asks, in units of the largest.
+    expect(report.keep).toEqual({ parallel: 1, requests: 0, tokens: 200, micros: 0 });
+    expect(report.unit).toEqual({ parallel: 1, requests: 1, tokens: 200, micros: 0 });
+    expect(report.units).toBe(4);
   });
 
   it("an idle key wants nothing: its lease goes back", () => {
     const allowance = allowanceWith({ rpm: 100 }, {});
     allowance.startReport(T0 + 1000);
-    expect(allowance.startReport(T0 + 2000).want.requests).toBe(0);
+    expect(allowance.startReport(T0 + 2000)).toMatchObject({ units: 0, keep: { requests: 0 } });
     expect(allowance.idle).toBe(true);
   });
 
-  it("while a report travels, use stays within what the new lease is sure to hold", () => {
-    const allowance = allowanceWith({ rpm: 100 }, { requests: 10 });
-    for (let i = 0; i < 3; i++) allowance.admit(small, T0);
-    allowance.startReport(T0 + 1000); // wants 6: room for twice the 3 asks
-    const during = Array.from({ length: 8 }, () => allowance.admit(small, T0 + 1001).admitted);
-    expect(during.filter(Boolean).length).toBe(6);
+  it("while a report travels, use stays within what is in flight: the new lease is sure to hold that", () => {
+    const allowance = allowanceWith({ maxParallel: 10, tpm: 10_000 }, {});
+    const first = allowance.admit(small, T0);
+    allowance.admit(small, T0);
+    if (!first.admitted) throw new Error("refused");
+    allowance.startReport(T0 + 1000);
+    expect(allowance.admit(small, T0 + 1001).admitted).toBe(false);
+    allowance.settle(first.hold, 100, 0);
+    // The ended answer's unused hold is free again, within what the report kept.
+    expect(allowance.meters.tokens.cap - allowance.meters.tokens.used).toBe(100);
   });
 
   it("a failed report is sent again: counting twice is safe, once lost is not", () => {
