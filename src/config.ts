@@ -106,6 +106,8 @@ export interface EndpointConfig {
   readonly stallMs: number;
   /** GPU_ENDPOINT_RESUME_MAX: continuations of one streamed answer on another replica; 0: none. */
   readonly resumeMax: number;
+  /** GPU_KEY_HOLD_TOKENS: completion tokens a request without max_tokens holds against its key's limits. */
+  readonly keyHoldTokens: number;
 }
 
 /** The marketplaces GpuService can rent from (MARKETPLACE). */
@@ -251,6 +253,7 @@ export function loadConfig(env: Env = process.env): Config {
         keptBodyBytes: integer(env, "GPU_ENDPOINT_KEPT_BODY_BYTES", DEFAULT_KEPT_BODY_BYTES, 0, 16 * 1024 ** 3),
         stallMs: integer(env, "GPU_ENDPOINT_STALL_MS", ENDPOINT_PROXY_DEFAULTS.stallMs, 100, 3_600_000),
         resumeMax: integer(env, "GPU_ENDPOINT_RESUME_MAX", ENDPOINT_PROXY_DEFAULTS.resumeMax, 0, 10),
+        keyHoldTokens: integer(env, "GPU_KEY_HOLD_TOKENS", 1024, 1, 10_000_000),
       }),
     }),
   };
