@@ -62,7 +62,7 @@ const LEASE_MARGIN_MS = 500;
 const TICK_MS = 50;
 
 interface Entry {
-  readonly key: KeyRef;
+  key: KeyRef;
   readonly allowance: KeyAllowance;
   /** When the last statement left or, once answered, ended. */
   lastSentAt: number;
@@ -76,6 +76,9 @@ interface Entry {
 
 const UNLIMITED_HOLD: Hold = Object.freeze({ epoch: 0, tokens: 0, micros: 0 });
 const NEVER = new AbortController().signal;
+
+const sameLimits = (a: KeyLimits, b: KeyLimits): boolean =>
+  a.maxParallel === b.maxParallel && a.rpm === b.rpm && a.tpm === b.tpm && a.budgetMicros === b.budgetMicros && a.budgetPeriodMs === b.budgetPeriodMs;
 
 export function createAllowances(options: AllowancesOptions): Allowances {
   const { store, processId, logger, renewMs = RENEW_MS, leaseTtlMs = LEASE_TTL_MS, now = Date.now } = options;
@@ -91,9 +94,9 @@ export function createAllowances(options: AllowancesOptions): Allowances {
       const allowance = allowanceOf(key);
       entry = { key, allowance, lastSentAt: -Infinity, flight: undefined, waiters: [], lapsed: new AbortController() };
       entries.set(key.id, entry);
-    } else if (entry.key.limits !== key.limits) {
+    } else if (!sameLimits(entry.key.limits, key.limits)) {
       entry.allowance.setLimits(key.limits);
-      entries.set(key.id, (entry = { ...entry, key }));
+      entry.key = key;
     }
     return entry;
   };

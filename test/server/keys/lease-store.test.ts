@@ -115,6 +115,17 @@ describe("keys' leases in PostgreSQL, two processes", () => {
     }
   });
 
+  it("a changed limit applies at the next renewal, to the same key in flight", async () => {
+    const key = keyWith({ rpm: 2 });
+    const a = startProcess("a");
+    for (let i = 0; i < 2; i++) expect((await a.allowances.admit(key, REQUEST)).admitted).toBe(true);
+    expect(await a.allowances.admit(key, REQUEST)).toMatchObject({ admitted: false, refusal: { code: "rpm_limit" } });
+    const raised: KeyRef = { ...key, limits: { rpm: 5 } };
+    const admitted = await Promise.all([0, 1, 2].map(() => a.allowances.admit(raised, REQUEST)));
+    expect(admitted.map((x) => x.admitted)).toEqual([true, true, true]);
+    expect((await a.allowances.admit(raised, REQUEST)).admitted).toBe(false);
+  });
+
   it("a process that dies gives its places back within 10 s; what its lease could have used stays counted", async () => {
     const key = keyWith({ maxParallel: 4, tpm: 10_000 });
     const a = startProcess("a");
