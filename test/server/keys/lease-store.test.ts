@@ -115,6 +115,17 @@ describe("keys' leases in PostgreSQL, two processes", () => {
     }
   });
 
+  it("a streamed answer takes more past its hold until tpm_limit has nothing left, then is told to end", async () => {
+    const key = keyWith({ tpm: 1_000 });
+    const a = startProcess("a");
+    const admitted = await a.allowances.admit(key, REQUEST);
+    if (!admitted.admitted) throw new Error("refused");
+    let take = await a.allowances.takeMore(admitted.ticket, 1, 0);
+    while (take.taken) take = await a.allowances.takeMore(admitted.ticket, 1, 0);
+    expect(take).toEqual({ taken: false, code: "tpm_limit" });
+    expect(admitted.ticket.hold.tokens).toBe(1_000);
+  }, 20_000);
+
   it("a changed limit applies at the next renewal, to the same key in flight", async () => {
     const key = keyWith({ rpm: 2 });
     const a = startProcess("a");
@@ -130,7 +141,12 @@ describe("keys' leases in PostgreSQL, two processes", () => {
     const key = keyWith({ maxParallel: 4, tpm: 10_000 });
     const a = startProcess("a");
     const b = startProcess("b");
-    for (let i = 0; i < 4; i++) expect((await a.allowances.admit(key, REQUEST)).admitted).toBe(true);
+    const tickets = [];
+    for (let i = 0; i < 4; i++) {
+      const admitted = await a.allowances.admit(key, REQUEST);
+      if (!admitted.admitted) throw new Error("refused");
+      tickets.push(admitted.ticket);
+    }
     const refused = await b.allowances.admit(key, REQUEST);
     expect(refused).toMatchObject({ admitted: false, refusal: { code: "parallel_limit", retryAfterS: 1 } });
     const leased = await db.knex("gpu_key_leases").where({ key_id: key.id, holder: "a:0" }).first();
@@ -146,6 +162,8 @@ describe("keys' leases in PostgreSQL, two processes", () => {
     }
     expect(back).toBeDefined();
     expect(back!).toBeLessThanOrEqual(10_000);
+    // Had a lived on without the database, its answers would have been told to end by then.
+    expect(tickets.every((t) => t.signal.aborted)).toBe(true);
     for (let i = 0; i < 3; i++) expect((await b.allowances.admit(key, REQUEST)).admitted).toBe(true);
     // The dead lease's tokens are counted as used for the window: nobody knows what it used.
     const window = await db.knex("gpu_key_window_seconds").where({ key_id: key.id }).sum({ tokens: "tokens" }).first();

@@ -125,6 +125,10 @@ export class KeyAllowance {
   /** A streamed answer past its hold takes more per event; refused, it must end now. */
   takeMore(hold: Hold, tokens: number, micros: number, nowMs: number): Take {
     if (hold.epoch !== this.epoch) return { taken: false, code: this.meters.micros.limited ? "budget_exceeded" : "tpm_limit" };
+    // Each take asks like a request of its size: a stream past its hold doubles its room per renewal.
+    this.asked += 1;
+    this.meters.tokens.ask(tokens);
+    this.meters.micros.ask(micros);
     const short = this.shortOf({ parallel: 0, requests: 0, tokens, micros }, nowMs);
     if (short !== undefined) return { taken: false, code: short };
     hold.tokens += tokens;
