@@ -50,8 +50,9 @@ export async function down(knex: Knex): Promise<void> {
 //  5. buckets that no longer count (61 s after their second) go;
 //  6. the lease becomes what the process has in flight (`keep`, always free for it: it was in its
 //     lease) plus as many whole units (one request's ask) as it wants and every limit leaves beside
-//     the counted buckets (or the spend) and the other live leases: a lease never holds a part of
-//     one limit it cannot use for lack of another. A null limit grants null; a lease of nothing is
+//     the counted buckets (or the spend) and the other live leases, at most half of those (one at
+//     least): a lease never holds a part of one limit it cannot use for lack of another, and the
+//     other processes find some room. A null limit grants null; a lease of nothing is
 //     given back.
 // It answers the lease, the database's clock, the buckets, the other leases and the spend.
 const RENEW = `
@@ -109,12 +110,14 @@ begin
   select p_max_parallel - v_others.parallel as parallel, p_rpm - v_window.requests - v_others.requests as requests,
          p_tpm - v_window.tokens - v_others.tokens as tokens, p_budget - v_spent - v_others.micros as micros
     into v_free;
-  -- Whole units that fit beside what is kept, under every limit (a null limit or a unit of 0 leaves any number).
-  v_units := greatest(0, least(p_units,
+  -- Whole units that fit beside what is kept, under every limit (a null limit or a unit of 0 leaves
+  -- any number); a process takes at most half of them (one at least), so that the others find some.
+  v_units := greatest(0, least(
     case when v_free.parallel is null or p_unit_parallel = 0 then null else (v_free.parallel - p_keep_parallel) / p_unit_parallel end,
     case when v_free.requests is null or p_unit_requests = 0 then null else (v_free.requests - p_keep_requests) / p_unit_requests end,
     case when v_free.tokens is null or p_unit_tokens = 0 then null else (v_free.tokens - p_keep_tokens) / p_unit_tokens end,
     case when v_free.micros is null or p_unit_micros = 0 then null else (v_free.micros - p_keep_micros) / p_unit_micros end));
+  v_units := least(p_units, case when v_units is null then p_units else greatest(least(v_units, 1), (v_units + 1) / 2) end);
   select case when v_free.parallel is null then null else least(p_keep_parallel + v_units * p_unit_parallel, greatest(v_free.parallel, 0)) end as parallel,
          case when v_free.requests is null then null else least(p_keep_requests + v_units * p_unit_requests, greatest(v_free.requests, 0)) end as requests,
          case when v_free.tokens is null then null else least(p_keep_tokens + v_units * p_unit_tokens, greatest(v_free.tokens, 0)) end as tokens,

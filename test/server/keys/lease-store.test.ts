@@ -102,8 +102,10 @@ describe("keys' leases in PostgreSQL, two processes", () => {
     const key = keyWith({ maxParallel: 10_000, tpm: 1_000_000_000 });
     const a = startProcess("a");
     const b = startProcess("b");
-    const until = Date.now() + 3_000;
+    const started = Date.now();
+    const until = started + 3_000;
     const [usedA, usedB] = await Promise.all([callers(a.allowances, key, 64, until, 0), callers(b.allowances, key, 64, until, 0)]);
+    const seconds = Math.ceil((Date.now() - started) / 1000);
     for (const [process, used] of [
       [a, usedA],
       [b, usedB],
@@ -111,7 +113,7 @@ describe("keys' leases in PostgreSQL, two processes", () => {
       const times = process.statements.get(key.id) ?? [];
       expect(used.requests).toBeGreaterThan(1_000);
       expect(busiestSecond(times)).toBeLessThanOrEqual(2);
-      expect(times.length).toBeLessThanOrEqual(2 * 3 + 1);
+      expect(times.length).toBeLessThanOrEqual(2 * seconds + 1);
     }
   });
 
@@ -132,9 +134,13 @@ describe("keys' leases in PostgreSQL, two processes", () => {
     for (let i = 0; i < 2; i++) expect((await a.allowances.admit(key, REQUEST)).admitted).toBe(true);
     expect(await a.allowances.admit(key, REQUEST)).toMatchObject({ admitted: false, refusal: { code: "rpm_limit" } });
     const raised: KeyRef = { ...key, limits: { rpm: 5 } };
-    const admitted = await Promise.all([0, 1, 2].map(() => a.allowances.admit(raised, REQUEST)));
-    expect(admitted.map((x) => x.admitted)).toEqual([true, true, true]);
-    expect((await a.allowances.admit(raised, REQUEST)).admitted).toBe(false);
+    // A caller that comes back after each refusal gets the three more of the minute, and no fourth.
+    let more = 0;
+    for (const until = Date.now() + 4_000; Date.now() < until; ) {
+      if ((await a.allowances.admit(raised, REQUEST)).admitted) more += 1;
+      else await sleep(200);
+    }
+    expect(more).toBe(3);
   });
 
   it("a process that dies gives its places back within 10 s; what its lease could have used stays counted", async () => {

@@ -51,14 +51,15 @@ class ModelDatabase {
     };
     const counted: Record<Dimension, number> = { parallel: 0, requests: window.requests, tokens: window.tokens, micros: this.spent };
     const free = {} as Record<Dimension, number>;
-    let units = report.units;
+    let fit = Infinity;
     for (const d of DIMENSIONS) {
       const limit = limitOf[d];
       if (limit === undefined) continue;
       free[d] = this.sharing ? limit - counted[d] - others[d] : limit;
-      if (report.unit[d] > 0) units = Math.min(units, Math.floor((free[d] - report.keep[d]) / report.unit[d]));
+      if (report.unit[d] > 0) fit = Math.min(fit, Math.trunc((free[d] - report.keep[d]) / report.unit[d]));
     }
-    units = Math.max(0, units);
+    fit = Math.max(0, fit);
+    const units = Math.min(report.units, fit === Infinity ? report.units : Math.max(Math.min(fit, 1), Math.floor((fit + 1) / 2)));
     const granted = {} as Record<Dimension, number | null>;
     for (const d of DIMENSIONS) {
       granted[d] = limitOf[d] === undefined ? null : Math.min(report.keep[d] + units * report.unit[d], Math.max(free[d]!, 0));
