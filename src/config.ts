@@ -118,6 +118,8 @@ export interface EndpointConfig {
   readonly prefixTtlMs: number;
   /** GPU_ENDPOINT_PREFIX_MAX_BLOCKS: prompt blocks the proxy's prefix index keeps per replica; the least recently sent go first. */
   readonly prefixMaxBlocks: number;
+  /** GPU_KEY_HOLD_TOKENS: completion tokens a request without max_tokens holds against its key's limits. */
+  readonly keyHoldTokens: number;
 }
 
 /** The marketplaces GpuService can rent from (MARKETPLACE). */
@@ -269,6 +271,7 @@ export function loadConfig(env: Env = process.env): Config {
         resumeMax: integer(env, "GPU_ENDPOINT_RESUME_MAX", ENDPOINT_PROXY_DEFAULTS.resumeMax, 0, 10),
         prefixTtlMs: integer(env, "GPU_ENDPOINT_PREFIX_TTL_MS", ENDPOINT_PREFIX_DEFAULTS.ttlMs, 1_000, 86_400_000),
         prefixMaxBlocks: integer(env, "GPU_ENDPOINT_PREFIX_MAX_BLOCKS", ENDPOINT_PREFIX_DEFAULTS.maxBlocks, 1, 16_777_216),
+        keyHoldTokens: integer(env, "GPU_KEY_HOLD_TOKENS", 1024, 1, 10_000_000),
       }),
     }),
   };

@@ -84,6 +84,12 @@ describe("loadConfig", () => {
     expect(() => loadConfig({ GPU_ENDPOINT_PREFIX_MAX_BLOCKS: "0" })).toThrow(/GPU_ENDPOINT_PREFIX_MAX_BLOCKS must be an integer from 1/);
   });
 
+  it("holds 1024 completion tokens for a request without max_tokens unless GPU_KEY_HOLD_TOKENS says otherwise", () => {
+    expect(loadConfig({}).gpu.endpoints.keyHoldTokens).toBe(1024);
+    expect(loadConfig({ GPU_KEY_HOLD_TOKENS: "256" }).gpu.endpoints.keyHoldTokens).toBe(256);
+    expect(() => loadConfig({ GPU_KEY_HOLD_TOKENS: "0" })).toThrow(/GPU_KEY_HOLD_TOKENS must be an integer/);
+  });
+
   it("takes a comma-separated list of Elasticsearch nodes, each checked", () => {
     expect(loadConfig({ ELASTICSEARCH_URL: "http://es1:9200, http://es2:9200" }).elasticsearchUrl).toBe("http://es1:9200,http://es2:9200");
     expect(() => loadConfig({ ELASTICSEARCH_URL: "http://es1:9200,ftp://es2" })).toThrow(/ELASTICSEARCH_URL must start with http:\/\/ or https:\/\//);

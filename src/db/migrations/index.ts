@@ -29,6 +29,7 @@ import * as gpuInstanceMarket from "./20261128030000_gpu_instance_market.js";
 import * as gpuEndpointMarkets from "./20261128040000_gpu_endpoint_markets.js";
 import * as gpuInstanceMarketOwnId from "./20261129010000_gpu_instance_market_own_id.js";
 import * as gpuKeys from "./20261129020000_gpu_keys.js";
+import * as gpuKeyLeases from "./20261129030000_gpu_key_leases.js";
 import * as gpuEndpointRouting from "./20261129040000_gpu_endpoint_routing.js";
 
 // Migrations are listed here, in order, rather than found on disk, so that they run the same
@@ -64,6 +65,7 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261128040000_gpu_endpoint_markets", gpuEndpointMarkets],
   ["20261129010000_gpu_instance_market_own_id", gpuInstanceMarketOwnId],
   ["20261129020000_gpu_keys", gpuKeys],
+  ["20261129030000_gpu_key_leases", gpuKeyLeases],
   ["20261129040000_gpu_endpoint_routing", gpuEndpointRouting],
 ];
 

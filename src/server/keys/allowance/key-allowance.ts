@@ -1,0 +1,204 @@
+import { type Estimate, type KeyLimits, budgetPeriod } from "./limits.js";
+import { Meter } from "./meter.js";
+import type { Bucket } from "./window.js";
+
+// One key's allowance in one process: admission, "take more" for a streamed answer, settlement,
+// and the lease reports that keep it within what the database granted (docs/keys.md,
+// "Allowance"). Pure: the caller passes the clock and carries the reports to the database.
+
+export type RefusalCode = "parallel_limit" | "rpm_limit" | "tpm_limit" | "budget_exceeded";
+
+export type Dimension = "parallel" | "requests" | "tokens" | "micros";
+export const DIMENSIONS: readonly Dimension[] = ["parallel", "requests", "tokens", "micros"];
+
+/** Which limit each dimension is, in the order a refusal names them (a spent budget first). */
+const CODES: ReadonlyArray<readonly [Dimension, RefusalCode]> = [
+  ["micros", "budget_exceeded"],
+  ["parallel", "parallel_limit"],
+  ["requests", "rpm_limit"],
+  ["tokens", "tpm_limit"],
+];
+
+/** What one answer holds; a streamed answer's hold grows as it takes more. */
+export interface Hold {
+  readonly epoch: number;
+  tokens: number;
+  micros: number;
+}
+
+export type Admission = { readonly admitted: true; readonly hold: Hold } | { readonly admitted: false; readonly code: RefusalCode };
+export type Take = { readonly taken: true } | { readonly taken: false; readonly code: RefusalCode };
+
+export type Amounts = Readonly<Record<Dimension, number>>;
+
+/**
+ * What a process tells the database: used since its last report, and the lease it wants now: what
+ * is in flight (`keep`) plus `units` times one request's ask (`unit`). The database grants whole
+ * units, so that no lease holds a part of one limit that it cannot use for lack of another.
+ */
+export interface LeaseReport {
+  readonly epoch: number;
+  /** requests, tokens and micros used; parallel is never reported (it ends with its answers). */
+  readonly used: Amounts;
+  readonly keep: Amounts;
+  readonly unit: Amounts;
+  readonly units: number;
+  /** Start of the budget period the spend belongs to, ms. */
+  readonly periodStartsAt: number;
+}
+
+/** What the database answered: the lease, and the key's figures for a caller's headers. */
+export interface LeaseGrant {
+  /** null where the key has no such limit. */
+  readonly granted: Readonly<Record<Dimension, number | null>>;
+  /** The database's clock, ms, when it answered. */
+  readonly dbNowMs: number;
+  readonly buckets: readonly Bucket[];
+  /** Leased by other processes. */
+  readonly others: Amounts;
+  /** The period's spend, micro-dollars. */
+  readonly spent: number;
+}
+
+export interface KeyAllowanceOptions {
+  limits: KeyLimits;
+  readonly createdAtMs: number;
+  /** How long the database keeps a lease unrenewed, ms. */
+  readonly leaseTtlMs: number;
+  /** How much sooner than the database this process takes its lease for gone (clock rates differ), ms. */
+  readonly leaseMarginMs: number;
+}
+
+export class KeyAllowance {
+  readonly meters: Readonly<Record<Dimension, Meter>>;
+  /** Admissions asked for since the last report, admitted or not. */
+  asked = 0;
+  /** Bumped when a lease lapses: holds of an older epoch were counted with it. */
+  epoch = 0;
+  /** Local clock after which the lease may no longer be used, ms. */
+  validUntilMs = -Infinity;
+  /** The last answer of the database, and its clock minus ours. */
+  lastGrant: LeaseGrant | undefined;
+  clockOffsetMs = 0;
+
+  readonly options: KeyAllowanceOptions;
+
+  constructor(options: KeyAllowanceOptions) {
+    this.options = { ...options };
+    const { limits } = options;
+    this.meters = {
+      parallel: new Meter(limits.maxParallel),
+      requests: new Meter(limits.rpm),
+      tokens: new Meter(limits.tpm),
+      micros: new Meter(limits.budgetMicros),
+    };
+  }
+
+  /** A PATCH of the key: what is in flight stays counted; the database applies the new limits at the next renewal. */
+  setLimits(limits: KeyLimits): void {
+    this.options.limits = limits;
+    this.meters.parallel.setLimit(limits.maxParallel);
+    this.meters.requests.setLimit(limits.rpm);
+    this.meters.tokens.setLimit(limits.tpm);
+    this.meters.micros.setLimit(limits.budgetMicros);
+  }
+
+  /** Whether this key needs the database at all. */
+  get limited(): boolean {
+    return DIMENSIONS.some((d) => this.meters[d].limited);
+  }
+
+  /** A request holds one place, one request of the minute, and its estimate; all or nothing. */
+  admit(estimate: Estimate, nowMs: number): Admission {
+    const asks: Amounts = { parallel: 1, requests: 1, tokens: estimate.tokens, micros: estimate.micros };
+    this.asked += 1;
+    for (const d of DIMENSIONS) this.meters[d].ask(asks[d]);
+    const short = this.shortOf(asks, nowMs);
+    if (short !== undefined) return { admitted: false, code: short };
+    this.meters.parallel.held += 1;
+    this.meters.requests.pending += 1;
+    this.meters.tokens.held += estimate.tokens;
+    this.meters.micros.held += estimate.micros;
+    return { admitted: true, hold: { epoch: this.epoch, tokens: estimate.tokens, micros: estimate.micros } };
+  }
+
+  /** A streamed answer past its hold takes more per event; refused, it must end now. */
+  takeMore(hold: Hold, tokens: number, micros: number, nowMs: number): Take {
+    if (hold.epoch !== this.epoch) return { taken: false, code: this.meters.micros.limited ? "budget_exceeded" : "tpm_limit" };
+    // Each take asks like a request of its size: a stream past its hold doubles its room per renewal.
+    this.asked += 1;
+    this.meters.tokens.ask(tokens);
+    this.meters.micros.ask(micros);
+    const short = this.shortOf({ parallel: 0, requests: 0, tokens, micros }, nowMs);
+    if (short !== undefined) return { taken: false, code: short };
+    hold.tokens += tokens;
+    hold.micros += micros;
+    this.meters.tokens.held += tokens;
+    this.meters.micros.held += micros;
+    return { taken: true };
+  }
+
+  /** The answer ended: its hold becomes what it used (more than held counts too: it was delivered). */
+  settle(hold: Hold, usedTokens: number, usedMicros: number): void {
+    if (hold.epoch !== this.epoch) return;
+    this.meters.parallel.held -= 1;
+    this.meters.tokens.held -= hold.tokens;
+    this.meters.tokens.pending += usedTokens;
+    this.meters.micros.held -= hold.micros;
+    this.meters.micros.pending += usedMicros;
+  }
+
+  /**
+   * The next report: room for twice the admissions asked for since the last one, each the size of
+   * the largest; an idle key, or `giveBack` (the process stops), wants only what is in flight.
+   */
+  startReport(nowMs: number, giveBack = false): LeaseReport {
+    const keep = {} as Record<Dimension, number>;
+    const unit = {} as Record<Dimension, number>;
+    const used = {} as Record<Dimension, number>;
+    for (const d of DIMENSIONS) {
+      const meter = this.meters[d];
+      keep[d] = meter.limited ? meter.held : 0;
+      unit[d] = meter.limited ? meter.largestAsk : 0;
+      meter.largestAsk = 0;
+      used[d] = meter.startReport();
+    }
+    const units = giveBack ? 0 : 2 * this.asked;
+    this.asked = 0;
+    const periodStartsAt = budgetPeriod(this.options.createdAtMs, this.options.limits.budgetPeriodMs, nowMs + this.clockOffsetMs).startsAt;
+    return { epoch: this.epoch, used, keep, unit, units, periodStartsAt };
+  }
+
+  /** The database renewed the lease; `sentAtMs` is when the report left (the lease runs from no earlier). */
+  reportDone(grant: LeaseGrant, sentAtMs: number, nowMs: number): void {
+    for (const d of DIMENSIONS) this.meters[d].reportDone(grant.granted[d]);
+    this.validUntilMs = sentAtMs + this.options.leaseTtlMs - this.options.leaseMarginMs;
+    this.lastGrant = grant;
+    this.clockOffsetMs = grant.dbNowMs - nowMs;
+  }
+
+  reportFailed(): void {
+    for (const d of DIMENSIONS) this.meters[d].reportFailed();
+  }
+
+  /** Past `validUntilMs` unrenewed: the database counts the whole lease as used; start afresh. */
+  lapse(): void {
+    this.epoch += 1;
+    this.validUntilMs = -Infinity;
+    for (const d of DIMENSIONS) this.meters[d].lapse();
+  }
+
+  /** Nothing in flight, nothing to report, nothing asked: the lease can be given back. */
+  get idle(): boolean {
+    return this.asked === 0 && DIMENSIONS.every((d) => this.meters[d].used === 0);
+  }
+
+  private shortOf(asks: Amounts, nowMs: number): RefusalCode | undefined {
+    const leased = nowMs < this.validUntilMs;
+    for (const [d, code] of CODES) {
+      const meter = this.meters[d];
+      if (asks[d] > 0 && meter.limited && (!leased || !meter.fits(asks[d]))) return code;
+    }
+    return undefined;
+  }
+}
