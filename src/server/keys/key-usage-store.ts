@@ -1,10 +1,10 @@
 import type { Knex } from "knex";
 import { DEFAULT_READ_TIMEOUT_MS, readWithTimeout } from "../../db/read-timeout.js";
 import type { KeyUsageEntry } from "../../module.js";
-import { machineCostCtes } from "./machine-cost-sql.js";
+import { attributeMachineCostSql } from "./machine-cost-sql.js";
 
 // What keys used (table gpu_key_usage_minutes): a row per key, endpoint and minute, written by
-// the proxy in batches, summed here in SQL for the usage read and each key's budget period, and
+// the proxy in batches, their machine cost attributed by the sync leader's sampler, summed here in SQL for the usage read and each key's budget period, and
 // pruned with the endpoints' history. Money in micro-dollars, tokens as integers. Rows map here
 // and nowhere else.
 
@@ -44,46 +44,43 @@ export interface KeyUsageStore {
   points(query: UsageQuery): Promise<UsagePoint[]>;
   /** Each key's totals from the minute holding its period's start on (key name -> totals; keys with none left out). */
   periodTotals(periods: ReadonlyArray<{ keyName: string; from: Date }>): Promise<Map<string, UsageTotals>>;
+  /**
+   * Sets the machine cost of the minutes in [from, to): each endpoint's billed machine dollars of
+   * a minute split by token share (machine-cost-sql.ts). The number of rows changed.
+   */
+  attributeMachineCost(from: Date, to: Date): Promise<number>;
   /** Deletes the minutes older than `before`; the number deleted. */
   prune(before: Date): Promise<number>;
 }
 
 const TOTALS = `sum(requests)::bigint as requests, sum(prompt_tokens)::bigint as prompt_tokens,
-  sum(completion_tokens)::bigint as completion_tokens, sum(spend_micros)::bigint as spend_micros`;
+  sum(completion_tokens)::bigint as completion_tokens, sum(spend_micros)::bigint as spend_micros,
+  sum(machine_cost_micros)::bigint as machine_cost_micros`;
 
 // The key's minutes within the window only (the index on key_name, minute), summed per step;
-// refusals summed reason by reason; the machine cost of the key's minutes added per step.
+// refusals summed reason by reason.
 const POINTS_SQL = `
   with rows as (
     select date_trunc(:step, minute) as at, * from ${USAGE}
     where key_name = :keyName and minute >= :from and (:endpointName::text is null or endpoint_name = :endpointName)
   ),
-  wanted as (select distinct key_name, endpoint_name, minute from rows),
-  ${machineCostCtes(USAGE)},
-  costs as (select date_trunc(:step, minute) as at, sum(machine_cost_micros)::bigint as machine_cost_micros from machine_costs group by 1),
   sums as (select at, ${TOTALS} from rows group by at),
   reasons as (
     select at, r.key as reason, sum(r.value::bigint) as n from rows, jsonb_each_text(rows.refused) as r group by at, r.key
   ),
   refusals as (select at, jsonb_object_agg(reason, n) as refused from reasons group by at)
-  select sums.*, coalesce(costs.machine_cost_micros, 0) as machine_cost_micros, coalesce(refusals.refused, '{}'::jsonb) as refused
-  from sums left join refusals using (at) left join costs using (at)
+  select sums.*, coalesce(refusals.refused, '{}'::jsonb) as refused
+  from sums left join refusals using (at)
   order by at`;
 
 // A period's first minute counts whole: the minute rows cannot tell which of its seconds came first.
 const PERIODS_SQL = `
-  with periods as (
-    select * from unnest(:names::text[], :froms::timestamptz[]) as p(key_name, starts_at)
-  ),
-  rows as (
-    select u.* from periods p join ${USAGE} u on u.key_name = p.key_name and u.minute > p.starts_at - interval '1 minute'
-  ),
-  wanted as (select distinct key_name, endpoint_name, minute from rows),
-  ${machineCostCtes(USAGE)},
-  costs as (select key_name, sum(machine_cost_micros)::bigint as machine_cost_micros from machine_costs group by key_name),
-  sums as (select key_name, ${TOTALS} from rows group by key_name)
-  select sums.*, coalesce(costs.machine_cost_micros, 0) as machine_cost_micros
-  from sums left join costs using (key_name)`;
+  select p.key_name, ${TOTALS}
+  from unnest(:names::text[], :froms::timestamptz[]) as p(key_name, starts_at)
+  join ${USAGE} u on u.key_name = p.key_name and u.minute > p.starts_at - interval '1 minute'
+  group by p.key_name`;
+
+const ATTRIBUTE_SQL = attributeMachineCostSql(USAGE);
 
 // One statement for a process's minutes: spend in micro-dollars is tokens x dollars per million
 // tokens (one dollar per million tokens is one micro-dollar per token), at the price of the
@@ -144,7 +141,6 @@ export class KnexKeyUsageStore implements KeyUsageStore {
         step: query.step,
         keyName: query.keyName,
         from: query.from,
-        costFrom: query.from,
         endpointName: query.endpointName ?? null,
       }),
     );
@@ -161,10 +157,14 @@ export class KnexKeyUsageStore implements KeyUsageStore {
       trx.raw<{ rows: Array<Record<string, unknown>> }>(PERIODS_SQL, {
         names: periods.map((p) => p.keyName),
         froms: periods.map((p) => p.from.toISOString()),
-        costFrom: new Date(Math.min(...periods.map((p) => p.from.getTime())) - 60_000).toISOString(),
       }),
     );
     return new Map(rows.map((row) => [row.key_name as string, totalsOf(row)]));
+  }
+
+  async attributeMachineCost(from: Date, to: Date): Promise<number> {
+    const { rowCount } = await this.knex.raw<{ rowCount: number | null }>(ATTRIBUTE_SQL, { from, to });
+    return rowCount ?? 0;
   }
 
   async prune(before: Date): Promise<number> {

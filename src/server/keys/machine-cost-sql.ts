@@ -1,39 +1,34 @@
 // A key's machine cost (SPEC.md section 2, "Keys for callers", "Dollars, two ways"): each minute,
 // what an endpoint's machines billed during that minute, split over the keys by their share of
 // that minute's tokens (prompt and completion, every process's rows of the minute together).
-// Minutes with no tokens stay unattributed. Computed at read time, so that nothing is written
-// twice and a minute published late, or a machine's end recorded late, corrects itself.
+// Minutes with no tokens stay unattributed (0).
 //
 // The minute's dollars come from the instance records, as the fleet's spend and an endpoint's
 // total cost count them: a record bills its cost_per_hour from its creation to its end
 // (destroyed_at; now while it lives), and a minute gets the part of that span inside it. (The
 // history's samples hold only the $/h at each minute's end, which misses a machine that came or
 // went within the minute.) Money in integer micro-dollars: a minute's dollars are rounded once,
-// then split by running sums in key order (each key gets floor(D x tokens so far / all tokens)
-// less the same for the keys before it), so that the shares add up to the minute's dollars
-// exactly and each is within a micro-dollar of its exact share.
+// then split over its rows by running sums in (key, process) order: each row gets
+// floor(D x tokens so far / all tokens) less the same before it. The shares add up to the
+// minute's dollars exactly, and a key's rows, being next to each other in that order, add up to
+// its exact share within a micro-dollar (exactly, when the share is a whole micro-dollar).
 
 /**
- * CTEs to put after a CTE `wanted(key_name, endpoint_name, minute)`: the usage minutes whose
- * machine cost is asked. They end in `machine_costs(key_name, endpoint_name, minute,
- * machine_cost_micros)`, one row per wanted minute that holds tokens. `:costFrom` must be at or
- * before the first wanted minute: only the usage rows from it on are read.
+ * Sets machine_cost_micros on every row of `usageTable` whose minute is in [:from, :to), as the
+ * instance records and the rows stand now; rows already right are left alone. Absolute, so that
+ * running it again over the same minutes corrects a row published late or a machine's end
+ * recorded late, and changes nothing otherwise.
  */
-export function machineCostCtes(usageTable: string): string {
+export function attributeMachineCostSql(usageTable: string): string {
   return `
-  asked as (select distinct endpoint_name, minute from wanted),
-  minute_tokens as (
-    select u.endpoint_name, u.minute, u.key_name, sum(u.prompt_tokens + u.completion_tokens) as tokens
-    from ${usageTable} u join asked a on a.endpoint_name = u.endpoint_name and a.minute = u.minute
-    where u.minute >= :costFrom
-    group by u.endpoint_name, u.minute, u.key_name
+  with asked as (
+    select distinct endpoint_name, minute from ${usageTable} where minute >= :from and minute < :to
   ),
   billing as (
     select i.endpoint as endpoint_name, i.created_at as starts, coalesce(i.destroyed_at, now()) as ends, i.cost_per_hour as rate
     from gpu_instances i
     where i.endpoint in (select endpoint_name from asked)
-      and (i.destroyed_at is null or i.destroyed_at > :costFrom)
-      and i.created_at < (select max(minute) from asked) + interval '1 minute'
+      and (i.destroyed_at is null or i.destroyed_at > :from) and i.created_at < :to
   ),
   minute_dollars as (
     select a.endpoint_name, a.minute,
@@ -42,14 +37,19 @@ export function machineCostCtes(usageTable: string): string {
     group by a.endpoint_name, a.minute
   ),
   running as (
-    select t.key_name, t.endpoint_name, t.minute, t.tokens, d.micros,
-           sum(t.tokens) over (partition by t.endpoint_name, t.minute order by t.key_name) as upto,
-           sum(t.tokens) over (partition by t.endpoint_name, t.minute) as total
-    from minute_tokens t join minute_dollars d on d.endpoint_name = t.endpoint_name and d.minute = t.minute
+    select u.key_name, u.endpoint_name, u.minute, u.process_id, u.prompt_tokens + u.completion_tokens as tokens, coalesce(d.micros, 0) as micros,
+           sum(u.prompt_tokens + u.completion_tokens) over (partition by u.endpoint_name, u.minute order by u.key_name, u.process_id) as upto,
+           sum(u.prompt_tokens + u.completion_tokens) over (partition by u.endpoint_name, u.minute) as total
+    from ${usageTable} u left join minute_dollars d on d.endpoint_name = u.endpoint_name and d.minute = u.minute
+    where u.minute >= :from and u.minute < :to
   ),
-  machine_costs as (
-    select r.key_name, r.endpoint_name, r.minute, (div(r.micros * r.upto, r.total) - div(r.micros * (r.upto - r.tokens), r.total))::bigint as machine_cost_micros
-    from running r join wanted w on w.key_name = r.key_name and w.endpoint_name = r.endpoint_name and w.minute = r.minute
-    where r.total > 0
-  )`;
+  shares as (
+    select key_name, endpoint_name, minute, process_id,
+           case when total > 0 then (div(micros * upto, total) - div(micros * (upto - tokens), total))::bigint else 0 end as micros
+    from running
+  )
+  update ${usageTable} u set machine_cost_micros = s.micros
+  from shares s
+  where u.key_name = s.key_name and u.endpoint_name = s.endpoint_name and u.minute = s.minute and u.process_id = s.process_id
+    and u.machine_cost_micros <> s.micros`;
 }

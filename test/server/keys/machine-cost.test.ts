@@ -1,4 +1,12 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import pino from "pino";
+import { DEFAULT_READ_TIMEOUT_MS } from "../../../src/db/read-timeout.js";
+import { EndpointStore } from "../../../src/gpu/endpoints/resource/endpoint-store.js";
+import { LoadStore } from "../../../src/gpu/endpoints/load/load-store.js";
+import { KnexTrafficStore } from "../../../src/gpu/endpoints/load/traffic-store.js";
+import { createHistorySampler } from "../../../src/gpu/history/history-sampler.js";
+import { KnexHistoryStore } from "../../../src/gpu/history/history-store.js";
+import { InstanceStore } from "../../../src/gpu/store/instance-store.js";
 import { KnexKeyUsageStore } from "../../../src/server/keys/key-usage-store.js";
 import { createTestDatabase, type TestDatabase } from "../../support/postgres.js";
 
@@ -57,6 +65,7 @@ async function usage(key: string, endpoint: string, at: Date, promptTokens: numb
 }
 
 async function machineCost(key: string): Promise<Array<[number, number]>> {
+  await store.attributeMachineCost(minute(0), minute(60));
   const points = await store.points({ keyName: key, from: minute(0), step: "minute" });
   return points.map((p) => [(p.at.getTime() - base) / MINUTE, p.machineCostMicros]);
 }
@@ -110,6 +119,7 @@ describe("a key's machine cost", () => {
     await usage("team-a", "chat", minute(2), 1, 0);
     // After the machine ended: nothing billed.
     await usage("team-a", "chat", minute(11), 5, 0);
+    await store.attributeMachineCost(minute(0), minute(60));
     const hours = await store.points({ keyName: "team-a", from: minute(0), step: "hour" });
     expect(hours.map((p) => p.machineCostMicros)).toEqual([45_000 + 60_000]);
     const totals = await store.periodTotals([
@@ -119,4 +129,104 @@ describe("a key's machine cost", () => {
     expect(totals.get("team-a")?.machineCostMicros).toBe(60_000);
     expect(totals.get("team-b")?.machineCostMicros).toBe(15_000);
   });
+});
+
+describe("the sync leader's sampler", () => {
+  it("attributes each finished minute, and again when a process's rows of it come late", async () => {
+    await machine("chat", 3.6, minute(-5), null);
+    await usage("team-a", "chat", minute(1), 10, 0);
+    await usage("team-a", "chat", minute(2), 10, 0);
+    let now = minute(2).getTime() + 10_000;
+    const sampler = samplerAt(() => now);
+    await sampler.sampleDue();
+    // Minute 1 ended: team-a alone used it; minute 2 has not ended yet.
+    expect(await pointsOf("team-a")).toEqual([
+      [1, 60_000],
+      [2, 0],
+    ]);
+    // Another process's rows of minute 1 arrive late: the next minute's round splits it again.
+    await usage("team-b", "chat", minute(1), 30, 0, "p2");
+    now = minute(3).getTime() + 10_000;
+    await sampler.sampleDue();
+    expect(await pointsOf("team-a")).toEqual([
+      [1, 15_000],
+      [2, 60_000],
+    ]);
+    expect(await pointsOf("team-b")).toEqual([[1, 45_000]]);
+  });
+});
+
+function samplerAt(now: () => number) {
+  return createHistorySampler({
+    ctx: { instances: InstanceStore.create({ knex: db.knex }) },
+    endpoints: EndpointStore.create({ knex: db.knex }),
+    load: LoadStore.create({ knex: db.knex }),
+    traffic: KnexTrafficStore.create({ knex: db.knex }),
+    history: KnexHistoryStore.create({ knex: db.knex }),
+    keyUsage: store,
+    historyDays: 30,
+    logger: pino({ level: "silent" }),
+    now,
+  });
+}
+
+/** The key's minutes as stored: no attribution of its own. */
+async function pointsOf(key: string): Promise<Array<[number, number]>> {
+  const points = await store.points({ keyName: key, from: minute(0), step: "minute" });
+  return points.map((p) => [(p.at.getTime() - base) / MINUTE, p.machineCostMicros]);
+}
+
+describe("the usage read with machine costs", () => {
+  it("attributes the last minutes of 20 keys on two endpoints from two processes in one short statement, and reads 7 days of them", async () => {
+    const now = Date.now();
+    const weekAgo = new Date(Math.floor((now - 7 * 86_400_000) / MINUTE) * MINUTE);
+    const lastMinute = new Date(Math.floor(now / MINUTE) * MINUTE - MINUTE);
+    // 20 keys, 10 on each endpoint, every minute of the week from two processes: 403,200 rows.
+    await db.knex.raw(
+      `insert into gpu_key_usage_minutes (key_name, endpoint_name, minute, process_id, requests, prompt_tokens, completion_tokens, spend_micros)
+       select 'k' || k, case when k < 10 then 'chat' else 'code' end, m, p, 2, 100 + k, 20 + (extract(epoch from m)::bigint % 7), 150
+       from generate_series(0, 19) as k, generate_series(?::timestamptz, ?::timestamptz, interval '1 minute') as m, unnest(array['p1', 'p2']) as p`,
+      [weekAgo, lastMinute],
+    );
+    // Each endpoint's replicas come and go every 6 hours (two at a time), among a year of other records.
+    const replicas = Array.from({ length: 2 * 2 * 28 }, (_, i) => {
+      const starts = weekAgo.getTime() + Math.floor(i / 4) * 6 * 3_600_000 + (i % 2) * 1_234_567;
+      return { endpoint: i % 4 < 2 ? "chat" : "code", starts, ends: starts + 6 * 3_600_000 + 600_000 };
+    });
+    for (const r of replicas) await machine(r.endpoint, 2.5, new Date(r.starts), r.ends > now ? null : new Date(r.ends));
+    await db.knex.raw(
+      `insert into gpu_instances (instance_id, offer_id, status, cost_per_hour, created_at, updated_at, destroyed_at)
+       select 'gpu-old-' || i, 'offer', 'destroyed', 1.5, now() - (i || ' hours')::interval - interval '8 days', now(), now() - (i || ' hours')::interval - interval '7 days 12 hours'
+       from generate_series(1, 8760) as i`,
+    );
+    await db.knex.raw("analyze gpu_key_usage_minutes");
+    await db.knex.raw("analyze gpu_instances");
+
+    const timed = async <T>(work: () => Promise<T>): Promise<[T, number]> => {
+      const started = performance.now();
+      const result = await work();
+      return [result, Math.round(performance.now() - started)];
+    };
+    // What the sampler does each minute: the last 10 minutes attributed again.
+    const [, roundMs] = await timed(() => store.attributeMachineCost(new Date(lastMinute.getTime() - 9 * MINUTE), new Date(lastMinute.getTime() + MINUTE)));
+    // Three hours attributed, as a check of the whole: the keys of an endpoint share what its
+    // replicas billed, less the rounding of each minute (at most half a micro-dollar).
+    const end = lastMinute.getTime() + MINUTE;
+    const threeHoursAgo = new Date(end - 180 * MINUTE);
+    await store.attributeMachineCost(threeHoursAgo, new Date(end));
+    const [week, weekMs] = await timed(() => store.points({ keyName: "k3", from: weekAgo, step: "hour" }));
+    const [periods, periodsMs] = await timed(() => store.periodTotals(Array.from({ length: 20 }, (_, k) => ({ keyName: `k${k}`, from: weekAgo }))));
+    console.log(`machine cost over 403,200 usage rows: a sampler round (10 minutes, 400 rows) ${roundMs} ms; reads: one key's 7 days ${weekMs} ms, 20 keys' 7-day periods ${periodsMs} ms`);
+
+    expect(week.length).toBeGreaterThanOrEqual(168);
+    const recent = await store.periodTotals(Array.from({ length: 10 }, (_, k) => ({ keyName: `k${k}`, from: threeHoursAgo })));
+    const chat = [...recent.values()].reduce((sum, t) => sum + t.machineCostMicros, 0);
+    const billed = replicas
+      .filter((r) => r.endpoint === "chat")
+      .reduce((sum, r) => sum + (2.5 * Math.max(0, Math.min(r.ends, end) - Math.max(r.starts, threeHoursAgo.getTime()))) / 3_600_000, 0);
+    expect(chat).toBeGreaterThan(0);
+    expect(Math.abs(chat / 1e6 - billed)).toBeLessThan(0.001);
+    expect(periods.size).toBe(20);
+    expect(roundMs).toBeLessThan(DEFAULT_READ_TIMEOUT_MS);
+  }, 120_000);
 });
