@@ -3,11 +3,11 @@
 // that minute's tokens (prompt and completion, every process's rows of the minute together).
 // Minutes with no tokens stay unattributed (0).
 //
-// The minute's dollars come from the instance records, as the fleet's spend and an endpoint's
-// total cost count them: a record bills its cost_per_hour from its creation to its end
-// (destroyed_at; now while it lives), and a minute gets the part of that span inside it. (The
-// history's samples hold only the $/h at each minute's end, which misses a machine that came or
-// went within the minute.) Money in integer micro-dollars: a minute's dollars are rounded once,
+// The minute's dollars come from the instance records of the endpoint's replicas, as the fleet's
+// spend and an endpoint's total cost count them: a record bills its cost_per_hour from its
+// creation to its end (destroyed_at; now while it lives; one that ends before it starts bills
+// nothing), and a minute gets the part of that span inside it. (The history's samples hold only
+// the $/h at each minute's end, which misses a machine that came or went within the minute.) Money in integer micro-dollars: a minute's dollars are rounded once,
 // then split over its rows by running sums in (key, process) order: each row gets
 // floor(D x tokens so far / all tokens) less the same before it. The shares add up to the
 // minute's dollars exactly, and a key's rows, being next to each other in that order, add up to
@@ -29,6 +29,7 @@ export function attributeMachineCostSql(usageTable: string): string {
     from gpu_instances i
     where i.endpoint in (select endpoint_name from asked)
       and (i.destroyed_at is null or i.destroyed_at > :from) and i.created_at < :to
+      and coalesce(i.destroyed_at, now()) > i.created_at
   ),
   minute_dollars as (
     select a.endpoint_name, a.minute,

@@ -86,6 +86,8 @@ describe("a key's machine cost", () => {
     await machine("chat", 1, minute(-5), null);
     await machine("chat", 3.6, new Date(minute(2).getTime() + 30_000), minute(3));
     await machine("other", 100, minute(0), null);
+    // A record that ends before it starts bills nothing.
+    await machine("chat", 50, new Date(minute(2).getTime() + 40_000), new Date(minute(2).getTime() + 20_000));
     for (const key of ["k1", "k2", "k3"]) await usage(key, "chat", minute(2), 1, 0);
     const shares = await Promise.all(["k1", "k2", "k3"].map(async (key) => (await machineCost(key))[0]![1]));
     expect(shares.reduce((a, b) => a + b)).toBe(46_667);
