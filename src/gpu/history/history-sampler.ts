@@ -15,8 +15,8 @@ import type { HistorySample, HistoryStore } from "./history-store.js";
 // as long as their traffic is still held: their traffic as counted, their load and replicas as
 // the late round sees them. Traffic a process publishes after its minute was sampled (a process
 // held up, a database away) is summed again into that minute. Each minute it also sets the keys'
-// machine cost of the last minutes (server/keys/machine-cost-sql.ts). Once an hour it prunes: history
-// and the keys' usage minutes older than HISTORY_DAYS, traffic minutes already sampled.
+// machine cost of the last minutes (server/keys/machine-cost-sql.ts). Once an hour it prunes:
+// history and the keys' usage minutes older than HISTORY_DAYS, traffic minutes already sampled.
 
 export interface HistorySampler {
   /** Samples every minute that ended and was not sampled yet, sums late traffic again; prunes when an hour has passed. */

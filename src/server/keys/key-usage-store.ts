@@ -4,9 +4,9 @@ import type { KeyUsageEntry } from "../../module.js";
 import { attributeMachineCostSql } from "./machine-cost-sql.js";
 
 // What keys used (table gpu_key_usage_minutes): a row per key, endpoint and minute, written by
-// the proxy in batches, their machine cost attributed by the sync leader's sampler, summed here in SQL for the usage read and each key's budget period, and
-// pruned with the endpoints' history. Money in micro-dollars, tokens as integers. Rows map here
-// and nowhere else.
+// the proxy in batches, their machine cost set by the sync leader's sampler each minute, summed
+// here in SQL for the usage read and each key's budget period, and pruned with the endpoints'
+// history. Money in micro-dollars, tokens as integers. Rows map here and nowhere else.
 
 const USAGE = "gpu_key_usage_minutes";
 

@@ -7,11 +7,13 @@
 // spend and an endpoint's total cost count them: a record bills its cost_per_hour from its
 // creation to its end (destroyed_at; now while it lives; one that ends before it starts bills
 // nothing), and a minute gets the part of that span inside it. (The history's samples hold only
-// the $/h at each minute's end, which misses a machine that came or went within the minute.) Money in integer micro-dollars: a minute's dollars are rounded once,
-// then split over its rows by running sums in (key, process) order: each row gets
-// floor(D x tokens so far / all tokens) less the same before it. The shares add up to the
-// minute's dollars exactly, and a key's rows, being next to each other in that order, add up to
-// its exact share within a micro-dollar (exactly, when the share is a whole micro-dollar).
+// the $/h at each minute's end, which misses a machine that came or went within the minute.)
+//
+// Money in integer micro-dollars: a minute's dollars are rounded once, then split over its rows
+// by running sums in (key, process) order: each row gets floor(D x tokens so far / all tokens)
+// less the same before it. The shares add up to the minute's dollars exactly, and a key's rows,
+// being next to each other in that order, add up to its exact share within a micro-dollar
+// (exactly, when the share is a whole micro-dollar).
 
 /**
  * Sets machine_cost_micros on every row of `usageTable` whose minute is in [:from, :to), as the

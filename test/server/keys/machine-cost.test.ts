@@ -18,7 +18,7 @@ import { createTestDatabase, type TestDatabase } from "../../support/postgres.js
 const MINUTE = 60_000;
 let db: TestDatabase;
 let store: KnexKeyUsageStore;
-/** A whole minute, an hour ago, so that no live machine's "now" falls in it. */
+/** The start of an hour one to two hours ago: no live machine's "now" falls in its minutes. */
 const base = Math.floor((Date.now() - 3_600_000) / 3_600_000) * 3_600_000;
 const minute = (n: number) => new Date(base + n * MINUTE);
 
