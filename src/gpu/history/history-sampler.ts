@@ -14,8 +14,9 @@ import type { HistorySample, HistoryStore } from "./history-store.js";
 // shows them now. Minutes no round sampled (a leader change, a database outage) are sampled late,
 // as long as their traffic is still held: their traffic as counted, their load and replicas as
 // the late round sees them. Traffic a process publishes after its minute was sampled (a process
-// held up, a database away) is summed again into that minute. Once an hour it prunes: history
-// and the keys' usage minutes older than HISTORY_DAYS, traffic minutes already sampled.
+// held up, a database away) is summed again into that minute. Each minute it also sets the keys'
+// machine cost of the last minutes (server/keys/machine-cost-sql.ts). Once an hour it prunes:
+// history and the keys' usage minutes older than HISTORY_DAYS, traffic minutes already sampled.
 
 export interface HistorySampler {
   /** Samples every minute that ended and was not sampled yet, sums late traffic again; prunes when an hour has passed. */
@@ -28,8 +29,8 @@ export interface HistorySamplerDeps {
   load: Pick<LoadStore, "readLoad">;
   traffic: TrafficStore;
   history: HistoryStore;
-  /** The keys' usage minutes, kept as long as the history. */
-  keyUsage?: { prune(before: Date): Promise<number> };
+  /** The keys' usage minutes: their machine cost attributed here each minute, kept as long as the history. */
+  keyUsage?: { attributeMachineCost(from: Date, to: Date): Promise<number>; prune(before: Date): Promise<number> };
   historyDays: number;
   logger: Logger;
   now?: () => number;
@@ -139,6 +140,9 @@ export function createHistorySampler(deps: HistorySamplerDeps): HistorySampler {
           await deps.history.record(await sampleMinute(minute, endpoints, observed, minute === end));
           sampledUpTo = minute;
         }
+        // The keys' minutes as far back as late ones are sampled: each is attributed again, so
+        // that a process's late rows or a machine's end recorded late corrects the split.
+        await deps.keyUsage?.attributeMachineCost(new Date(end - CATCH_UP_MS), new Date(end));
       }
       await resumLate(written.minutes, sampledBefore, liveEndpoints);
       trafficReadAt = written.asOf;

@@ -1,11 +1,12 @@
 import type { Knex } from "knex";
 import { DEFAULT_READ_TIMEOUT_MS, readWithTimeout } from "../../db/read-timeout.js";
 import type { KeyUsageEntry } from "../../module.js";
+import { attributeMachineCostSql } from "./machine-cost-sql.js";
 
 // What keys used (table gpu_key_usage_minutes): a row per key, endpoint and minute, written by
-// the proxy in batches, summed here in SQL for the usage read and each key's budget period, and
-// pruned with the endpoints' history. Money in micro-dollars, tokens as integers. Rows map here
-// and nowhere else.
+// the proxy in batches, their machine cost set by the sync leader's sampler each minute, summed
+// here in SQL for the usage read and each key's budget period, and pruned with the endpoints'
+// history. Money in micro-dollars, tokens as integers. Rows map here and nowhere else.
 
 const USAGE = "gpu_key_usage_minutes";
 
@@ -43,6 +44,11 @@ export interface KeyUsageStore {
   points(query: UsageQuery): Promise<UsagePoint[]>;
   /** Each key's totals from the minute holding its period's start on (key name -> totals; keys with none left out). */
   periodTotals(periods: ReadonlyArray<{ keyName: string; from: Date }>): Promise<Map<string, UsageTotals>>;
+  /**
+   * Sets the machine cost of the minutes in [from, to): each endpoint's billed machine dollars of
+   * a minute split by token share (machine-cost-sql.ts). The number of rows changed.
+   */
+  attributeMachineCost(from: Date, to: Date): Promise<number>;
   /** Deletes the minutes older than `before`; the number deleted. */
   prune(before: Date): Promise<number>;
 }
@@ -73,6 +79,8 @@ const PERIODS_SQL = `
   from unnest(:names::text[], :froms::timestamptz[]) as p(key_name, starts_at)
   join ${USAGE} u on u.key_name = p.key_name and u.minute > p.starts_at - interval '1 minute'
   group by p.key_name`;
+
+const ATTRIBUTE_SQL = attributeMachineCostSql(USAGE);
 
 // One statement for a process's minutes: spend in micro-dollars is tokens x dollars per million
 // tokens (one dollar per million tokens is one micro-dollar per token), at the price of the
@@ -152,6 +160,11 @@ export class KnexKeyUsageStore implements KeyUsageStore {
       }),
     );
     return new Map(rows.map((row) => [row.key_name as string, totalsOf(row)]));
+  }
+
+  async attributeMachineCost(from: Date, to: Date): Promise<number> {
+    const { rowCount } = await this.knex.raw<{ rowCount: number | null }>(ATTRIBUTE_SQL, { from, to });
+    return rowCount ?? 0;
   }
 
   async prune(before: Date): Promise<number> {
