@@ -183,19 +183,35 @@ async function slotChoice(ctx: GpuContext, request: CreationRequest, template: T
   }
   const fitted = autoPickTemplate(template);
   const markets = request.markets;
+  const onDemandAllowed = interruptible.onDemand !== false;
   const [bidOffers, onDemandOffers] = await Promise.all([
-    offersFor(ctx, fitted, undefined, diskGb, { interruptible: true, markets }),
+    bidOffersFor(ctx, fitted, diskGb, markets, onDemandAllowed),
     offersFor(ctx, fitted, undefined, diskGb, { markets }),
   ]);
   const choice = slotOffers({
     bids: fittingOffers(asBids(bidOffers, interruptible.bidMargin), fitted),
     // Searched and fitted even when it may not be rented: every bid is compared with it.
     onDemand: fittingOffers(onDemandOffers, fitted),
-    onDemandAllowed: interruptible.onDemand !== false,
+    onDemandAllowed,
     replacing: interruptible.replacing,
     replicaMarkets: request.replicaMarkets,
   });
   return choice.none ? choice : { candidates: spreadOver(choice.candidates, request.avoidMachineIds) };
+}
+
+/**
+ * The bid markets' offers. One market's failure never hides another's offers (SPEC.md section 2,
+ * "Several marketplaces"): when every bid market fails and on-demand may be rented, the slot goes
+ * on with no bid, to its fallback in any market that answers; a bid-only slot fails with the search.
+ */
+async function bidOffersFor(ctx: GpuContext, template: Template, diskGb: number, markets: readonly string[] | undefined, onDemandAllowed: boolean) {
+  try {
+    return await offersFor(ctx, template, undefined, diskGb, { interruptible: true, markets });
+  } catch (err) {
+    if (!onDemandAllowed) throw err;
+    ctx.logger.warn({ err }, "the bid markets did not answer; the slot rents on-demand as its fallback");
+    return [];
+  }
 }
 
 /** The creation's answer when nothing may be rented (a launch that counts as failed): it says why. */
