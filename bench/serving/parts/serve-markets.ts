@@ -27,6 +27,9 @@ export interface MarketDay {
   describe: string;
 }
 
+/** The market a day's dry spell empties (the vast.ai-like one), as its offers name it. */
+export const DRY_SPELL_MARKET = BID_MARKET;
+
 export const ONE_MARKET_DAY: MarketDay = {
   name: "one market",
   preemptAtS: 14 * H,
