@@ -200,9 +200,10 @@ async function slotChoice(ctx: GpuContext, request: CreationRequest, template: T
 }
 
 /**
- * The offers that may be rented as bids (from the markets that rent them). One market's failure never hides another's offers (SPEC.md section 2,
- * "Several marketplaces"): when every bid market fails and on-demand may be rented, the slot goes
- * on with no bid, to its fallback in any market that answers; a bid-only slot fails with the search.
+ * The offers that may be rented as bids (from the markets that rent them). One market's failure
+ * never hides another's offers (SPEC.md section 2, "Several marketplaces"): when every bid market
+ * fails and on-demand may be rented, the slot goes on with no bid, to its fallback in any market
+ * that answers; a bid-only slot fails with the search.
  */
 async function bidOffersFor(ctx: GpuContext, template: Template, diskGb: number, markets: readonly string[] | undefined, onDemandAllowed: boolean) {
   try {
@@ -222,7 +223,8 @@ function nothingToRent(none: NothingToRent, template: Template): NotFoundError {
 
 /**
  * The markets' answer to the creation's offer search (empty when there is nothing to ask); of the
- * `bid` kind, only the offers of the markets that rent bids, priced as bids; only `markets`' offers when named.
+ * `bid` kind, only the offers of the markets that rent bids, priced as bids; only `markets`'
+ * offers when named.
  */
 async function offersFor(
   ctx: GpuContext,
