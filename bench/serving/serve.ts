@@ -21,8 +21,21 @@ import { startTestServer } from "../../test/support/server.js";
 import { clock, DAY_S, expectedArrivals, mulberry32, poissonArrivals, PROFILE_TEXT, quantile, rateShare } from "./parts/serve-day.js";
 import { newTally, streamOnce, type Tally } from "./parts/serve-load.js";
 import { continuationsOf, eventsByHour, heldOf, machinesOf, moneyOf, TIMELINE_KINDS, type DayWindow, type Money } from "./parts/serve-report.js";
-import { ANSWER_TOKENS, BID_MARGIN, setupFor } from "./parts/serve-setup.js";
-import { backToFullStrength, daysOf, eventsOf, machinesPerMarket, marketsFor, recoveryText, type MarketDay, type PolicyMarkets, type StrengthSample } from "./parts/serve-markets.js";
+import { ANSWER_TOKENS, BID_MARGIN, setupFor, STREAM_SIM_S, TOKENS } from "./parts/serve-setup.js";
+import {
+  backToFullStrength,
+  daysOf,
+  DRY_SPELL_MARKET,
+  eventsOf,
+  machinesPerMarket,
+  marketsFor,
+  recoveryText,
+  type MarketDay,
+  type PolicyMarkets,
+  type StrengthSample,
+} from "./parts/serve-markets.js";
+import { oracleCost, oracleOffers, type OracleCost } from "./parts/serve-oracle.js";
+import { findTemplate } from "../../src/gpu/creation/templates.js";
 import { adminDatabaseUrl, printTable, wholeNumber } from "../shared/support.js";
 
 const POLICIES = ["fixed", "ondemand", "spot"] as const;
@@ -60,6 +73,7 @@ interface DaySummary {
   held: Map<Policy, number>;
   recoveries: Map<Policy, string[]>;
   perMarket: Map<Policy, string>;
+  oracle: OracleCost;
 }
 
 async function runDay(setup: ReturnType<typeof setupFor>, arrivals: readonly number[], marketDay: MarketDay): Promise<DaySummary> {
@@ -106,6 +120,7 @@ async function runDay(setup: ReturnType<typeof setupFor>, arrivals: readonly num
       await sleep(200);
     }
 
+    const oracle = await oracleOf(setup, arrivals, marketDay);
     const day = await replayDay(setup, arrivals, run, services, marketDay);
     const window: DayWindow = { startMs: day.startMs, endMs: day.endMs, factor: setup.factor };
     const money = new Map<Policy, Money>();
@@ -121,14 +136,32 @@ async function runDay(setup: ReturnType<typeof setupFor>, arrivals: readonly num
       held.set(policy, heldOf(metrics, policy).count);
       continued.set(policy, continuationsOf(metrics, policy));
     }
-    await report(setup, run, notRun, day, window, money, held, continued, preempted, services);
+    await report(setup, run, notRun, day, window, money, held, continued, preempted, services, oracle);
     const recoveries = new Map(run.map((p) => [p, eventsOf(marketDay).map((e) => recoveryText(backToFullStrength(day.strength.get(p)!, e.atS)))]));
     const perMarket = new Map<Policy, string>();
     for (const policy of run) perMarket.set(policy, await machinesPerMarket(services.get(policy)!.db.knex, policy));
-    return { day: marketDay, run, money, tallies: day.tallies, held, recoveries, perMarket };
+    return { day: marketDay, run, money, tallies: day.tallies, held, recoveries, perMarket, oracle };
   } finally {
     for (const policy of created) await services.get(policy)!.api("DELETE", `/api/gpu/endpoints/${policy}`).catch(() => undefined);
     for (const service of services.values()) await service.close();
+  }
+}
+
+/** The oracle's cost of the day (serve-oracle.ts), on a fresh copy of the day's markets: nothing rented from them. */
+async function oracleOf(setup: ReturnType<typeof setupFor>, arrivals: readonly number[], marketDay: MarketDay): Promise<OracleCost> {
+  const markets = marketsFor(marketDay, setup.market);
+  try {
+    const offers = await oracleOffers(markets.marketplace, findTemplate("budget")!, BID_MARGIN);
+    return oracleCost({
+      arrivals,
+      streamS: (STREAM_SIM_S * ANSWER_TOKENS) / TOKENS,
+      targetInFlight: setup.autoscale.target_in_flight,
+      maxReplicas: setup.autoscale.max_replicas,
+      offers,
+      ...(marketDay.drySpell && { drySpell: { ...marketDay.drySpell, market: DRY_SPELL_MARKET } }),
+    });
+  } finally {
+    await markets.close();
   }
 }
 
@@ -272,6 +305,7 @@ async function report(
   continued: ReadonlyMap<Policy, ReturnType<typeof continuationsOf>>,
   preempted: ReadonlyMap<Policy, ReadonlySet<string>>,
   services: ReadonlyMap<Policy, Service>,
+  oracle: OracleCost,
 ): Promise<void> {
   const fixed = money.get("fixed")!;
   const sim = (ms: number) => ((ms / 1000) * setup.factor).toFixed(1);
@@ -308,7 +342,13 @@ async function report(
     ["  the same in wall ms", ...col((p) => `${quantile(waits(p), 0.5).toFixed(0)} / ${quantile(waits(p), 0.99).toFixed(0)}`)],
     ["machine-hours / fixed's", ...col((p) => (m(p).machineHours / fixed.machineHours).toFixed(3))],
     ["dollars / fixed's", ...col((p) => share(p).toFixed(3))],
+    ["dollars / the oracle's", ...col((p) => (m(p).dollars / oracle.dollars).toFixed(2))],
   ]);
+  console.log(
+    `\nthe oracle (the day known beforehand: each simulated minute the replicas its most streams in flight need at target_in_flight ${setup.autoscale.target_in_flight}, ` +
+      `at that minute's cheapest fitting bids, else on-demand; no cold start, no preemption): ${oracle.machineHours.toFixed(1)} machine-hours, $${oracle.dollars.toFixed(2)}, ` +
+      `${(oracle.dollars / fixed.dollars).toFixed(3)} of fixed's`,
+  );
 
   const autoscaled = run.filter((p) => p !== "fixed");
   const topOf = (p: Policy) => Math.max(...day.topTarget.get(p)!);
@@ -361,6 +401,7 @@ function printSummaries(summaries: readonly DaySummary[]): void {
     ["machine-hours (simulated)", ...cell((s, p) => s.money.get(p)!.machineHours.toFixed(1))],
     ["dollars, as billed", ...cell((s, p) => s.money.get(p)!.dollars.toFixed(2))],
     ["dollars / fixed's (same day)", ...cell((s, p) => (s.money.get(p)!.dollars / fixedDollars(s)).toFixed(3))],
+    ["dollars / the oracle's (same day)", ...cell((s, p) => (s.money.get(p)!.dollars / s.oracle.dollars).toFixed(2))],
     ["machines rented, per market", ...cell((s, p) => s.perMarket.get(p)!)],
     ["requests answered", ...cell((s, p) => String(s.tallies.get(p)!.answered))],
     ["requests failed", ...cell((s, p) => String(s.tallies.get(p)!.failed))],
@@ -373,6 +414,7 @@ function printSummaries(summaries: readonly DaySummary[]): void {
       }),
     ]),
   ]);
+  console.log(`the oracle's dollars: ${summaries.map((s) => `${s.day.name} $${s.oracle.dollars.toFixed(2)} (${(s.oracle.dollars / fixedDollars(s)).toFixed(3)} of fixed's)`).join(", ")}`);
   console.log("full strength: ready replicas >= the endpoint's target, sampled every 500 ms wall; the time is from the event to the end of the first shortfall that began within a simulated hour of it");
 }
 

@@ -65,14 +65,19 @@ export async function listen(options: ListenOptions): Promise<RunningServer> {
     // node:http checks header and request timeouts on a timer it starts on 'listening'. This
     // server never listens (it gets its sockets from the front server), so start the timer here.
     h1.emit("listening");
+    // Its only socket timer is the keep-alive one (server.timeout is 0): a listener takes the close over.
+    h1.on("timeout", closeIfStillIdle);
     h2 = http2.createServer(handler);
     const plain = [h1, h2] as const;
     front = net.createServer((socket) => {
       socket.once("error", () => socket.destroy());
       // A connection that never sends enough to be told apart is never handed over: cut it off.
-      socket.setTimeout(timeouts.headersMs, () => socket.destroy());
+      const cutOff = () => socket.destroy();
+      socket.setTimeout(timeouts.headersMs, cutOff);
       sniffProtocol(socket, (isHttp2) => {
         socket.setTimeout(0);
+        // Left on, it would destroy the connection the first time node:http's keep-alive timer fires.
+        socket.off("timeout", cutOff);
         if (isHttp2) {
           // The HTTP/2 session reads what is already buffered on the socket, then takes it over.
           plain[1].emit("connection", socket);
@@ -199,4 +204,18 @@ function withRequestTimeout(handler: NodeHandler, requestMs: number, which: "eve
     res.once("close", () => clearTimeout(timer));
     handler(req, res);
   };
+}
+
+/**
+ * Closes a keep-alive connection whose idle timer fell due, unless a request reached it meanwhile.
+ * node:http destroys it at once, and in a lagging event loop (a loaded machine) a request the
+ * caller wrote on it in the same round of timers is then still unread: destroyed with it, the
+ * caller sees a reset, never an answer. Decided after the loop's next read of its sockets (the
+ * check phase comes after the poll): a request already sent is read first and answered.
+ */
+function closeIfStillIdle(socket: net.Socket): void {
+  const read = socket.bytesRead;
+  setImmediate(() => {
+    if (socket.bytesRead === read) socket.destroy();
+  });
 }

@@ -4,9 +4,10 @@
 //
 // The one-market day is bench:serve's day as it always was: the simulated market, half of the
 // bids preempted at 14:00. The two-market day puts a second simulated market beside it, which
-// rents on-demand machines only and stands for RunPod (it is the simulated marketplace under
-// another name and catalogue, not a RunPod adapter); the first, vast.ai-like market has no
-// rentable offer from 10:00 to 13:00 (a dry spell) and preempts every bid at 14:00.
+// rents on-demand machines only, from pools that renting never takes, and stands for RunPod (it
+// is the simulated marketplace under another name and catalogue, not a RunPod adapter); the
+// first, vast.ai-like market has no rentable offer from 10:00 to 13:00 (a dry spell) and preempts
+// every bid at 14:00.
 import type { Knex } from "knex";
 import type { Marketplace } from "../../../src/gpu/marketplace/port.js";
 import { createSimulatedMarketplace, type SimulatedMarketplace, type SimulatedMarketplaceOptions } from "../../../src/gpu/marketplace/simulated/simulated.js";
@@ -26,6 +27,9 @@ export interface MarketDay {
   describe: string;
 }
 
+/** The market a day's dry spell empties (the vast.ai-like one), as its offers name it. */
+export const DRY_SPELL_MARKET = BID_MARKET;
+
 export const ONE_MARKET_DAY: MarketDay = {
   name: "one market",
   preemptAtS: 14 * H,
@@ -39,7 +43,7 @@ export const TWO_MARKET_DAY: MarketDay = {
   preemptAtS: 14 * H,
   preemptShare: 1,
   describe:
-    `'${BID_MARKET}' (vast.ai-like: bids and on-demand) first, '${ON_DEMAND_MARKET}' (on-demand only, standing for RunPod: ` +
+    `'${BID_MARKET}' (vast.ai-like: bids and on-demand) first, '${ON_DEMAND_MARKET}' (on-demand only, from pools, standing for RunPod: ` +
     "the simulated marketplace again under another name and catalogue, not a RunPod adapter) second; " +
     `'${BID_MARKET}' has no rentable offer from 10:00 to 13:00 (dry spell) and every bid is preempted at once at 14:00`,
 };

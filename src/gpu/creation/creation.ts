@@ -14,7 +14,7 @@ import { asMarketplaceError, rentOffer, type CreationFence } from "./offer-renta
 import { checkBudget, checkFleetCap, type ReplicaBudget } from "./billed-rate.js";
 import { autoPickTemplate, candidateFilter, checkTemplateLimits, fittingOffers, noOfferMatches, offerCandidates } from "./offer-choice.js";
 import { findTemplate } from "./templates.js";
-import { asBids, spreadOver, type Candidate } from "./bid-choice.js";
+import { asBids, spreadOver, type Candidate, type RentalKind } from "./bid-choice.js";
 import { nothingToRentText, slotOffers, spreadOverMarkets, type NothingToRent, type SlotChoice } from "./slot-offers.js";
 
 // Crash-safe creation: the record (its instance_id is the label the marketplace instance
@@ -41,7 +41,7 @@ export interface CreationRequest {
   replicaOf?: { instanceId: string; endpoint: string; priceCap: number; fence?: CreationFence };
   /**
    * Rent an interruptible machine (an automatic pick only; a named offer is rented on-demand): the
-   * cheapest fitting offer of the bid market at its minimum bid x (1 + bidMargin), if it costs
+   * cheapest offer that fits as a bid at its minimum bid x (1 + bidMargin), if it costs
    * less than every fitting on-demand offer and at most 90% of `replacing` ($/h: the cost of the
    * fallback it would replace); else a fitting on-demand offer, unless `onDemand` is false; else
    * nothing (a NotFoundError saying why). slot-offers.ts chooses. Only where the marketplace rents
@@ -179,7 +179,7 @@ async function candidatesFor(
   return choice.candidates;
 }
 
-/** An interruptible creation's offers: both markets searched once each, fitted, chosen between by slot-offers.ts, spread. */
+/** An interruptible creation's offers: both rental kinds searched once each, fitted, chosen between by slot-offers.ts, spread. */
 async function slotChoice(ctx: GpuContext, request: CreationRequest, template: Template | undefined, diskGb: number): Promise<SlotChoice> {
   const interruptible = request.interruptible!;
   if (!ctx.marketplace.interruptible) {
@@ -187,19 +187,36 @@ async function slotChoice(ctx: GpuContext, request: CreationRequest, template: T
   }
   const fitted = autoPickTemplate(template);
   const markets = request.markets;
+  const onDemandAllowed = interruptible.onDemand !== false;
   const [bidOffers, onDemandOffers] = await Promise.all([
-    offersFor(ctx, fitted, undefined, diskGb, { interruptible: true, markets }),
-    offersFor(ctx, fitted, undefined, diskGb, { markets }),
+    bidOffersFor(ctx, fitted, diskGb, markets, onDemandAllowed),
+    offersFor(ctx, fitted, undefined, diskGb, { kind: "on-demand", markets }),
   ]);
   const choice = slotOffers({
     bids: fittingOffers(asBids(bidOffers, interruptible.bidMargin), fitted),
     // Searched and fitted even when it may not be rented: every bid is compared with it.
     onDemand: fittingOffers(onDemandOffers, fitted),
-    onDemandAllowed: interruptible.onDemand !== false,
+    onDemandAllowed,
     replacing: interruptible.replacing,
     replicaMarkets: request.replicaMarkets,
   });
   return choice.none ? choice : { candidates: spreadOver(choice.candidates, request.avoidMachineIds) };
+}
+
+/**
+ * The offers that may be rented as bids (from the markets that rent them). One market's failure
+ * never hides another's offers (SPEC.md section 2, "Several marketplaces"): when every bid market
+ * fails and on-demand may be rented, the slot goes on with no bid, to its fallback in any market
+ * that answers; a bid-only slot fails with the search.
+ */
+async function bidOffersFor(ctx: GpuContext, template: Template, diskGb: number, markets: readonly string[] | undefined, onDemandAllowed: boolean) {
+  try {
+    return await offersFor(ctx, template, undefined, diskGb, { kind: "bid", markets });
+  } catch (err) {
+    if (!onDemandAllowed) throw err;
+    ctx.logger.warn({ err }, "the bid markets did not answer; the slot rents on-demand as its fallback");
+    return [];
+  }
 }
 
 /** The creation's answer when nothing may be rented (a launch that counts as failed): it says why. */
@@ -209,21 +226,22 @@ function nothingToRent(none: NothingToRent, template: Template): NotFoundError {
 }
 
 /**
- * The markets' answer to the creation's offer search (empty when there is nothing to ask); bids
- * only, from the markets that rent them, when `interruptible`; only `markets`' offers when named.
+ * The markets' answer to the creation's offer search (empty when there is nothing to ask); of the
+ * `bid` kind, only the offers of the markets that rent bids, priced as bids; only `markets`'
+ * offers when named.
  */
 async function offersFor(
   ctx: GpuContext,
   template: Template | undefined,
   offerId: string | undefined,
   diskGb: number,
-  { interruptible = false, markets }: { interruptible?: boolean; markets?: readonly string[] } = {},
+  { kind = "on-demand", markets }: { kind?: RentalKind; markets?: readonly string[] } = {},
 ): Promise<MarketOffer[]> {
   const filter = candidateFilter(template, offerId, diskGb);
   if (!filter) return [];
   try {
     const narrowed = markets && markets.length > 0 && offerId === undefined ? { ...filter, markets } : filter;
-    return await ctx.marketplace.searchOffers(interruptible ? { ...narrowed, interruptible } : narrowed);
+    return await ctx.marketplace.searchOffers(kind === "bid" ? { ...narrowed, interruptible: true } : narrowed);
   } catch (err) {
     throw asMarketplaceError(err, "The marketplace did not search its offers");
   }

@@ -9,14 +9,15 @@ import { ACTIVE_STATUSES } from "../store/status.js";
 
 // Choosing the offer and writing the creating record happen under one PostgreSQL advisory
 // transaction lock, so that concurrent creates, in this process or in another replica on the
-// same database, see each other's reservations: no two of them pick the same offer, and no two
-// slip under the fleet cap together. The lock is held for two short statements, never across a
+// same database, see each other's reservations: no two of them pick the same one-machine offer,
+// and no two slip under the fleet cap together. A pool offer (a RunPod catalogue entry) is stock,
+// not one machine: any number of live records rent it at once. The lock is held for two short statements, never across a
 // marketplace call.
 
 const RESERVATION_LOCK = "gpu_instances.reservation";
 
 export interface Reservation {
-  /** Offers in order of preference; those held by a live record are skipped. */
+  /** Offers in order of preference; one-machine offers held by a live record are skipped, pools never. */
   candidates: readonly Candidate[];
   /** GPU_MAX_FLEET_DPH; undefined: no cap. */
   fleetCap: number | undefined;
@@ -30,7 +31,7 @@ export async function reserveOffer(ctx: Pick<GpuContext, "knex">, reservation: R
   return ctx.knex.transaction(async (trx) => {
     await trx.raw("select pg_advisory_xact_lock(hashtext(?))", [RESERVATION_LOCK]);
     const fleet = await fleetOf(trx, reservation.instanceId);
-    const offer = reservation.candidates.find((o) => !fleet.heldOfferIds.has(o.id));
+    const offer = reservation.candidates.find((o) => o.pool === true || !fleet.heldOfferIds.has(o.id));
     if (!offer) throw offerTaken(reservation.candidates[0]!.id);
     const cap = reservation.fleetCap;
     if (cap !== undefined && roundMoney(fleet.spend + offer.dphTotal) > cap) {

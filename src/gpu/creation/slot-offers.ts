@@ -1,8 +1,9 @@
 import type { MarketOffer } from "../marketplace/port.js";
-import type { Candidate } from "./bid-choice.js";
+import type { Candidate, RentalKind } from "./bid-choice.js";
 
 // What an interruptible creation rents (SPEC.md section 2, "Interruptible replicas with on-demand
-// fallback"), chosen once over what fits in both markets. On every launch a bid is compared with
+// fallback"), chosen once over what fits of both rental kinds (bid and on-demand, in any market:
+// a kind is not a market; bid-choice.ts's RentalKind). On every launch a bid is compared with
 // the on-demand offers that fit, whether on-demand may be rented or not: a bid that would reach
 // their price is never made. The way back from a fallback also names the cost of the machine it
 // replaces: a bid takes its place only when it saves something worth a move (it costs at most 90%
@@ -15,10 +16,10 @@ import type { Candidate } from "./bid-choice.js";
 /** A bid replaces an on-demand machine only when it costs at most this share of it (SPEC.md: at most 90%). */
 export const MOVE_PRICE_SHARE = 0.9;
 
-export interface SlotMarkets {
-  /** The bid market's offers that fit, priced at their bids: dphTotal is what the bid bills (bid plus storage). */
+export interface OffersByKind {
+  /** The offers that fit as bids, in the markets that rent bids, priced at their bids: dphTotal is what the bid bills (bid plus storage). */
   bids: readonly Candidate[];
-  /** The on-demand market's offers that fit. */
+  /** The offers that fit on-demand, in any market. */
   onDemand: readonly MarketOffer[];
   /** Whether an on-demand offer may be rented (false: a bid or nothing). */
   onDemandAllowed: boolean;
@@ -30,12 +31,12 @@ export interface SlotMarkets {
 
 /** Why nothing may be rented. */
 export type NothingToRent =
-  /** Neither market has an offer that fits. */
+  /** No offer of either rental kind fits. */
   | { kind: "nothing-fits" }
   /** On-demand may not be rented and no bid fits. */
   | { kind: "no-bid-fits" }
   /** Every fitting bid costs at least the cheapest fitting on-demand offer's price `ceiling`. */
-  | { kind: "bids-too-dear"; of: "on-demand"; ceiling: number; cheapestBid: number }
+  | { kind: "bids-too-dear"; of: Extract<RentalKind, "on-demand">; ceiling: number; cheapestBid: number }
   /** Every fitting bid costs more than `ceiling`, MOVE_PRICE_SHARE of the `replacing` machine's cost. */
   | { kind: "bids-too-dear"; of: "replaced"; ceiling: number; replacing: number; cheapestBid: number };
 
@@ -49,7 +50,7 @@ const round6 = (value: number) => Math.round(value * 1_000_000) / 1_000_000;
  * rented, the on-demand offers (in their order); else none, and why. With no fitting on-demand
  * offer and nothing replaced, every fitting bid qualifies (the template's price cap already bounds it).
  */
-export function slotOffers({ bids, onDemand, onDemandAllowed, replacing, replicaMarkets }: SlotMarkets): SlotChoice {
+export function slotOffers({ bids, onDemand, onDemandAllowed, replacing, replicaMarkets }: OffersByKind): SlotChoice {
   const onDemandPrice = Math.min(...onDemand.map((o) => o.dphTotal));
   const moveCeiling = replacing === undefined ? Infinity : round6(replacing * MOVE_PRICE_SHARE);
   const worthIt = bids.filter((b) => b.dphTotal < onDemandPrice && b.dphTotal <= moveCeiling);
@@ -91,9 +92,9 @@ export function spreadOverMarkets<T extends MarketOffer>(offers: readonly T[], r
 export function nothingToRentText(none: NothingToRent): string {
   switch (none.kind) {
     case "nothing-fits":
-      return "no offer fits in either market";
+      return "no offer fits of either rental kind (bid or on-demand)";
     case "no-bid-fits":
-      return "no offer of the bid market fits, and this launch may not rent on-demand";
+      return "no offer fits as a bid, and this launch may not rent on-demand";
     case "bids-too-dear":
       if (none.of === "on-demand") return `no bid costs less than the on-demand $${none.ceiling}/h (the cheapest fitting bid: $${none.cheapestBid}/h)`;
       return (

@@ -37,6 +37,12 @@ export interface MarketOffer {
   machineId?: string;
   /** The market (MARKETPLACE's name) that offers it; set by markets/, absent from a bare adapter. */
   market?: string;
+  /**
+   * True for a pool (a RunPod catalogue entry: a GPU type, count and cloud with stock): renting it
+   * takes one of its stock, and any number of live records may rent it at once. Absent or false:
+   * one machine (a vast.ai ask), which renting takes, so that a live record holds it.
+   */
+  pool?: boolean;
 }
 
 /** Sort orders of an offer search: price and price per GPU cheapest first, the others largest first. */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import type { Candidate } from "../../../src/gpu/creation/bid-choice.js";
-import { nothingToRentText, slotOffers, spreadOverMarkets, type SlotMarkets } from "../../../src/gpu/creation/slot-offers.js";
+import { rentalKindOf, type Candidate } from "../../../src/gpu/creation/bid-choice.js";
+import { nothingToRentText, slotOffers, spreadOverMarkets, type OffersByKind } from "../../../src/gpu/creation/slot-offers.js";
 import type { MarketOffer } from "../../../src/gpu/marketplace/port.js";
 
 // What an interruptible slot rents, as SPEC.md section 2 says it: an offer whose bid would reach
@@ -15,10 +15,10 @@ const bid = ([id, price]: readonly [string, number]): Candidate => ({ ...offer(i
 
 type Row = [what: string, bids: Array<[string, number]>, onDemand: number[], onDemandAllowed: boolean, replacing: number | undefined, outcome: string];
 
-function outcomeOf(markets: SlotMarkets): string {
-  const choice = slotOffers(markets);
+function outcomeOf(offers: OffersByKind): string {
+  const choice = slotOffers(offers);
   if (choice.none) return `nothing: ${nothingToRentText(choice.none)}`;
-  const kind = choice.candidates.every((c) => c.bidPerHour !== undefined) ? "bids" : "on-demand";
+  const kind = choice.candidates.every((c) => rentalKindOf(c) === "bid") ? "bids" : "on-demand";
   return `${kind} ${choice.candidates.map((c) => c.id).join(", ")}`;
 }
 
@@ -30,7 +30,7 @@ describe("what an interruptible slot rents", () => {
     ["every bid reaches it: on-demand instead", [["b1", 0.5], ["b2", 0.7]], [0.6, 0.5], true, undefined, "on-demand od-0.6, od-0.5"],
     ["no bid fits: on-demand", [], [0.5], true, undefined, "on-demand od-0.5"],
     ["no on-demand offer fits: any bid within the budget", [["b1", 0.9]], [], true, undefined, "bids b1"],
-    ["nothing fits: nothing", [], [], true, undefined, "nothing: no offer fits in either market"],
+    ["nothing fits: nothing", [], [], true, undefined, "nothing: no offer fits of either rental kind (bid or on-demand)"],
     // A bid or nothing (`fallback` false): the on-demand offers are still the bar a bid must stay under.
     [
       "bid only, every bid reaches the on-demand price: nothing, rather than a bid above it",
@@ -48,7 +48,7 @@ describe("what an interruptible slot rents", () => {
       [0.6],
       false,
       undefined,
-      "nothing: no offer of the bid market fits, and this launch may not rent on-demand",
+      "nothing: no offer fits as a bid, and this launch may not rent on-demand",
     ],
     // The way back from a fallback: a bid that costs at most 90% of the fallback it replaces, or nothing.
     ["back from a $0.6/h fallback: bids at most 90% of it and under on-demand", [["b1", 0.3], ["b2", 0.54]], [0.8], false, 0.6, "bids b1, b2"],

@@ -121,6 +121,8 @@ function offerOf(type: GpuType, count: number, cloud: Cloud, price: number, disk
     location: type.dataCenters.join(", "),
     // A pod publishes the TCP ports it asks for on a public address (runtime.ports).
     directPortCount: 1,
+    // A catalogue entry is stock of a GPU type, not one machine: many pods may be rented from it.
+    pool: true,
     ...(type.cudaMaxGood !== undefined && { cudaMaxGood: type.cudaMaxGood }),
   };
 }

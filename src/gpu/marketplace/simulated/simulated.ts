@@ -17,7 +17,8 @@ import { checkedSpell, isDry, type DrySpell } from "./dry-spell.js";
 // must probe it over the network. Bid instances (bids.ts) are preempted at a moment drawn at
 // their creation, kept in the store, so that a restarted process preempts them at the same moment.
 // A dry spell (dry-spell.ts) leaves it without a rentable offer for a while; `bids: false` makes an
-// on-demand-only market (as RunPod).
+// on-demand-only market, and `pools: true` one whose offers are pools that renting never takes
+// (with both, a market that rents as RunPod does).
 
 export interface SimulatedMarketplaceOptions {
   /** How long an instance stays `creating`, in ms. */
@@ -45,6 +46,11 @@ export interface SimulatedMarketplaceOptions {
   bids?: boolean;
   /** A shortage from the start (setDrySpell changes it); none by default. */
   drySpell?: DrySpell;
+  /**
+   * Every offer a pool (port.ts: stock of a GPU type, as RunPod's catalogue): renting it leaves it
+   * rentable, for any number of instances. Not with a store, which keeps one instance per offer.
+   */
+  pools?: boolean;
 }
 
 /** The simulated marketplace with the controls tests and operators use to drive instances. */
@@ -111,14 +117,15 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
   let drySpell = checkedSpell(options.drySpell);
   let closed = false;
   const random = options.random ?? Math.random;
+  const pools = options.pools === true;
+  if (pools && store) throw new Error("a simulated market of pools keeps no store: the store holds one instance per offer");
 
-  const isRented = (offerId: string) => [...instances.values()].some((i) => i.offer.id === offerId);
+  const isRented = (offerId: string) => !pools && [...instances.values()].some((i) => i.offer.id === offerId);
 
-  /** The catalogue as it stands: an offer rented here is not rentable. */
+  /** The catalogue as it stands: an offer rented here is not rentable, unless it is a pool. */
   function currentOffers(): MarketOffer[] {
-    const rented = new Set([...instances.values()].map((i) => i.offer.id));
     const dry = isDry(drySpell);
-    return offers.map((o) => ({ ...o, rentable: o.rentable && !dry && !rented.has(o.id) }));
+    return offers.map((o) => ({ ...o, rentable: o.rentable && !dry && !isRented(o.id), ...(pools && { pool: true }) }));
   }
 
   function statusOf(instance: SimInstance, now = Date.now()): MarketStatus {
@@ -292,7 +299,8 @@ export function createSimulatedMarketplace(options: SimulatedMarketplaceOptions)
     async searchOffers(filter) {
       await refresh();
       // Each simulated offer is a machine of its own: a creation's search says which, for spreading.
-      const offers = currentOffers().map((o) => ({ ...o, machineId: o.id }));
+      // A pool is no one machine, as RunPod says none.
+      const offers = currentOffers().map((o) => (pools ? o : { ...o, machineId: o.id }));
       if (filter.interruptible && !(bidsOpen && rentsBids)) return [];
       if (isDry(drySpell)) return [];
       return filterOffers(filter.interruptible ? offers.map(asBidOffer) : offers, filter);

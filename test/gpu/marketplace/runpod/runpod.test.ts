@@ -28,7 +28,7 @@ const catalogueCalls = () => runpod.requests.filter((r) => r.method === "GET" &&
 const creates = () => runpod.requests.filter((r) => r.method === "POST" && r.path === "/v2/pods");
 
 describe("RunPod offers", () => {
-  it("are one per GPU type, count and cloud with stock, priced per GPU times the count with the container disk, from the catalogue with availability", async () => {
+  it("are pools, one per GPU type, count and cloud with stock, priced per GPU times the count with the container disk, from the catalogue with availability", async () => {
     const offers = await market.searchOffers({ gpuName: "4090", numGpus: 2, diskGb: 73 });
     expect(catalogueCalls().map((r) => Object.fromEntries(r.query))).toEqual(
       expect.arrayContaining([
@@ -50,6 +50,7 @@ describe("RunPod offers", () => {
         location: "EU-RO-1",
         directPortCount: 1,
         cudaMaxGood: 12.8,
+        pool: true,
       },
       expect.objectContaining({ id: "secure-2x-NVIDIA_GeForce_RTX_4090", dphTotal: 1.39, location: "US-KS-2, EU-RO-1" }),
     ]);
