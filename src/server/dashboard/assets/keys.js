@@ -19,8 +19,9 @@ export function mountKeys(main, shell) {
   /** @type {string | undefined} the key charted; the first key until the reader picks one */
   let selected;
   main.innerHTML = `<h1>Keys</h1>
+    <p class="muted">Spend, tokens and requests are the key's budget period's; refusals are the window's. Pick a key to chart its tokens.</p>
     ${windowButtons(Object.keys(USAGE_WINDOWS), window)}<div id="keys-list"><p class="muted">Loading…</p></div>
-    <h2 id="keys-chart-title">Tokens</h2><div id="keys-chart-note"></div><div class="charts" id="keys-charts"></div>`;
+    <h2>Tokens over the window</h2><div id="keys-chart-note"></div><div class="charts" id="keys-charts"></div>`;
   // A refresh that ends after the reader moved on writes into nothing.
   const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (main.querySelector(`#${id}`) ?? document.createElement("div"));
   const chart = timeChart($("keys-charts"), {
@@ -67,21 +68,22 @@ export function mountKeys(main, shell) {
   const drawKeys = (keys, usage, minutes) => {
     const now = Date.now();
     $("keys-list").innerHTML = table(
-      ["Key", "Prefix", "Endpoints", "State", "Spend of the period", "Tokens of the period", "Requests of the period", `Refused (${window})`, "Limits now"],
+      // The columns a reader acts on first, so that a phone shows them before its table scrolls.
+      ["Key", "State", "Spend / budget", "Limits now", "Tokens", "Requests", `Refused (${window})`, "Endpoints", "Prefix"],
       keys,
       (/** @type {any} */ k) => {
         const period = k.period ?? {};
         const refused = Object.entries(totals(usage.get(k.name) ?? []).refused).sort(([a], [b]) => a.localeCompare(b));
         return [
           `<button type="button" class="link" data-key="${escape(k.name)}" aria-pressed="${k.name === selected}">${escape(k.name)}</button>`,
-          `<code>${escape(k.key_prefix)}</code>`,
-          (k.endpoints ?? []).length === 0 ? `<span class="muted">all</span>` : k.endpoints.map((/** @type {string} */ e) => `<a href="/dashboard/endpoints/${escape(e)}" data-link>${escape(e)}</a>`).join(", "),
           keyState(k, now),
           budget(period.spend ?? 0, k.max_budget, k.budget_duration),
-          `${count(Number(period.prompt_tokens ?? 0) + Number(period.completion_tokens ?? 0))} <span class="muted">(${count(period.prompt_tokens)} in, ${count(period.completion_tokens)} out)</span>`,
-          count(period.requests),
-          refused.length === 0 ? `<span class="muted">none</span>` : refused.map(([reason, n]) => `${escape(reason)}: ${count(n)}`).join(", "),
           limits(k, lastMinute(minutes.get(k.name) ?? [], now)),
+          `${count(Number(period.prompt_tokens ?? 0) + Number(period.completion_tokens ?? 0))}<br><span class="muted">${count(period.prompt_tokens)} in, ${count(period.completion_tokens)} out</span>`,
+          count(period.requests),
+          refused.length === 0 ? `<span class="muted">none</span>` : refused.map(([reason, n]) => `${escape(reason)}: ${count(n)}`).join("<br>"),
+          (k.endpoints ?? []).length === 0 ? `<span class="muted">all</span>` : k.endpoints.map((/** @type {string} */ e) => `<a href="/dashboard/endpoints/${escape(e)}" data-link>${escape(e)}</a>`).join(", "),
+          `<code>${escape(k.key_prefix)}</code>`,
         ];
       },
       "No keys yet. Make one with POST /api/gpu/keys (docs/keys.md).",
@@ -90,7 +92,8 @@ export function mountKeys(main, shell) {
 
   /** @param {any[]} points */
   const drawChart = (points) => {
-    $("keys-chart-title").textContent = selected ? `Tokens of ${selected}` : "Tokens";
+    const title = $("keys-charts").querySelector("h3");
+    if (title) title.textContent = selected ? `Tokens of ${selected}` : "Tokens";
     const { xs, ys, span } = usageSeries(points, window, Date.now(), [(p) => Number(p.prompt_tokens ?? 0), (p) => Number(p.completion_tokens ?? 0)]);
     $("keys-chart-note").innerHTML = points.length === 0 ? `<p class="muted">${selected ? "No usage in this window." : "No key to chart."}</p>` : "";
     chart.update(xs, ys, span);
