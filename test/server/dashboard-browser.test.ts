@@ -81,6 +81,8 @@ afterAll(async () => {
 
 /** Each key's prefix, as its create answered. */
 const keyPrefixes = new Map<string, string>();
+/** The minute of the usage rows written now, ms. */
+let usageMinute = 0;
 
 /**
  * Keys made through the API (once) and their usage minutes written straight into the table, as two
@@ -106,6 +108,7 @@ async function seedKeys(): Promise<void> {
   }
   expect((await rest(server.url, "DELETE", "/api/gpu/keys/old")).status).toBe(200);
   const now = Math.floor(Date.now() / MINUTE) * MINUTE;
+  usageMinute = now;
   const row = (key: string, endpoint: string, ago: number, process: string, requests: number, prompt: number, completion: number, spend: number, machine: number, refused = {}) => ({
     key_name: key,
     endpoint_name: endpoint,
@@ -352,6 +355,9 @@ describe("the dashboard in a browser", () => {
     let data = await chart();
     expect(data[0]!.length).toBeGreaterThanOrEqual(1440);
     expect([sum(data[1]), sum(data[2])]).toEqual([2300, 600]);
+    // A minute's point is drawn at its end, as every chart's points are.
+    const at = (minute: number) => data[1]![data[0]!.indexOf(minute / 1000 + 60)];
+    expect([at(usageMinute), at(usageMinute - 10 * MINUTE), at(usageMinute - 5 * MINUTE)]).toEqual([1500, 800, 0]);
     await page.click('#keys-list button[data-key="batch"]');
     await page.waitForFunction(`document.querySelector("#keys-charts h3")?.textContent === "Tokens of batch"`);
     data = await chart();

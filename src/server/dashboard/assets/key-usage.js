@@ -38,7 +38,9 @@ export function totals(points) {
 
 /**
  * The window's steps from its start to now, each with its point or zeros: a step the read leaves
- * out had no usage, which a chart draws as 0, not as a gap.
+ * out had no usage, which a chart draws as 0, not as a gap. A point's `at` is its step's start;
+ * the charts draw a point at the end of the step it stands for, so the axis ends with the
+ * current step.
  * @param {any[]} points @param {keyof typeof USAGE_WINDOWS} window @param {number} now ms
  * @param {Array<(p: any) => number>} values
  * @returns {{ xs: number[], ys: number[][], span: [number, number] }}
@@ -52,12 +54,12 @@ export function usageSeries(points, window, now, values) {
   const xs = [];
   /** @type {number[][]} */
   const ys = values.map(() => []);
-  for (let x = first; x <= last; x += step) {
-    const p = byStep.get(x);
-    xs.push(x);
+  for (let start = first; start <= last; start += step) {
+    const p = byStep.get(start);
+    xs.push(start + step);
     values.forEach((v, i) => ys[i].push(p ? v(p) : 0));
   }
-  return { xs, ys, span: [(now - ms) / 1000, now / 1000] };
+  return { xs, ys, span: [(now - ms) / 1000, last + step] };
 }
 
 /** May this key call this endpoint (an empty list: every endpoint)? @param {any} key @param {string} endpoint */

@@ -37,11 +37,13 @@ export function mountKeys(main, shell) {
     window = /** @type {keyof typeof USAGE_WINDOWS} */ (name);
     void refresh();
   });
+  /** @type {{ keys: any[], usage: Map<string, any[]>, minutes: Map<string, any[]> } | undefined} the last read, drawn again when the reader picks a key */
+  let shown;
   $("keys-list").addEventListener("click", (event) => {
     const button = /** @type {HTMLElement} */ (event.target).closest("button[data-key]");
-    if (!button) return;
+    if (!button || !shown) return;
     selected = /** @type {string} */ (button.getAttribute("data-key"));
-    void refresh();
+    draw(shown);
   });
 
   refresh = async () => {
@@ -50,18 +52,25 @@ export function mountKeys(main, shell) {
       const { keys } = await get("/api/gpu/keys");
       // Usage is recorded by name: a name taken again after a revocation is read once.
       const names = [...new Set(/** @type {any[]} */ (keys).map((k) => /** @type {string} */ (k.name)))];
-      const usage = new Map(await Promise.all(names.map(async (name) => /** @type {const} */ ([name, await keyUsage(name, chosen)]))));
+      const usage = await usageOf(names, chosen);
       // Requests and tokens a minute need minute points: over 7 d (an hour a point), the last hour's.
-      const minutes = chosen === "7 d" ? new Map(await Promise.all(names.filter((n) => keys.some((/** @type {any} */ k) => k.name === n && (k.rpm_limit || k.tpm_limit))).map(async (name) => /** @type {const} */ ([name, await keyUsage(name, "1 h")])))) : usage;
+      const limited = names.filter((n) => keys.some((/** @type {any} */ k) => k.name === n && (k.rpm_limit || k.tpm_limit)));
+      const minutes = chosen === "7 d" ? await usageOf(limited, "1 h") : usage;
       shell.report("keys");
       if (window !== chosen) return;
       if (selected === undefined || !names.includes(selected)) selected = names[0];
-      drawKeys(keys, usage, minutes);
-      drawChart(selected ? (usage.get(selected) ?? []) : []);
+      shown = { keys, usage, minutes };
+      draw(shown);
     } catch (error) {
       shell.report("keys", error);
       $("keys-list").innerHTML = failure("The keys", error);
     }
+  };
+
+  /** @param {NonNullable<typeof shown>} read */
+  const draw = ({ keys, usage, minutes }) => {
+    drawKeys(keys, usage, minutes);
+    drawChart(selected ? (usage.get(selected) ?? []) : []);
   };
 
   /** @param {any[]} keys @param {Map<string, any[]>} usage @param {Map<string, any[]>} minutes */
@@ -99,6 +108,11 @@ export function mountKeys(main, shell) {
     chart.update(xs, ys, span);
   };
   return { refresh: () => refresh() };
+}
+
+/** Each key's usage points over the window, by name. @param {string[]} names @param {keyof typeof USAGE_WINDOWS} window */
+async function usageOf(names, window) {
+  return new Map(await Promise.all(names.map(async (name) => /** @type {const} */ ([name, await keyUsage(name, window)]))));
 }
 
 /** live, revoked or expired. @param {any} key @param {number} now */
