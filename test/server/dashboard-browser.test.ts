@@ -391,6 +391,27 @@ describe("the dashboard in a browser", () => {
     await page.close();
   }, 30_000);
 
+  it("tells the keys' usage that cannot be read in its place, on the Keys page and an endpoint's", async () => {
+    await seedKeys();
+    const { page, consoleErrors, foreignRequests } = await open(server.url);
+    await page.setRequestInterception(true);
+    const timedOut = "the database took longer than 5000 ms to answer this read (API_READ_TIMEOUT_MS); try again shortly";
+    page.on("request", (r) => {
+      if (new URL(r.url()).pathname.endsWith("/usage")) void r.respond({ status: 503, contentType: "application/json", body: JSON.stringify({ detail: timedOut }) });
+      else void r.continue();
+    });
+    await page.goto(`${server.url}/dashboard/keys`);
+    await page.waitForSelector("#keys-list .notice");
+    expect(await page.$eval("#keys-list", (n) => n.textContent)).toBe(`The keys and their usage cannot be read now (503): ${timedOut}. The page tries again every 5 s.`);
+    await page.goto(`${server.url}/dashboard/endpoints/chat`);
+    await page.waitForSelector("#ep-keys .notice");
+    expect(await page.$eval("#ep-keys", (n) => n.textContent)).toContain("Its usage by key cannot be read now (503)");
+    await page.waitForSelector("#ep-events table");
+    expect(consoleErrors).toEqual([]);
+    expect(foreignRequests).toEqual([]);
+    await page.close();
+  }, 30_000);
+
   it("has no sideways scroll on a 390 px phone, on any page", async () => {
     const { page } = await open(server.url, 390);
     await seedKeys();

@@ -63,7 +63,7 @@ export function mountKeys(main, shell) {
       draw(shown);
     } catch (error) {
       shell.report("keys", error);
-      $("keys-list").innerHTML = failure("The keys", error);
+      $("keys-list").innerHTML = failure("The keys and their usage", error);
     }
   };
 
