@@ -16,13 +16,16 @@ import { createTokenFile } from "../support/token-file.js";
 // The dashboard in a real headless Chromium (Debian's chromium package, as the /docs test), against
 // a service with instances, an autoscaled endpoint whose target moved, and history: every page
 // renders with no console error and no request off the service's origin, the charts carry the
-// points this test wrote, a refresh shows a new instance without a reload, auth answers as
-// SPEC.md section 5 says, and a phone's width has no sideways scroll. The endpoint page's
-// screenshot goes to .ci/artifacts/, and to the file DASHBOARD_SCREENSHOT names
-// (`npm run screenshot:dashboard` keeps docs/dashboard.png current).
+// points this test wrote, the Keys page and an endpoint's usage by key show the keys made through
+// the API and the usage minutes this test wrote, a refresh shows a new instance without a reload,
+// auth answers as SPEC.md section 5 says, and a phone's width has no sideways scroll. Screenshots
+// of the pages at 1280 and 390 px go to .ci/artifacts/ for a reader to look at; the endpoint
+// page's also to the file DASHBOARD_SCREENSHOT names (`npm run screenshot:dashboard` keeps
+// docs/dashboard.png current).
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
-const SCREENSHOTS = [join(import.meta.dirname, "../../.ci/artifacts/dashboard.png"), ...(process.env.DASHBOARD_SCREENSHOT ? [process.env.DASHBOARD_SCREENSHOT] : [])];
+const ARTIFACTS = join(import.meta.dirname, "../../.ci/artifacts");
+const SCREENSHOTS = [join(ARTIFACTS, "dashboard.png"), ...(process.env.DASHBOARD_SCREENSHOT ? [process.env.DASHBOARD_SCREENSHOT] : [])];
 const MINUTE = 60_000;
 
 let db: TestDatabase;
@@ -35,6 +38,7 @@ const samples: HistorySample[] = [];
 let ended: string;
 
 beforeAll(async () => {
+  mkdirSync(ARTIFACTS, { recursive: true });
   db = await createTestDatabase();
   market = createSimulatedMarketplace({ creatingMs: 100, loadingMs: 100, modelServerStartMs: 100 });
   server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace: market, env: FAST_ENDPOINT_ENV });
@@ -367,7 +371,7 @@ describe("the dashboard in a browser", () => {
     await page.waitForFunction(`document.querySelector('.chart[data-title="Tokens of the selected key"]').plot.data[0].length < 200`);
     expect(sum((await chart())[1])).toBe(20_900);
     expect(await page.$eval("#keys-list thead", (n) => n.textContent)).toContain("Refused (7 d)");
-    await page.screenshot({ path: "/tmp/dashboard-keys-1280.png", fullPage: true });
+    await page.screenshot({ path: join(ARTIFACTS, "dashboard-keys-1280.png") as `${string}.png`, fullPage: true });
     expect(consoleErrors).toEqual([]);
     expect(foreignRequests).toEqual([]);
     await page.close();
@@ -385,7 +389,7 @@ describe("the dashboard in a browser", () => {
       ["team-a", "15", "2,900", "$1.00", "$0.21"],
     ]);
     expect(await page.$eval("#ep-keys thead", (n) => n.textContent)).toBe("KeyRequestsTokensSpendMachine cost");
-    await page.screenshot({ path: "/tmp/dashboard-endpoint-keys-1280.png", fullPage: true });
+    await page.screenshot({ path: join(ARTIFACTS, "dashboard-endpoint-keys-1280.png") as `${string}.png`, fullPage: true });
     expect(consoleErrors).toEqual([]);
     expect(foreignRequests).toEqual([]);
     await page.close();
@@ -419,7 +423,7 @@ describe("the dashboard in a browser", () => {
       await page.goto(`${server.url}${path}`, { waitUntil: "networkidle0" });
       await page.waitForFunction(`!document.querySelector("main")?.textContent?.startsWith("Loading")`);
       expect(await noSidewaysScroll(page), path).toBe(true);
-      if (path !== "/dashboard/indexing") await page.screenshot({ path: `/tmp/dashboard-${path.split("/").at(-1)}-390.png`, fullPage: true });
+      if (path !== "/dashboard/indexing") await page.screenshot({ path: join(ARTIFACTS, `dashboard-${path === "/dashboard" ? "fleet" : path.split("/").at(-1)}-390.png`) as `${string}.png`, fullPage: true });
     }
     await page.close();
   }, 30_000);
