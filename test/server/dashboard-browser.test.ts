@@ -16,13 +16,16 @@ import { createTokenFile } from "../support/token-file.js";
 // The dashboard in a real headless Chromium (Debian's chromium package, as the /docs test), against
 // a service with instances, an autoscaled endpoint whose target moved, and history: every page
 // renders with no console error and no request off the service's origin, the charts carry the
-// points this test wrote, a refresh shows a new instance without a reload, auth answers as
-// SPEC.md section 5 says, and a phone's width has no sideways scroll. The endpoint page's
-// screenshot goes to .ci/artifacts/, and to the file DASHBOARD_SCREENSHOT names
-// (`npm run screenshot:dashboard` keeps docs/dashboard.png current).
+// points this test wrote, the Keys page and an endpoint's usage by key show the keys made through
+// the API and the usage minutes this test wrote, a refresh shows a new instance without a reload,
+// auth answers as SPEC.md section 5 says, and a phone's width has no sideways scroll. Screenshots
+// of the pages at 1280 and 390 px go to .ci/artifacts/ for a reader to look at; the endpoint
+// page's also to the file DASHBOARD_SCREENSHOT names (`npm run screenshot:dashboard` keeps
+// docs/dashboard.png current).
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
-const SCREENSHOTS = [join(import.meta.dirname, "../../.ci/artifacts/dashboard.png"), ...(process.env.DASHBOARD_SCREENSHOT ? [process.env.DASHBOARD_SCREENSHOT] : [])];
+const ARTIFACTS = join(import.meta.dirname, "../../.ci/artifacts");
+const SCREENSHOTS = [join(ARTIFACTS, "dashboard.png"), ...(process.env.DASHBOARD_SCREENSHOT ? [process.env.DASHBOARD_SCREENSHOT] : [])];
 const MINUTE = 60_000;
 
 let db: TestDatabase;
@@ -35,6 +38,7 @@ const samples: HistorySample[] = [];
 let ended: string;
 
 beforeAll(async () => {
+  mkdirSync(ARTIFACTS, { recursive: true });
   db = await createTestDatabase();
   market = createSimulatedMarketplace({ creatingMs: 100, loadingMs: 100, modelServerStartMs: 100 });
   server = await startTestServer({ knex: db.knex, elasticsearch: createTestElasticsearch(), marketplace: market, env: FAST_ENDPOINT_ENV });
@@ -78,6 +82,62 @@ afterAll(async () => {
   await market?.close();
   await db?.drop();
 });
+
+/** Each key's prefix, as its create answered. */
+const keyPrefixes = new Map<string, string>();
+/** The minute of the usage rows written now, ms. */
+let usageMinute = 0;
+
+/**
+ * Keys made through the API (once) and their usage minutes written straight into the table, as two
+ * processes' proxies write them: team-a (budget and every limit) on chat this minute and 10
+ * minutes ago, batch (no limits) on chat and on another endpoint, elsewhere (only `other`) with a
+ * row on chat it may not have made, a revoked and an expired key.
+ */
+async function seedKeys(): Promise<void> {
+  if (keyPrefixes.size > 0) return;
+  // A budget is held only on priced endpoints.
+  expect((await rest(server.url, "PATCH", "/api/gpu/endpoints/chat", { token_price: { input_per_mtok: 1, output_per_mtok: 2 } })).status).toBe(200);
+  const keys = [
+    { name: "team-a", endpoints: ["chat"], max_budget: 2, budget_duration: "1d", rpm_limit: 100, tpm_limit: 5000, max_parallel_requests: 4 },
+    { name: "batch" },
+    { name: "old" },
+    { name: "elsewhere", endpoints: ["other"] },
+    { name: "brief", expires_at: new Date(Date.now() + 1500).toISOString() },
+  ];
+  for (const key of keys) {
+    const made = await rest<{ key_prefix: string }>(server.url, "POST", "/api/gpu/keys", key);
+    expect(made.status, JSON.stringify(made.body)).toBe(200);
+    keyPrefixes.set(key.name, made.body.key_prefix);
+  }
+  expect((await rest(server.url, "DELETE", "/api/gpu/keys/old")).status).toBe(200);
+  const now = Math.floor(Date.now() / MINUTE) * MINUTE;
+  usageMinute = now;
+  const row = (key: string, endpoint: string, ago: number, process: string, requests: number, prompt: number, completion: number, spend: number, machine: number, refused = {}) => ({
+    key_name: key,
+    endpoint_name: endpoint,
+    minute: new Date(now - ago * MINUTE),
+    process_id: process,
+    requests,
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    spend_micros: spend,
+    machine_cost_micros: machine,
+    estimated: 0,
+    refused: JSON.stringify(refused),
+  });
+  await db.knex("gpu_key_usage_minutes").insert([
+    row("team-a", "chat", 0, "p1", 7, 1200, 300, 500_000, 120_000, { rpm_limit: 2 }),
+    row("team-a", "chat", 0, "p2", 3, 300, 100, 250_000, 30_000),
+    row("team-a", "chat", 10, "p1", 5, 800, 200, 250_000, 60_000, { tpm_limit: 1 }),
+    row("batch", "chat", 5, "p1", 40, 20_000, 5_000, 1_000_000, 400_000),
+    row("batch", "other", 5, "p2", 9, 900, 0, 900, 0),
+    row("elsewhere", "chat", 3, "p1", 2, 50, 50, 100, 100),
+  ]);
+  // The key `brief` has expired by the time a page reads it.
+  const expiry = Date.parse(keys.at(-1)!.expires_at!);
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, expiry - Date.now() + 100)));
+}
 
 interface Watched {
   page: Page;
@@ -267,12 +327,103 @@ describe("the dashboard in a browser", () => {
     }
   }, 60_000);
 
+  it("lists the keys made through the API with their spend against budget, refusals and limits, and charts the selected key's tokens", async () => {
+    await seedKeys();
+    const { page, consoleErrors, foreignRequests } = await open(server.url);
+    await page.goto(`${server.url}/dashboard/keys`, { waitUntil: "networkidle0" });
+    await page.waitForSelector("#keys-list table");
+    const rows = Object.fromEntries(
+      (await page.$$eval("#keys-list tbody tr", (trs) => trs.map((r) => [...r.querySelectorAll("td")].map((td) => (td as unknown as { innerText: string }).innerText.replace(/\s+/g, " ").trim())))).map((cells) => [cells[0]!, cells]),
+    );
+    expect(Object.keys(rows)).toEqual(["team-a", "batch", "old", "elsewhere", "brief"]);
+    expect(rows["team-a"]).toEqual([
+      "team-a",
+      "live",
+      "$0.75 of $2.00 / 1d (38%)",
+      "0 / 4 in flight 10 / 100 rpm 1,900 / 5,000 tpm",
+      "1,900 1,500 in, 400 out",
+      "10",
+      "rpm_limit: 2 tpm_limit: 1",
+      "chat",
+      keyPrefixes.get("team-a"),
+    ]);
+    expect(rows["batch"]!.slice(1, 8)).toEqual(["live", "$0.00 no budget", "no limits", "0 0 in, 0 out", "0", "none", "all"]);
+    expect(rows["old"]![1]).toBe("revoked");
+    expect(rows["brief"]![1]).toBe("expired");
+    // The budget's bar is as long as the share spent.
+    expect(await page.$eval("#keys-list tbody tr .meter .bar span", (n) => (n as unknown as { style: { width: string } }).style.width)).toBe("37.5%");
+
+    // The first key is charted: its tokens over 24 h, a point a minute, zero where it used none.
+    const chart = () => page.$eval('.chart[data-title="Tokens of the selected key"]', (el) => (el as unknown as { plot: { data: number[][] } }).plot.data.map((line) => [...line]));
+    const sum = (line: number[] | undefined) => (line ?? []).reduce((a, b) => a + (b ?? 0), 0);
+    let data = await chart();
+    expect(data[0]!.length).toBeGreaterThanOrEqual(1440);
+    expect([sum(data[1]), sum(data[2])]).toEqual([2300, 600]);
+    // A minute's point is drawn at its end, as every chart's points are.
+    const at = (minute: number) => data[1]![data[0]!.indexOf(minute / 1000 + 60)];
+    expect([at(usageMinute), at(usageMinute - 10 * MINUTE), at(usageMinute - 5 * MINUTE)]).toEqual([1500, 800, 0]);
+    await page.click('#keys-list button[data-key="batch"]');
+    await page.waitForFunction(`document.querySelector("#keys-charts h3")?.textContent === "Tokens of batch"`);
+    data = await chart();
+    expect([sum(data[1]), sum(data[2])]).toEqual([20_900, 5_000]);
+    // Over 7 d, a point an hour.
+    await page.click('.windows button[data-window="7 d"]');
+    await page.waitForFunction(`document.querySelector('.chart[data-title="Tokens of the selected key"]').plot.data[0].length < 200`);
+    expect(sum((await chart())[1])).toBe(20_900);
+    expect(await page.$eval("#keys-list thead", (n) => n.textContent)).toContain("Refused (7 d)");
+    await page.screenshot({ path: join(ARTIFACTS, "dashboard-keys-1280.png") as `${string}.png`, fullPage: true });
+    expect(consoleErrors).toEqual([]);
+    expect(foreignRequests).toEqual([]);
+    await page.close();
+  }, 60_000);
+
+  it("shows an endpoint's usage by key over the window: only the keys that may call it, only its own usage", async () => {
+    await seedKeys();
+    const { page, consoleErrors, foreignRequests } = await open(server.url);
+    await page.goto(`${server.url}/dashboard/endpoints/chat`, { waitUntil: "networkidle0" });
+    await page.waitForSelector("#ep-keys table");
+    const rows = await page.$$eval("#ep-keys tbody tr", (trs) => trs.map((r) => [...r.querySelectorAll("td")].map((td) => td.textContent ?? "")));
+    // Spend alike: the more tokens first. `elsewhere` may not call chat; batch's usage of `other` is not chat's.
+    expect(rows).toEqual([
+      ["batch", "40", "25,000", "$1.00", "$0.40"],
+      ["team-a", "15", "2,900", "$1.00", "$0.21"],
+    ]);
+    expect(await page.$eval("#ep-keys thead", (n) => n.textContent)).toBe("KeyRequestsTokensSpendMachine cost");
+    await page.screenshot({ path: join(ARTIFACTS, "dashboard-endpoint-keys-1280.png") as `${string}.png`, fullPage: true });
+    expect(consoleErrors).toEqual([]);
+    expect(foreignRequests).toEqual([]);
+    await page.close();
+  }, 30_000);
+
+  it("tells the keys' usage that cannot be read in its place, on the Keys page and an endpoint's", async () => {
+    await seedKeys();
+    const { page, consoleErrors, foreignRequests } = await open(server.url);
+    await page.setRequestInterception(true);
+    const timedOut = "the database took longer than 5000 ms to answer this read (API_READ_TIMEOUT_MS); try again shortly";
+    page.on("request", (r) => {
+      if (new URL(r.url()).pathname.endsWith("/usage")) void r.respond({ status: 503, contentType: "application/json", body: JSON.stringify({ detail: timedOut }) });
+      else void r.continue();
+    });
+    await page.goto(`${server.url}/dashboard/keys`);
+    await page.waitForSelector("#keys-list .notice");
+    expect(await page.$eval("#keys-list", (n) => n.textContent)).toBe(`The keys and their usage cannot be read now (503): ${timedOut}. The page tries again every 5 s.`);
+    await page.goto(`${server.url}/dashboard/endpoints/chat`);
+    await page.waitForSelector("#ep-keys .notice");
+    expect(await page.$eval("#ep-keys", (n) => n.textContent)).toContain("Its usage by key cannot be read now (503)");
+    await page.waitForSelector("#ep-events table");
+    expect(consoleErrors).toEqual([]);
+    expect(foreignRequests).toEqual([]);
+    await page.close();
+  }, 30_000);
+
   it("has no sideways scroll on a 390 px phone, on any page", async () => {
     const { page } = await open(server.url, 390);
-    for (const path of ["/dashboard", "/dashboard/endpoints/chat", "/dashboard/indexing"]) {
+    await seedKeys();
+    for (const path of ["/dashboard", "/dashboard/endpoints/chat", "/dashboard/keys", "/dashboard/indexing"]) {
       await page.goto(`${server.url}${path}`, { waitUntil: "networkidle0" });
       await page.waitForFunction(`!document.querySelector("main")?.textContent?.startsWith("Loading")`);
       expect(await noSidewaysScroll(page), path).toBe(true);
+      if (path !== "/dashboard/indexing") await page.screenshot({ path: join(ARTIFACTS, `dashboard-${path === "/dashboard" ? "fleet" : path.split("/").at(-1)}-390.png`) as `${string}.png`, fullPage: true });
     }
     await page.close();
   }, 30_000);

@@ -6,7 +6,7 @@ import { gzipSync } from "node:zlib";
 import { sendJson, type NodeRequest, type NodeResponse } from "../node-http.js";
 
 // GET /dashboard: the service's own web page (SPEC.md section 5). One HTML shell answers every
-// deep link (/dashboard, /dashboard/endpoints/{name}, /dashboard/indexing); its scripts, styles
+// deep link (/dashboard, /dashboard/endpoints/{name}, /dashboard/keys, /dashboard/indexing); its scripts, styles
 // and the chart library (uPlot, pinned in package.json) are served from here under
 // /dashboard/assets/. The page and its assets hold no data: they load without a token, and every
 // data call the page makes to the API carries one. Files are read and gzipped once, at start.
@@ -22,7 +22,7 @@ const TYPES: Record<string, string> = {
 };
 
 /** The page's own modules and styles, and uPlot's two files: nothing else is served. */
-const PAGE_FILES = ["dashboard.css", "app.js", "api.js", "format.js", "charts.js", "fleet.js", "fleet-markets.js", "endpoint.js", "indexing.js"];
+const PAGE_FILES = ["dashboard.css", "app.js", "api.js", "format.js", "charts.js", "fleet.js", "fleet-markets.js", "endpoint.js", "key-usage.js", "keys.js", "indexing.js"];
 const LIBRARY_FILES = ["uPlot.iife.min.js", "uPlot.min.css"];
 
 interface Asset {
@@ -37,7 +37,7 @@ function asset(path: string): Asset {
 }
 
 /** Deep links the shell answers; anything else under /dashboard/ is a 404. */
-const PAGE_PATH = /^\/dashboard(\/|\/indexing\/?|\/endpoints\/[a-z][a-z0-9-]{0,39}\/?)?$/;
+const PAGE_PATH = /^\/dashboard(\/|\/indexing\/?|\/keys\/?|\/endpoints\/[a-z][a-z0-9-]{0,39}\/?)?$/;
 
 /** Answers the dashboard's paths and returns true, or returns false for any other path. */
 export function createDashboardHandler(): (req: NodeRequest, res: NodeResponse, path: string) => boolean {

@@ -1,14 +1,15 @@
 // @ts-check
-// The dashboard's shell: the route (/dashboard, /dashboard/endpoints/{name}, /dashboard/indexing)
-// picks a view, which refreshes its data every 5 s without reloading the page. With auth on, a
-// call answered 401 asks for a token (kept for this browser session); what the token may read is
-// said at the top, part by part, from the answers of the views.
+// The dashboard's shell: the route (/dashboard, /dashboard/endpoints/{name}, /dashboard/keys,
+// /dashboard/indexing) picks a view, which refreshes its data every 5 s without reloading the
+// page. With auth on, a call answered 401 asks for a token (kept for this browser session); what
+// the token may read is said at the top, part by part, from the answers of the views.
 
 import { ApiError, setToken, token } from "./api.js";
 import { escape } from "./format.js";
 import { mountEndpoint } from "./endpoint.js";
 import { mountFleet } from "./fleet.js";
 import { mountIndexing } from "./indexing.js";
+import { mountKeys } from "./keys.js";
 
 /** @typedef {{ refresh(): Promise<void> }} View */
 /** @typedef {{ report(part: string, error?: unknown): void, navigate(path: string): void }} Shell */
@@ -68,6 +69,7 @@ function route() {
   }
   main.innerHTML = `<p class="muted">Loading…</p>`;
   if (endpoint) view = mountEndpoint(main, endpoint[1], shell);
+  else if (path === "/dashboard/keys") view = mountKeys(main, shell);
   else if (path === "/dashboard/indexing") view = mountIndexing(main, shell);
   else view = mountFleet(main, shell);
   void tick();

@@ -1,11 +1,13 @@
 // @ts-check
 // One endpoint: its state, replicas and $/h now; over the window the reader picks, on one time
 // axis, its load against its target and ready replicas, requests per minute by outcome, first-byte
-// p50 and p99, and $/h (GET .../history); its events, newest first.
+// p50 and p99, and $/h (GET .../history); its usage by key over the window (each key that may
+// call it, from its usage read on this endpoint); its events, newest first.
 
 import { ApiError, get } from "./api.js";
 import { series, timeChart } from "./charts.js";
-import { escape, failure, figures, onWindowChosen, windowButtons, notice, perHour, state, table, time } from "./format.js";
+import { count, escape, failure, figures, money, onWindowChosen, windowButtons, notice, perHour, state, table, time } from "./format.js";
+import { keyOpens, keyUsage, totals } from "./key-usage.js";
 
 const WINDOWS = { "1 h": { ms: 3_600_000, step: 60 }, "24 h": { ms: 86_400_000, step: 60 }, "7 d": { ms: 604_800_000, step: 420 } };
 const OUTCOMES = [
@@ -23,6 +25,7 @@ export function mountEndpoint(main, name, shell) {
   let window = "1 h";
   main.innerHTML = `<p><a href="/dashboard" data-link>← Fleet</a></p><h1>Endpoint ${escape(name)}</h1><div id="ep-figures"></div>
     ${windowButtons(Object.keys(WINDOWS), window)}<div id="ep-empty"></div><div class="charts" id="ep-charts"></div>
+    <h2>Usage by key</h2><div id="ep-keys"></div>
     <h2>Events</h2><div id="ep-events"></div>`;
   // A refresh that ends after the reader moved on writes into nothing.
   const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (main.querySelector(`#${id}`) ?? document.createElement("div"));
@@ -79,6 +82,28 @@ export function mountEndpoint(main, name, shell) {
     if (endpoint) drawFigures(endpoint);
     if (history) drawHistory(history, endpoint?.url ?? `/endpoints/${name}/v1`);
     if (events) drawEvents(events);
+    await usageByKey();
+  };
+
+  const usageByKey = async () => {
+    const chosen = window;
+    try {
+      const { keys } = await get("/api/gpu/keys");
+      // Usage is recorded by name: a name taken again after a revocation is read once.
+      const names = [...new Set(/** @type {any[]} */ (keys).filter((k) => keyOpens(k, name)).map((k) => /** @type {string} */ (k.name)))];
+      const used = await Promise.all(names.map(async (key) => ({ key, ...totals(await keyUsage(key, chosen, name)) })));
+      shell.report("keys");
+      if (window !== chosen) return;
+      $("ep-keys").innerHTML = table(
+        ["Key", "Requests", "Tokens", "Spend", "Machine cost"],
+        used.filter((u) => u.requests > 0 || u.promptTokens + u.completionTokens > 0).sort((a, b) => b.spend - a.spend || b.promptTokens + b.completionTokens - (a.promptTokens + a.completionTokens) || a.key.localeCompare(b.key)),
+        (u) => [escape(u.key), count(u.requests), count(u.promptTokens + u.completionTokens), money(u.spend), money(u.machineCost)],
+        `No key called this endpoint in the last ${chosen}.`,
+      );
+    } catch (error) {
+      shell.report("keys", error);
+      $("ep-keys").innerHTML = failure("Its usage by key", error);
+    }
   };
 
   /** @param {any} endpoint */

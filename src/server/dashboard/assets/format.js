@@ -6,6 +6,8 @@ import { ApiError } from "./api.js";
 
 /** @param {number | undefined} n */
 export const money = (n) => `$${(n ?? 0).toFixed((n ?? 0) !== 0 && Math.abs(n ?? 0) < 0.1 ? 4 : 2)}`;
+/** A count (the API writes 64-bit ones as strings) with its thousands marked. @param {number | string | undefined} n */
+export const count = (n) => Number(n ?? 0).toLocaleString("en-US");
 /** @param {number | undefined} n */
 export const perHour = (n) => `${money(n)}/h`;
 /** @param {string | undefined} iso */
