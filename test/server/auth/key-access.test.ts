@@ -100,6 +100,8 @@ describe("a key", () => {
     const secret = await createKey({ name: "short-lived", endpoints: ["chat"] });
     expect((await statusOnceChanged(open.url, "/endpoints/chat/v1/models", secret, 401)).status).toBe(404);
     expect((await call(open.url, "GET", "/endpoints/code/v1/models", secret)).status).toBe(403);
+    // The other process knows the key too before it expires (each directory polls on its own).
+    expect((await statusOnceChanged(server.url, "/endpoints/chat/v1/models", secret, 401)).status).toBe(404);
     expect((await admin("PATCH", "/api/gpu/keys/short-lived", { expires_at: new Date(Date.now() + 1500).toISOString() })).status).toBe(200);
     const expired = await statusOnceChanged(server.url, "/endpoints/chat/v1/models", secret, 404);
     expect(expired.status).toBe(401);
