@@ -1,3 +1,4 @@
+import { mulberry32 } from "../../shared/random.js";
 // The two workloads of bench:routing, generated from a seed so that both endpoints get the same:
 // (a) multi-turn chats that share long system prompts (each turn resends the whole conversation,
 // as chat clients do), and (b) prompts that share nothing (each begins with its own words).
@@ -46,18 +47,6 @@ const WORDS = (
   "report summary detail reason example question careful exact brief formal polite review check"
 ).split(" ");
 
-/** A small seeded generator (mulberry32): uniform in [0, 1). */
-export function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
-
 /** About `chars` characters of words, opening with `tag` so that no two texts share a beginning. */
 function text(random: () => number, tag: string, chars: number): string {
   let out = `${tag}:`;
@@ -67,7 +56,7 @@ function text(random: () => number, tag: string, chars: number): string {
 
 /** Conversations spread over the system prompts in turn. */
 export function sharedPrefixChats(options: ChatWorkloadOptions): Conversation[] {
-  const random = seeded(options.seed);
+  const random = mulberry32(options.seed);
   const systems = Array.from({ length: options.systemPrompts }, (_, i) => text(random, `You are assistant ${i}; follow these instructions`, options.systemChars));
   return Array.from({ length: options.conversations }, (_, c) => ({
     system: systems[c % systems.length]!,
@@ -81,6 +70,6 @@ export function sharedPrefixChats(options: ChatWorkloadOptions): Conversation[] 
 
 /** Single-turn prompts of `chars` characters, no two alike from their first character on. */
 export function unsharedPrompts(seed: number, count: number, chars: number): string[] {
-  const random = seeded(seed);
+  const random = mulberry32(seed);
   return Array.from({ length: count }, (_, i) => text(random, `${i.toString(36)}-${Math.floor(random() * 1e9).toString(36)}`, chars));
 }

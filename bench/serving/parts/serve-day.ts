@@ -37,18 +37,6 @@ export const PROFILE_TEXT = [
   "10:00-10:20 and 15:00-15:20 bursts at twice the peak (replacing the rate of the moment)",
 ].join("\n");
 
-/** Uniform in [0, 1) from a 32-bit seed: the same seed, the same day. */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
-
 /**
  * Arrival moments (simulated seconds, ascending) of a Poisson process whose rate is
  * `peakPerS` x rateShare(s): a homogeneous process at the highest rate, each arrival kept with

@@ -3,7 +3,8 @@
 // peak the fixed policy is sized for. Every clock is chosen in simulated time and divided by the
 // compression, with a floor where the machine (two cores, one Node process, PostgreSQL) cannot go
 // faster; the printout says what each became in both times.
-import { DAY_S, mulberry32 } from "./serve-day.js";
+import { DAY_S } from "./serve-day.js";
+import { mulberry32 } from "../../shared/random.js";
 
 /** The pace of a streamed answer: 12 tokens over a simulated minute (sizes the peak's rate too). */
 export const TOKENS = 12;

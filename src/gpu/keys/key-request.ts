@@ -4,6 +4,7 @@ import { RESERVED_ACTORS } from "../../actor.js";
 import { excerpt, InvalidInputError } from "../../errors.js";
 import { BUDGET_DURATIONS, type BudgetDuration, type KeyChange, type KeySettings } from "../../server/keys/key-store.js";
 import { NAME_PATTERN as ENDPOINT_NAME } from "../endpoints/resource/endpoint-request.js";
+import { namedFields } from "../update-mask.js";
 
 // Validation of key requests (SPEC.md section 2, "Keys for callers"): bad input is a 400 naming
 // the field, and changes nothing. Money enters as dollars and is kept as micro-dollars.
@@ -121,25 +122,9 @@ function isSet(req: UpdateKeyRequest, field: Field): boolean {
   }
 }
 
-/** The fields a PATCH changes: named in update_mask, or without one those set; a set field the mask leaves out is refused. */
-function namedFields(req: UpdateKeyRequest): Set<Field> {
-  const paths = req.updateMask?.paths ?? [];
-  if (paths.length === 0) return new Set(FIELDS.filter((f) => isSet(req, f)));
-  const named = new Set<Field>();
-  for (const path of paths) {
-    const field = (FIELDS as readonly string[]).includes(path) ? (path as Field) : JSON_NAMES[path];
-    if (!field) throw bad("update_mask", `update_mask names '${excerpt(path)}', which cannot be changed; fields: ${FIELDS.join(", ")}`);
-    named.add(field);
-  }
-  for (const field of FIELDS) {
-    if (isSet(req, field) && !named.has(field)) throw bad(field, `${field} is set but update_mask does not name it`);
-  }
-  return named;
-}
-
 /** Validates a PATCH on its own: a field named but not set is cleared (no limit, no expiry, every endpoint). */
 export function keyChangeOf(req: UpdateKeyRequest, now = Date.now()): KeyChange {
-  const named = namedFields(req);
+  const named = namedFields(req.updateMask, FIELDS, JSON_NAMES, (field) => isSet(req, field));
   if (named.size === 0) throw bad("update_mask", `Nothing to change: give any of ${FIELDS.join(", ")}`);
   const change: KeyChange = {};
   if (named.has("endpoints")) change.endpoints = validEndpoints(req.endpoints);

@@ -1,8 +1,9 @@
 import type { UpdateEndpointRequest } from "../../../../gen/gpu/v1/gpu_service_pb.js";
-import { excerpt, InvalidInputError } from "../../../errors.js";
+import { InvalidInputError } from "../../../errors.js";
 import { DEFAULT_CAPACITY, validCapacity, type CapacityMarkets } from "./endpoint-capacity.js";
 import { MAX_REPLICAS, replicasWithAutoscale, validAutoscale, validBudget, validReplicas, validRouting, validTokenPrice } from "./endpoint-request.js";
 import type { EndpointChange, EndpointRecord } from "./endpoint-store.js";
+import { namedFields } from "../../update-mask.js";
 
 // A PATCH of an endpoint (SPEC.md section 2, "Endpoints" and "autoscaling"). proto3 cannot tell
 // a field set to null from one left out, so the fields to change are those named in
@@ -28,28 +29,12 @@ function isSet(req: UpdateEndpointRequest, field: Field): boolean {
   return req.autoscale !== undefined;
 }
 
-/** The fields the PATCH changes; a set field the mask leaves out is refused, never dropped unseen. */
-function namedFields(req: UpdateEndpointRequest): Set<Field> {
-  const paths = req.updateMask?.paths ?? [];
-  if (paths.length === 0) return new Set(FIELDS.filter((f) => isSet(req, f)));
-  const named = new Set<Field>();
-  for (const path of paths) {
-    const field = (FIELDS as readonly string[]).includes(path) ? (path as Field) : JSON_NAMES[path];
-    if (!field) throw bad("update_mask", `update_mask names '${excerpt(path)}', which cannot be changed; fields: ${FIELDS.join(", ")}`);
-    named.add(field);
-  }
-  for (const field of FIELDS) {
-    if (isSet(req, field) && !named.has(field)) throw bad(field, `${field} is set but update_mask does not name it`);
-  }
-  return named;
-}
-
 /**
  * Validates a PATCH on its own, before the endpoint is read: bad input is a 400 whatever the
  * endpoint. `market` tells whether interruptible capacity can be rented at all.
  */
 export function patchOf(req: UpdateEndpointRequest, market: CapacityMarkets): EndpointChange {
-  const named = namedFields(req);
+  const named = namedFields(req.updateMask, FIELDS, JSON_NAMES, (field) => isSet(req, field));
   if (named.size === 0) {
     throw bad("replicas", "Nothing to change: give replicas, max_cost_per_hour, autoscale, capacity, token_price and/or routing");
   }
