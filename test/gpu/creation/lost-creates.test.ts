@@ -55,7 +55,7 @@ describe("a RunPod create answered with anything but a definite answer", () => {
     const id = res.body.instance_id;
     const pods = podsOf(id);
     expect(pods).toHaveLength(1);
-    expect(await record(id)).toMatchObject({ status: "creating", market: "runpod", market_instance_id: `runpod:${pods[0]!.id}` });
+    expect(await record(id)).toMatchObject({ status: "creating", market: "runpod", market_instance_id: pods[0]!.id });
     expect(runpodCreates() - before).toBe(1);
     await waitFor("running", async () => (["running", "running_llm"].includes((await record(id)).status) ? true : undefined), 10_000);
   });
@@ -67,7 +67,7 @@ describe("a RunPod create answered with anything but a definite answer", () => {
     expect(res.status).toBe(200);
     const pods = podsOf(res.body.instance_id);
     expect(pods).toHaveLength(1);
-    expect((await record(res.body.instance_id)).market_instance_id).toBe(`runpod:${pods[0]!.id}`);
+    expect((await record(res.body.instance_id)).market_instance_id).toBe(pods[0]!.id);
     expect(runpodCreates() - before).toBe(2);
   });
 });
@@ -88,7 +88,7 @@ describe("a RunPod create lost while RunPod lists its pod late", () => {
         return logs.length > 0 ? logs : undefined;
       }, 20_000);
       expect(destroyed).toHaveLength(1);
-      expect(podsOf(id).map((p) => `runpod:${p.id}`)).toEqual([named]);
+      expect(podsOf(id).map((p) => p.id)).toEqual([named]);
     } finally {
       service.runpod.listLag(0);
     }
@@ -102,7 +102,7 @@ describe("a vast.ai create answered with anything but a definite answer", () => 
     expect(res.status).toBe(200);
     const machines = vastMachinesOf(res.body.instance_id);
     expect(machines).toHaveLength(1);
-    expect((await record(res.body.instance_id)).market_instance_id).toBe(`vastai:${machines[0]!.id}`);
+    expect((await record(res.body.instance_id)).market_instance_id).toBe(String(machines[0]!.id));
   });
 
   it("answered 520 with nothing rented: 503 naming the instance, creating, then failed by the grace, never before", async () => {

@@ -6,6 +6,7 @@ import { fitsTemplate, type VastAsk } from "../../../support/vastai/catalogue.js
 import { createEndpoint, deleteAndWait, eventsOf, FAST_ENDPOINT_ENV, readyIds, waitForEndpoint } from "../../endpoints/helpers.js";
 import { rest } from "../../helpers.js";
 import { marketsApi } from "./markets-api.js";
+import { withDisk } from "../../../../src/gpu/marketplace/runpod/runpod-disk.js";
 
 // SPEC.md section 2, "Several marketplaces": a RunPod catalogue entry is a pool (a GPU type, count
 // and cloud with stock), rented by any number of live records at once; and a bid market that fails
@@ -15,6 +16,8 @@ import { marketsApi } from "./markets-api.js";
 let service: VastRunpodService;
 const { url, record } = marketsApi(() => service);
 const RTX_4090_COMMUNITY = "runpod:community-1x-NVIDIA_GeForce_RTX_4090";
+/** What its pods bill: $0.34/h for the GPU, and the template's 100 GB container disk at $0.10 per GB-month. */
+const BILLED = withDisk(0.34, 100);
 
 beforeAll(async () => {
   service = await startVastRunpodService({ ...FAST_ENDPOINT_ENV, GPU_STATUS_SYNC_MS: "100" });
@@ -50,7 +53,7 @@ describe("pool offers: a RunPod catalogue entry is rented by any number of recor
     expect(second.body.detail).toBeUndefined();
     expect(second.status).toBe(200);
     for (const id of [first.body.instance_id, second.body.instance_id]) {
-      expect(await record(id)).toMatchObject({ market: "runpod", offer_id: RTX_4090_COMMUNITY, cost_per_hour: 0.34 });
+      expect(await record(id)).toMatchObject({ market: "runpod", offer_id: RTX_4090_COMMUNITY, cost_per_hour: BILLED });
     }
     expect(podsOf([first.body.instance_id, second.body.instance_id])).toHaveLength(2);
   });
@@ -61,7 +64,7 @@ describe("pool offers: a RunPod catalogue entry is rented by any number of recor
     const ready = await waitForEndpoint(url(), "three-pods", "3 ready", (e) => e.state === "ready" && readyIds(e).length === 3, 40_000);
     const replicas = readyIds(ready);
     const rows = await Promise.all(replicas.map((id) => record(id)));
-    for (const row of rows) expect(row).toMatchObject({ market: "runpod", offer_id: RTX_4090_COMMUNITY, cost_per_hour: 0.34 });
+    for (const row of rows) expect(row).toMatchObject({ market: "runpod", offer_id: RTX_4090_COMMUNITY, cost_per_hour: BILLED });
     const pods = podsOf(replicas);
     expect(pods.map((p) => [p.cloud, p.type.id, p.count])).toEqual(Array.from({ length: 3 }, () => ["COMMUNITY", "NVIDIA GeForce RTX 4090", 1]));
     console.log(`endpoint of 3 on RunPod: ${rows.map((r) => `${r.instance_id} ${r.offer_id} $${r.cost_per_hour}/h`).join("; ")}`);
