@@ -1,0 +1,119 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { rest, waitFor } from "../../gpu/helpers.js";
+import { createEndpoint, startSimulatedService, waitForEndpoint, type SimulatedService } from "../../gpu/endpoints/helpers.js";
+
+// A key's limits in the proxy's request path (docs/keys.md, "In the proxy"): one admission before
+// a replica is asked, a 429 in OpenAI's shape when a limit is reached, the x-ratelimit-* headers on
+// every answer of a key with limits, and one settlement when the answer ends.
+
+let svc: SimulatedService;
+
+beforeAll(async () => {
+  svc = await startSimulatedService();
+  // Output tokens at $20,000 per million: 20,000 micro-dollars each, so that a budget spends in a few answers.
+  await createEndpoint(svc.server.url, { name: "chat", template_name: "budget", replicas: 1, max_cost_per_hour: 5, token_price: { input_per_mtok: 0, output_per_mtok: 20_000 } });
+  await waitForEndpoint(svc.server.url, "chat", "ready", (e) => e.ready_replicas === 1, 30_000);
+});
+
+afterAll(async () => {
+  await svc?.close();
+});
+
+async function createKey(body: Record<string, unknown>): Promise<string> {
+  const created = await rest(svc.server.url, "POST", "/api/gpu/keys", { endpoints: ["chat"], ...body });
+  expect(created.status).toBe(200);
+  return (created.body as { key: string }).key;
+}
+
+const ask = (secret: string, fields: Record<string, unknown> = {}) =>
+  fetch(`${svc.server.url}/endpoints/chat/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${secret}`, "content-type": "application/json" },
+    body: JSON.stringify({ messages: [{ role: "user", content: "hello" }], max_tokens: 7, ...fields }),
+  });
+
+/** The first answer once the key is known to the proxy (the directory polls every 250 ms). */
+const firstAnswer = (secret: string, fields: Record<string, unknown> = {}) =>
+  waitFor("the key is known to the proxy", async () => {
+    const res = await ask(secret, fields);
+    if (res.status !== 401) return res;
+    await res.body?.cancel();
+    return undefined;
+  }, 3000);
+
+interface ErrorBody {
+  error: { message: string; type: string; code: string };
+}
+
+describe("a key's limits in the proxy", () => {
+  it("refuses the request past rpm_limit with 429 rpm_limit, retry-after and the x-ratelimit figures", async () => {
+    const secret = await createKey({ name: "rpm-three", rpm_limit: 3 });
+    const first = await firstAnswer(secret);
+    expect(first.status).toBe(200);
+    expect(first.headers.get("x-ratelimit-limit-requests")).toBe("3");
+    expect(first.headers.get("x-ratelimit-remaining-requests")).toBe("2");
+    await first.text();
+    for (let i = 0; i < 2; i++) expect((await ask(secret).then(async (r) => (await r.text(), r))).status).toBe(200);
+
+    const refused = await ask(secret);
+    expect(refused.status).toBe(429);
+    const body = (await refused.json()) as ErrorBody;
+    expect(body.error).toMatchObject({ type: "rate_limit_exceeded", code: "rpm_limit" });
+    expect(body.error.message).toContain("rpm_limit");
+    expect(Number(refused.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    expect(refused.headers.get("x-ratelimit-limit-requests")).toBe("3");
+    expect(refused.headers.get("x-ratelimit-remaining-requests")).toBe("0");
+    expect(refused.headers.get("x-ratelimit-reset-requests")).toMatch(/^(\d+m)?\d+s$|^\d+ms$/);
+
+    // Counted as the key's refusal, and no replica answered it: three requests recorded.
+    const points = await waitFor("the refusal recorded", async () => {
+      const read = await rest(svc.server.url, "GET", "/api/gpu/keys/rpm-three/usage?window=1h");
+      const found = (read.body as { points: Array<{ requests: string; refused: Record<string, string | number> }> }).points;
+      return found.some((p) => Number(p.refused.rpm_limit) === 1) ? found : undefined;
+    }, 5000);
+    expect(points.reduce((n, p) => n + Number(p.requests), 0)).toBe(3);
+  });
+
+  it("refuses a second request in flight past max_parallel_requests 1, and admits one once the first ended", async () => {
+    const secret = await createKey({ name: "one-at-a-time", max_parallel_requests: 1 });
+    // About 60 tokens 20 ms apart: in flight for more than a second.
+    const slow = await firstAnswer(secret, { stream: true, max_tokens: 60 });
+    expect(slow.status).toBe(200);
+    const reader = slow.body!.getReader();
+    await reader.read();
+
+    const second = await ask(secret);
+    expect(second.status).toBe(429);
+    expect(((await second.json()) as ErrorBody).error).toMatchObject({ type: "rate_limit_exceeded", code: "parallel_limit" });
+    expect(second.headers.get("retry-after")).toBe("1");
+
+    while (!(await reader.read()).done);
+    const third = await ask(secret);
+    expect(third.status).toBe(200);
+    await third.text();
+  });
+
+  it("refuses a spent budget with 429 insufficient_quota and x-should-retry false", async () => {
+    // 7 completion tokens cost 140,000 micro-dollars: the second answer does not fit in $0.2.
+    const secret = await createKey({ name: "spent", max_budget: 0.2, budget_duration: "1h" });
+    const first = await firstAnswer(secret);
+    expect(first.status).toBe(200);
+    await first.text();
+
+    const refused = await ask(secret);
+    expect(refused.status).toBe(429);
+    expect(((await refused.json()) as ErrorBody).error).toMatchObject({ type: "insufficient_quota", code: "budget_exceeded" });
+    expect(refused.headers.get("x-should-retry")).toBe("false");
+    // The next period starts within the hour.
+    expect(Number(refused.headers.get("retry-after"))).toBeGreaterThan(0);
+    expect(Number(refused.headers.get("retry-after"))).toBeLessThanOrEqual(3600);
+  });
+
+  it("changes nothing for a key without limits: no x-ratelimit headers", async () => {
+    const secret = await createKey({ name: "free" });
+    const res = await firstAnswer(secret);
+    expect(res.status).toBe(200);
+    await res.text();
+    expect([...res.headers.keys()].filter((h) => h.startsWith("x-ratelimit"))).toEqual([]);
+  });
+});
