@@ -414,6 +414,7 @@ class Exchange {
       resumeMax: options.resumeMax,
       firstByteMs: options.firstByteMs,
       bodyBytes: this.body.received,
+      allowance: this.allowance,
       onEnd: (status, usage) => {
         this.settled = true;
         this.releaseStreamKept();

@@ -9,7 +9,8 @@ import { createEndpoint, startSimulatedService, waitForEndpoint, type SimulatedS
 let svc: SimulatedService;
 
 beforeAll(async () => {
-  svc = await startSimulatedService();
+  // A completion without max_tokens holds 4 tokens: a streamed answer soon runs past its hold.
+  svc = await startSimulatedService({}, { GPU_KEY_HOLD_TOKENS: "4" });
   // Output tokens at $20,000 per million: 20,000 micro-dollars each, so that a budget spends in a few answers.
   await createEndpoint(svc.server.url, { name: "chat", template_name: "budget", replicas: 1, max_cost_per_hour: 5, token_price: { input_per_mtok: 0, output_per_mtok: 20_000 } });
   await waitForEndpoint(svc.server.url, "chat", "ready", (e) => e.ready_replicas === 1, 30_000);
@@ -107,6 +108,22 @@ describe("a key's limits in the proxy", () => {
     // The next period starts within the hour.
     expect(Number(refused.headers.get("retry-after"))).toBeGreaterThan(0);
     expect(Number(refused.headers.get("retry-after"))).toBeLessThanOrEqual(3600);
+  });
+
+  it("lets a streamed answer past its hold take more per event, and ends it with one error event when tpm_limit has no more", async () => {
+    // No max_tokens: 16 tokens come, each event past the 4-token hold takes more.
+    const roomy = await createKey({ name: "roomy", tpm_limit: 1000 });
+    const whole = await (await firstAnswer(roomy, { stream: true, max_tokens: undefined })).text();
+    expect(whole).toContain("data: [DONE]");
+
+    // The body's bytes / 4 and the 4-token hold fit in 20; the answer's 16 tokens do not.
+    const tight = await createKey({ name: "tight", tpm_limit: 20 });
+    const res = await firstAnswer(tight, { stream: true, max_tokens: undefined });
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    expect(text).not.toContain("[DONE]");
+    const last = JSON.parse(text.trim().split("\n\n").at(-1)!.slice("data: ".length)) as ErrorBody;
+    expect(last.error).toMatchObject({ type: "rate_limit_exceeded", code: "tpm_limit" });
   });
 
   it("changes nothing for a key without limits: no x-ratelimit headers", async () => {
