@@ -1,3 +1,4 @@
+import OpenAI, { APIError } from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rest, waitFor } from "../../gpu/helpers.js";
 import { createEndpoint, startSimulatedService, waitForEndpoint, type SimulatedService } from "../../gpu/endpoints/helpers.js";
@@ -7,6 +8,8 @@ import { createEndpoint, startSimulatedService, waitForEndpoint, type SimulatedS
 // every answer of a key with limits, and one settlement when the answer ends.
 
 let svc: SimulatedService;
+/** The model the endpoint serves, as its replicas name it. */
+let model: string;
 
 beforeAll(async () => {
   // A completion without max_tokens holds 4 tokens: a streamed answer soon runs past its hold.
@@ -14,6 +17,8 @@ beforeAll(async () => {
   // Output tokens at $20,000 per million: 20,000 micro-dollars each, so that a budget spends in a few answers.
   await createEndpoint(svc.server.url, { name: "chat", template_name: "budget", replicas: 1, max_cost_per_hour: 5, token_price: { input_per_mtok: 0, output_per_mtok: 20_000 } });
   await waitForEndpoint(svc.server.url, "chat", "ready", (e) => e.ready_replicas === 1, 30_000);
+  // Auth is off: the models route answers without a key.
+  model = ((await (await fetch(`${svc.server.url}/endpoints/chat/v1/models`)).json()) as { data: Array<{ id: string }> }).data[0]!.id;
 });
 
 afterAll(async () => {
@@ -124,6 +129,46 @@ describe("a key's limits in the proxy", () => {
     expect(text).not.toContain("[DONE]");
     const last = JSON.parse(text.trim().split("\n\n").at(-1)!.slice("data: ".length)) as ErrorBody;
     expect(last.error).toMatchObject({ type: "rate_limit_exceeded", code: "tpm_limit" });
+  });
+
+  it("lets the openai SDK retry a parallel_limit refusal after its retry-after, and succeed once the first answer ended", async () => {
+    const secret = await createKey({ name: "sdk-parallel", max_parallel_requests: 1 });
+    // About 40 tokens 20 ms apart: it ends within the SDK's first wait of retry-after (1 s).
+    const slow = await firstAnswer(secret, { stream: true, max_tokens: 40 });
+    const reader = slow.body!.getReader();
+    await reader.read();
+    const drained = (async () => {
+      while (!(await reader.read()).done);
+    })();
+    const statuses: number[] = [];
+    const counting: typeof fetch = async (input, init) => {
+      const res = await fetch(input, init);
+      statuses.push(res.status);
+      return res;
+    };
+    const client = new OpenAI({ baseURL: `${svc.server.url}/endpoints/chat/v1`, apiKey: secret, maxRetries: 2, fetch: counting });
+    const completion = await client.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 3 });
+    expect(completion.choices[0]!.message.content).toBeTruthy();
+    expect(statuses[0]).toBe(429);
+    expect(statuses.at(-1)).toBe(200);
+    await drained;
+  });
+
+  it("makes the openai SDK raise at once for a spent budget: one request, APIError 429 budget_exceeded", async () => {
+    const secret = await createKey({ name: "sdk-spent", max_budget: 0.2 });
+    const first = await firstAnswer(secret);
+    await first.text();
+    let requests = 0;
+    const counting: typeof fetch = (input, init) => {
+      requests += 1;
+      return fetch(input, init);
+    };
+    const client = new OpenAI({ baseURL: `${svc.server.url}/endpoints/chat/v1`, apiKey: secret, maxRetries: 2, fetch: counting });
+    const error = await client.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 7 }).catch((err: unknown) => err);
+    expect(error).toBeInstanceOf(APIError);
+    expect((error as APIError).status).toBe(429);
+    expect((error as APIError).code).toBe("budget_exceeded");
+    expect(requests).toBe(1);
   });
 
   it("changes nothing for a key without limits: no x-ratelimit headers", async () => {
