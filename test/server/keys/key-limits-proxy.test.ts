@@ -99,6 +99,32 @@ describe("a key's limits in the proxy", () => {
     await third.text();
   });
 
+  it("counts a request held for a replica in max_parallel_requests: another is refused at once, not held", async () => {
+    const secret = await createKey({ name: "held-one", max_parallel_requests: 1, endpoints: [] });
+    const known = await firstAnswer(secret);
+    await known.text();
+    await createEndpoint(svc.server.url, { name: "cold", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
+    const call = () =>
+      fetch(`${svc.server.url}/endpoints/cold/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${secret}`, "content-type": "application/json" },
+        body: JSON.stringify({ messages: [{ role: "user", content: "hello" }], max_tokens: 3 }),
+      });
+    // No replica is ready yet: the first waits in the hold queue, holding the key's one place.
+    const held = call();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const refused = await call();
+    expect(refused.status).toBe(429);
+    expect(((await refused.json()) as ErrorBody).error.code).toBe("parallel_limit");
+    const answered = await held;
+    expect(answered.status).toBe(200);
+    await answered.text();
+    // Its place was given back when its answer ended.
+    const next = await call();
+    expect(next.status).toBe(200);
+    await next.text();
+  });
+
   it("refuses a spent budget with 429 insufficient_quota and x-should-retry false", async () => {
     // 7 completion tokens cost 140,000 micro-dollars: the second answer does not fit in $0.2.
     const secret = await createKey({ name: "spent", max_budget: 0.2, budget_duration: "1h" });
