@@ -48,6 +48,19 @@ describe("the access check with keys", () => {
     expect(check(`Bearer ${STATIC}`, "endpoints:invoke", "GET /endpoints/code/v1/models", "code")).toMatchObject({ ok: true, actor: "AUTH_TOKENS#1" });
   });
 
+  it("hands the proxy a key's limits with its verdict (a key without limits: none), and no key for a static token", async () => {
+    const [limited, free] = [newSecret(), newSecret()];
+    const check = await checkWith(
+      [entry("limited", limited, { id: "42", limits: { rpm: 3 }, createdAt: new Date(1000) }), entry("free", free)],
+      { now: Date.now() },
+    );
+    const verdict = check(`Bearer ${limited}`, "endpoints:invoke", "POST /endpoints/chat/v1/chat/completions", "chat");
+    expect(verdict).toMatchObject({ ok: true, key: { name: "limited", allowance: { id: "42", limits: { rpm: 3 }, createdAtMs: 1000 } } });
+    const unlimited = check(`Bearer ${free}`, "endpoints:invoke", "POST /endpoints/chat/v1/chat/completions", "chat");
+    expect(unlimited.ok && unlimited.key?.allowance).toBeUndefined();
+    expect(check(`Bearer ${STATIC}`, "endpoints:invoke", "GET /endpoints/code/v1/models", "code")).toEqual({ ok: true, actor: "AUTH_TOKENS#1" });
+  });
+
   it("refuses an expired key and a rotated-out secret at their instant, without a reload", async () => {
     const clock = { now: Date.parse("2026-11-29T00:00:00Z") };
     const current = newSecret();
