@@ -125,6 +125,29 @@ describe("a key's limits in the proxy", () => {
     await next.text();
   });
 
+  it("gives a held request's place back when its caller leaves while it waits", async () => {
+    const secret = await createKey({ name: "held-gone", max_parallel_requests: 1, endpoints: [] });
+    const known = await firstAnswer(secret);
+    await known.text();
+    await createEndpoint(svc.server.url, { name: "cold-too", template_name: "budget", replicas: 1, max_cost_per_hour: 5 });
+    const call = (signal?: AbortSignal) =>
+      fetch(`${svc.server.url}/endpoints/cold-too/v1/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${secret}`, "content-type": "application/json" },
+        body: JSON.stringify({ messages: [{ role: "user", content: "hello" }], max_tokens: 3 }),
+        signal,
+      });
+    const leaving = new AbortController();
+    const gone = call(leaving.signal).catch(() => undefined);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    leaving.abort();
+    await gone;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const next = await call();
+    expect(next.status).toBe(200);
+    await next.text();
+  });
+
   it("refuses a spent budget with 429 insufficient_quota and x-should-retry false", async () => {
     // 7 completion tokens cost 140,000 micro-dollars: the second answer does not fit in $0.2.
     const secret = await createKey({ name: "spent", max_budget: 0.2, budget_duration: "1h" });
