@@ -20,15 +20,18 @@ import { requestReplica, type ReplicaAnswer, type ReplicaHop, type ReplicaReques
 import { completionPathOf, StreamedAnswer, type StreamPlan } from "./streamed-answer.js";
 
 // The endpoint proxy (SPEC.md section 2, "Endpoints", Routing): one request to one ready replica.
-// A request's path, in order: authenticated (before it reaches here, server/app.ts), admitted,
-// a replica chosen (replica-choice.ts: the longest prefix of its prompt or the least outstanding),
-// forwarded, settled. The answer is passed on as it arrives, never buffered; a
-// connection error or a 502/503/504 before any answer byte sends it to another ready replica it
-// has not tried. With no ready replica while one is coming, the request waits in the hold queue
-// (hold-queue.ts), and so does one whose every ready replica failed it before any answer byte
-// (preempted between two probes): 502 only when nothing is coming. A streamed completion is read as it passes (streamed-answer.ts), so that a replica
-// that fails mid-answer is replaced by another that continues it; every other answer is piped
-// untouched. docs/endpoints.md tells the rules an operator sees.
+// A request's path, in order: authenticated (before it reaches here, server/app.ts), admitted
+// (its key's limits, caller-allowance.ts: once its body is read, or before it waits in the hold
+// queue; refused, 429 and no replica asked), a replica chosen (replica-choice.ts: the longest
+// prefix of its prompt or the least outstanding), forwarded, settled (count(): once, whatever the
+// end). The answer is passed on as it arrives, never buffered; a connection error or a
+// 502/503/504 before any answer byte sends it to another ready replica it has not tried. With no
+// ready replica while one is coming, the request waits in the hold queue (hold-queue.ts), and so
+// does one whose every ready replica failed it before any answer byte (preempted between two
+// probes): 502 only when nothing is coming. A streamed completion is read as it passes
+// (streamed-answer.ts), so that a replica that fails mid-answer is replaced by another that
+// continues it; every other answer is piped untouched. docs/endpoints.md tells the rules an
+// operator sees.
 
 export interface EndpointProxyOptions {
   directory: EndpointDirectory;
