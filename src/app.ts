@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { GPU_API_HINTS } from "./gpu/api-hints.js";
 import { createGpuModule } from "./gpu/gpu-module.js";
 import { KEY_API_HINTS } from "./gpu/keys/key-api-hints.js";
@@ -8,6 +9,9 @@ import { createAppHandler } from "./server/app.js";
 import { createTokenSource } from "./server/auth/token-source.js";
 import { createKeyDirectory } from "./server/keys/key-directory.js";
 import { KnexKeyStore } from "./server/keys/key-store.js";
+import { createAllowances } from "./server/keys/allowances.js";
+import { createKeyAdmission } from "./server/keys/key-admission.js";
+import { KnexLeaseStore } from "./server/keys/lease-store.js";
 import { KeptBytes } from "./server/proxy/kept-body.js";
 import { createProxyLoad } from "./server/proxy/proxy-load.js";
 import { createProxyTraffic } from "./server/proxy/proxy-traffic.js";
@@ -45,6 +49,9 @@ export function createApp(deps: AppDeps): App {
   const tokens = createTokenSource({ envTokens: config.authTokens, file: config.authTokensFile, logger });
   // The keys for callers of the endpoints, held in memory and followed from the database.
   const keys = createKeyDirectory({ store: KnexKeyStore.create({ knex }), logger });
+  // Their limits, kept across every process by leases; this process is one holder among them.
+  const allowances = createAllowances({ store: KnexLeaseStore.create({ knex }), processId: randomUUID(), logger });
+  const keyAdmission = createKeyAdmission({ allowances, priceOf: keys.priceOf, holdTokens: config.gpu.endpoints.keyHoldTokens, usage: keyUsage });
   const gpu = createGpuModule(moduleDeps);
   const modules = [gpu, createIndexingModule(moduleDeps)];
   const handler = createAppHandler({
@@ -52,6 +59,7 @@ export function createApp(deps: AppDeps): App {
     logger,
     tokens,
     keys,
+    keyAdmission,
     maxBodyBytes: config.maxBodyBytes,
     metrics,
     apiHints: mergeApiHints(GPU_API_HINTS, KEY_API_HINTS, INDEXING_API_HINTS),
@@ -86,6 +94,8 @@ export function createApp(deps: AppDeps): App {
       stopping.abort();
       tokens.close();
       keys.stop();
+      // Every lease back before the modules (and the database) stop.
+      await allowances.close();
       for (const module of modules) await module.stop();
     },
     reloadTokens: () => tokens.reload(),

@@ -8,6 +8,7 @@ import { checkRpc, createAuthInterceptor } from "./auth/auth-interceptor.js";
 import { scopeOfHttpPath } from "./auth/scope-table.js";
 import type { TokenSource } from "./auth/token-source.js";
 import type { KeyDirectory } from "./keys/key-directory.js";
+import type { KeyAdmission } from "./keys/key-admission.js";
 import { createErrorInterceptor } from "./error-interceptor.js";
 import { createHealthHandler, type ReadinessChecks, type ReadinessDetails } from "./health.js";
 import type { Metrics } from "./metrics.js";
@@ -34,6 +35,8 @@ export interface AppOptions {
   tokens: TokenSource;
   /** The keys for callers of the endpoints (server/keys/), in memory; without it no key is accepted. */
   keys?: KeyDirectory;
+  /** Where a key's limits admit and settle each of its proxied requests; without it limits are not kept. */
+  keyAdmission?: KeyAdmission;
   readiness: ReadinessChecks;
   /** What /readyz reports besides its checks, never failing it (the GPU sync leadership). */
   readinessDetails?: ReadinessDetails;
@@ -181,7 +184,10 @@ export function createAppHandler(options: AppOptions): NodeHandler {
       sendRefusalBody(res, verdict.status, verdict.detail, verdict.status === 401 ? { "www-authenticate": "Bearer" } : {});
       return;
     }
-    if (path.kind === "ok") proxy.handle(req, res, path.name, verdict.actor, path.upstreamPath);
+    if (path.kind === "ok") {
+      const allowance = verdict.key === undefined ? undefined : options.keyAdmission?.forRequest(verdict.key, path.name);
+      proxy.handle(req, res, path.name, verdict.actor, path.upstreamPath, allowance);
+    }
     else if (path.kind === "invalid") sendRefusalBody(res, 400, path.detail);
     else sendRefusalBody(res, 404, `no route for ${req.method} ${excerpt(pathOnly)}`, {}, { code: "no_route" });
   };

@@ -17,7 +17,7 @@ import type { TokenSource } from "./token-source.js";
 export const UNAUTHENTICATED_MESSAGE = "missing or invalid bearer token";
 
 export type AccessVerdict =
-  | { ok: true; actor: string }
+  | { ok: true; actor: string; /** The key that opened it (keys only): its limits for the proxy. */ key?: KeyGrant }
   | { ok: false; code: Code.Unauthenticated | Code.PermissionDenied; status: 401 | 403; detail: string };
 
 export type AccessCheck = (
@@ -69,7 +69,7 @@ function checkKey(keys: KeyDirectory, key: KeyGrant, scope: Scope | undefined, e
       return forbidden(`key '${key.name}' has a max_budget and endpoint '${excerpt(endpoint)}' has no token_price: a budget cannot be kept on an unpriced endpoint`);
     }
   }
-  return { ok: true, actor: key.name };
+  return { ok: true, actor: key.name, key };
 }
 
 function forbidden(detail: string): AccessVerdict {

@@ -1,5 +1,8 @@
 import type { Logger } from "pino";
 import { secretDigest } from "./key-secret.js";
+import type { KeyRef } from "./allowances.js";
+import type { TokenPrice } from "./allowance/limits.js";
+import { hasLimits } from "./allowance/limits.js";
 import type { KeyEntry, KeyStore } from "./key-store.js";
 
 // The keys every process admits, in memory (SPEC.md section 2, "Keys for callers"): a request
@@ -20,6 +23,8 @@ export interface KeyGrant {
   endpoints: ReadonlySet<string>;
   /** It has a max_budget: it may call only endpoints with a token price. */
   hasBudget: boolean;
+  /** Its limits for the proxy's admission; absent: a key without limits (nothing to count). */
+  allowance?: KeyRef;
 }
 
 export type KeyLookup = { found: "live"; grant: KeyGrant } | { found: "expired"; name: string } | { found: "none" };
@@ -29,6 +34,8 @@ export interface KeyDirectory {
   lookUp(secret: string): KeyLookup;
   /** Whether the endpoint has a token price (as of the last poll). */
   isPriced(endpoint: string): boolean;
+  /** The endpoint's token price (as of the last poll); undefined when unpriced. */
+  priceOf(endpoint: string): TokenPrice | undefined;
   /** Polls once now: resolves when a change seen is in force. */
   refresh(): Promise<void>;
   /** Loads the keys, then polls every pollMs. */
@@ -53,7 +60,7 @@ export interface KeyDirectoryOptions {
 export function createKeyDirectory(options: KeyDirectoryOptions): KeyDirectory {
   const { store, logger, pollMs = KEY_POLL_MS, now = Date.now } = options;
   let bySecret = new Map<string, Held>();
-  let priced = new Set<string>();
+  let priced: ReadonlyMap<string, TokenPrice> = new Map();
   let stamp: string | undefined;
   let unreadable = false;
   let timer: NodeJS.Timeout | undefined;
@@ -63,7 +70,7 @@ export function createKeyDirectory(options: KeyDirectoryOptions): KeyDirectory {
   async function poll(): Promise<void> {
     try {
       const read = await store.directoryStamp();
-      priced = new Set(read.pricedEndpoints);
+      priced = read.prices;
       if (read.stamp !== stamp) {
         bySecret = index(await store.liveEntries());
         stamp = read.stamp;
@@ -98,6 +105,7 @@ export function createKeyDirectory(options: KeyDirectoryOptions): KeyDirectory {
       return { found: "live", grant: held.grant };
     },
     isPriced: (endpoint) => priced.has(endpoint),
+    priceOf: (endpoint) => priced.get(endpoint),
     refresh,
     async start() {
       if (!stopped) return;
@@ -117,6 +125,7 @@ function index(entries: readonly KeyEntry[]): Map<string, Held> {
   const map = new Map<string, Held>();
   for (const entry of entries) {
     const grant: KeyGrant = { name: entry.name, endpoints: new Set(entry.endpoints), hasBudget: entry.hasBudget };
+    if (hasLimits(entry.limits)) grant.allowance = { id: entry.id, limits: entry.limits, createdAtMs: entry.createdAt.getTime() };
     const expiresAt = entry.expiresAt?.getTime() ?? null;
     map.set(entry.secretSha256.toString("hex"), { grant, expiresAt, validUntil: null });
     if (entry.previousSha256 && entry.previousValidUntil) {

@@ -1,5 +1,6 @@
 import type { Knex } from "knex";
 import { ConflictError, ResourceExhaustedError } from "../../errors.js";
+import { BUDGET_DURATIONS_MS, type KeyLimits, type TokenPrice, tokenPrice } from "./allowance/limits.js";
 
 // Keys for callers (table gpu_keys). Rows map to the records below here and nowhere else. Every
 // write of what a directory holds takes the next `version` (the migration says why); last_used_at
@@ -51,12 +52,17 @@ export interface KeyEntry {
   endpoints: readonly string[];
   hasBudget: boolean;
   expiresAt: Date | null;
+  /** What its allowance needs: the key's id (stable over renames and rotations), limits and creation. */
+  id: string;
+  limits: KeyLimits;
+  createdAt: Date;
 }
 
 /** What a directory polls: a stamp that moves with any write of a key, and the endpoints with a token price. */
 export interface DirectoryStamp {
   stamp: string;
-  pricedEndpoints: string[];
+  /** The active endpoints with a token price, and the price. */
+  prices: ReadonlyMap<string, TokenPrice>;
 }
 
 export interface KeyStore {
@@ -220,14 +226,31 @@ export class KnexKeyStore implements KeyStore {
     // whichever order concurrent writes commit in. The priced endpoints are few: read every time.
     const { rows } = await this.knex.raw<{ rows: Array<{ stamp: string; priced: string[] }> }>(
       `select (select coalesce(sum(version), 0)::text || ':' || count(*) from gpu_keys) as stamp,
-              (select coalesce(array_agg(name), '{}') from gpu_endpoints where phase = 'active' and token_input_per_mtok is not null) as priced`,
+              (select coalesce(json_agg(json_build_array(name, token_input_per_mtok, token_output_per_mtok)), '[]')
+                 from gpu_endpoints where phase = 'active' and token_input_per_mtok is not null) as priced`,
     );
-    return { stamp: rows[0]!.stamp, pricedEndpoints: rows[0]!.priced };
+    const priced = rows[0]!.priced as unknown as Array<[string, number | string, number | string | null]>;
+    const prices = new Map(priced.map(([name, input, output]) => [name, tokenPrice(Number(input), Number(output ?? 0))] as const));
+    return { stamp: rows[0]!.stamp, prices };
   }
 
   async liveEntries(): Promise<KeyEntry[]> {
     const rows = await this.knex(KEYS)
-      .select("name", "secret_sha256", "previous_sha256", "previous_valid_until", "endpoints", "max_budget_micros", "expires_at")
+      .select(
+        "id",
+        "name",
+        "secret_sha256",
+        "previous_sha256",
+        "previous_valid_until",
+        "endpoints",
+        "max_budget_micros",
+        "budget_duration",
+        "rpm_limit",
+        "tpm_limit",
+        "max_parallel_requests",
+        "expires_at",
+        "created_at",
+      )
       .whereNull("revoked_at");
     return rows.map((row) => ({
       name: row.name as string,
@@ -237,6 +260,20 @@ export class KnexKeyStore implements KeyStore {
       endpoints: (row.endpoints as string[]) ?? [],
       hasBudget: row.max_budget_micros !== null,
       expiresAt: (row.expires_at as Date | null) ?? null,
+      id: String(row.id),
+      limits: limitsOf(row as KeyRow),
+      createdAt: row.created_at as Date,
     }));
   }
+}
+
+/** A key's limits as its allowance counts them; an absent setting is no limit. */
+function limitsOf(row: Pick<KeyRow, "max_budget_micros" | "budget_duration" | "rpm_limit" | "tpm_limit" | "max_parallel_requests">): KeyLimits {
+  return {
+    ...(row.max_parallel_requests !== null && { maxParallel: row.max_parallel_requests }),
+    ...(row.rpm_limit !== null && { rpm: row.rpm_limit }),
+    ...(row.tpm_limit !== null && { tpm: row.tpm_limit }),
+    ...(row.max_budget_micros !== null && { budgetMicros: Number(row.max_budget_micros) }),
+    ...(row.budget_duration !== null && { budgetPeriodMs: BUDGET_DURATIONS_MS[row.budget_duration] }),
+  };
 }

@@ -10,15 +10,17 @@ export interface CompletionBody {
   plan: StreamPlan | undefined;
   /** Undefined when not asked for, or when the body has none (prompt-blocks.ts). */
   prompt: string | undefined;
+  /** Its max_tokens (else max_completion_tokens) when asked for and given: what a key's admission holds. */
+  maxTokens?: number;
 }
 
 const NOTHING: CompletionBody = { plan: undefined, prompt: undefined };
 const STREAM_KEY = Buffer.from('"stream"');
 
-export function readCompletion(path: CompletionPath, bytes: Buffer, wantPrompt: boolean): CompletionBody {
+export function readCompletion(path: CompletionPath, bytes: Buffer, wantPrompt: boolean, wantMaxTokens = false): CompletionBody {
   // Most completions are not streamed: a body that never names "stream" is parsed only for its
-  // prompt. (A key spelled with JSON escapes is missed, and that answer is passed on untouched.)
-  if (!wantPrompt && !bytes.includes(STREAM_KEY)) return NOTHING;
+  // prompt or max_tokens. (A key spelled with JSON escapes is missed, and that answer is passed on untouched.)
+  if (!wantPrompt && !wantMaxTokens && !bytes.includes(STREAM_KEY)) return NOTHING;
   let json: unknown;
   try {
     json = JSON.parse(bytes.toString("utf8"));
@@ -27,5 +29,8 @@ export function readCompletion(path: CompletionPath, bytes: Buffer, wantPrompt: 
   }
   if (typeof json !== "object" || json === null || Array.isArray(json)) return NOTHING;
   const body = json as Record<string, unknown>;
-  return { plan: streamPlanOf(path, body), prompt: wantPrompt ? promptOf(path, body) : undefined };
+  const read: CompletionBody = { plan: streamPlanOf(path, body), prompt: wantPrompt ? promptOf(path, body) : undefined };
+  const maxTokens = [body.max_tokens, body.max_completion_tokens].find((v) => Number.isSafeInteger(v) && (v as number) > 0);
+  if (wantMaxTokens && maxTokens !== undefined) read.maxTokens = maxTokens as number;
+  return read;
 }

@@ -6,6 +6,7 @@ import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from ".
 import type { PrefixIndexOptions } from "../prefix-index/prefix-index.js";
 import type { NodeRequest, NodeResponse } from "../node-http.js";
 import { sendRefusalBody } from "./refusal-body.js";
+import type { AllowanceRefusal, CallerAllowance, RequestAsk } from "./caller-allowance.js";
 import { NO_USAGE, USAGE_ANSWER_BYTES, wholeAnswerUsage, type AnswerUsage } from "./answer-usage.js";
 import { readCompletion } from "./completion-body.js";
 import { downstreamHeaders, upstreamHeaders } from "./forward-headers.js";
@@ -19,15 +20,18 @@ import { requestReplica, type ReplicaAnswer, type ReplicaHop, type ReplicaReques
 import { completionPathOf, StreamedAnswer, type StreamPlan } from "./streamed-answer.js";
 
 // The endpoint proxy (SPEC.md section 2, "Endpoints", Routing): one request to one ready replica.
-// A request's path, in order: authenticated (before it reaches here, server/app.ts), admitted,
-// a replica chosen (replica-choice.ts: the longest prefix of its prompt or the least outstanding),
-// forwarded, settled. The answer is passed on as it arrives, never buffered; a
-// connection error or a 502/503/504 before any answer byte sends it to another ready replica it
-// has not tried. With no ready replica while one is coming, the request waits in the hold queue
-// (hold-queue.ts), and so does one whose every ready replica failed it before any answer byte
-// (preempted between two probes): 502 only when nothing is coming. A streamed completion is read as it passes (streamed-answer.ts), so that a replica
-// that fails mid-answer is replaced by another that continues it; every other answer is piped
-// untouched. docs/endpoints.md tells the rules an operator sees.
+// A request's path, in order: authenticated (before it reaches here, server/app.ts), admitted
+// (its key's limits, caller-allowance.ts: once its body is read, or before it waits in the hold
+// queue; refused, 429 and no replica asked), a replica chosen (replica-choice.ts: the longest
+// prefix of its prompt or the least outstanding), forwarded, settled (count(): once, whatever the
+// end). The answer is passed on as it arrives, never buffered; a connection error or a
+// 502/503/504 before any answer byte sends it to another ready replica it has not tried. With no
+// ready replica while one is coming, the request waits in the hold queue (hold-queue.ts), and so
+// does one whose every ready replica failed it before any answer byte (preempted between two
+// probes): 502 only when nothing is coming. A streamed completion is read as it passes
+// (streamed-answer.ts), so that a replica that fails mid-answer is replaced by another that
+// continues it; every other answer is piped untouched. docs/endpoints.md tells the rules an
+// operator sees.
 
 export interface EndpointProxyOptions {
   directory: EndpointDirectory;
@@ -69,10 +73,11 @@ export interface SettledAnswer {
 export interface EndpointProxy {
   /**
    * Serves one request already authorized, for `name`, asking the replica for `upstreamPath`;
-   * `caller` is who calls (the actor: a token's or key's name), for its usage.
+   * `caller` is who calls (the actor: a token's or key's name), for its usage; `allowance` its
+   * limits on this request (a key with limits), admitted once and settled once.
    * The pools' idle connections hold no process open (undici unrefs them): no close needed.
    */
-  handle(req: NodeRequest, res: NodeResponse, name: string, caller: string, upstreamPath: string): void;
+  handle(req: NodeRequest, res: NodeResponse, name: string, caller: string, upstreamPath: string, allowance?: CallerAllowance): void;
 }
 
 export { CONNECT_TIMEOUT_MS } from "./replica-request.js";
@@ -99,7 +104,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     shutdown: options.shutdown,
     // The first-byte clock (and metric) of a held request starts here: its wait is gpu_endpoint_hold_seconds.
     dispatch: (held: Held, route: EndpointRoute) =>
-      new Exchange(shared, held.req, held.res, held.name, held.caller, route, held.path, process.hrtime.bigint(), held).start(),
+      new Exchange(shared, held.req, held.res, held.name, held.caller, route, held.path, process.hrtime.bigint(), held.allowance, held).start(),
   });
   const balancer = new ReplicaBalancer();
   const choice = new ReplicaChoice(balancer, metrics, options.prefixIndex ?? ENDPOINT_PREFIX_DEFAULTS);
@@ -116,7 +121,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     failedSinceLine = 0;
   };
 
-  const handle = async (req: NodeRequest, res: NodeResponse, name: string, caller: string, upstreamPath: string): Promise<void> => {
+  const handle = async (req: NodeRequest, res: NodeResponse, name: string, caller: string, upstreamPath: string, allowance?: CallerAllowance): Promise<void> => {
     const started = process.hrtime.bigint();
     if (Number(req.headers["content-length"] ?? 0) > maxBodyBytes) {
       sendRefusalBody(res, 413, `request body exceeds ${maxBodyBytes} bytes`, closeUnread(req, res));
@@ -151,19 +156,33 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
     if (route.targets.length > 0) {
       // Requests held before this one go first (a replica just became ready): first in first out.
       holds.release(name, route);
-      new Exchange(shared, req, res, name, caller, route, upstreamPath, started).start();
+      new Exchange(shared, req, res, name, caller, route, upstreamPath, started, allowance).start();
       return;
     }
     if (!route.coming) {
       refuse(res, metrics, name, { reason: "not_coming", detail: refusalDetail(name, route.refusal) }, req);
       return;
     }
-    holds.hold(req, res, name, caller, upstreamPath, route);
+    // A held request counts in its key's places: admitted before it waits (its body unread: the
+    // declared length and the default hold), so that a refused one never waits.
+    if (allowance !== undefined) {
+      res.once("close", onLeft);
+      const refusal = await allowance.admit({ bodyBytes: Number(req.headers["content-length"] ?? 0), completion: completionPathOf(req.method, upstreamPath) !== undefined });
+      res.off("close", onLeft);
+      if (refusal !== undefined) return refuseByLimit(res, metrics, name, refusal, req);
+      if (left) {
+        allowance.settle(NO_USAGE);
+        metrics.answered(name, 499);
+        return;
+      }
+    }
+    holds.hold(req, res, name, caller, upstreamPath, route, allowance);
   };
 
   return {
-    handle(req, res, name, caller, upstreamPath) {
-      handle(req, res, name, caller, upstreamPath).catch((err: unknown) => {
+    handle(req, res, name, caller, upstreamPath, allowance) {
+      handle(req, res, name, caller, upstreamPath, allowance).catch((err: unknown) => {
+        allowance?.settle(NO_USAGE);
         logger.error({ err, endpoint: name }, "endpoint proxy failed");
         sendRefusalBody(res, 500, "internal server error");
       });
@@ -214,6 +233,8 @@ class Exchange {
     private readonly route: EndpointRoute,
     private readonly path: string,
     private readonly started: bigint,
+    /** Its caller's limits, if any: admitted before a replica is chosen, settled at count(). */
+    private readonly allowance: CallerAllowance | undefined,
     /** The hold queue's request: its body read while it waited, and whether it may go back there. */
     private readonly held?: Held,
   ) {
@@ -231,7 +252,7 @@ class Exchange {
     const first = (prompt?: string) => this.send(this.shared.choice.first(this.name, this.route, prompt));
     const path = completionPathOf(this.req.method, this.path);
     // Only a completion is read: its body decides whether it streams, and its prompt where it goes.
-    if (path === undefined || !this.body.replayable) return first();
+    if (path === undefined || !this.body.replayable) return this.admitted({ bodyBytes: 0, completion: false }, () => first());
     // Its copy dropped while it arrives (it grew past what the process may still keep): nothing can
     // be sent, and the rest of it is not read.
     this.body.onUnkept = () => this.refuseUnkept();
@@ -239,10 +260,31 @@ class Exchange {
       this.body.onUnkept = undefined;
       if (this.settled || this.body.overflowed) return;
       if (bytes === undefined) return this.refuseUnkept();
-      const completion = readCompletion(path, bytes, this.route.routing === "prefix");
+      const completion = readCompletion(path, bytes, this.route.routing === "prefix", this.allowance !== undefined);
       this.plan = completion.plan;
-      first(completion.prompt);
+      this.admitted({ bodyBytes: bytes.length, maxTokens: completion.maxTokens, completion: true }, () => first(completion.prompt));
     });
+  }
+
+  /** The request's one admission against its caller's limits, then `go`; refused: 429, no replica asked. */
+  private admitted(ask: RequestAsk, go: () => void): void {
+    if (this.allowance === undefined) return go();
+    this.allowance.admit(ask).then(
+      (refusal) => {
+        // The caller left meanwhile: counted (and settled) by onClientClose.
+        if (this.settled) return;
+        if (refusal === undefined) return go();
+        this.settled = true;
+        this.counted = true;
+        this.body.detach();
+        this.body.release();
+        refuseByLimit(this.res, this.shared.options.metrics, this.name, refusal, this.req);
+      },
+      (err: unknown) => {
+        this.shared.options.logger.error({ err, endpoint: this.name }, "key admission failed");
+        this.reply(500, "internal server error");
+      },
+    );
   }
 
   private send(target: RouteTarget): void {
@@ -294,7 +336,8 @@ class Exchange {
       this.shared.options.metrics.firstByte(this.name, Number(process.hrtime.bigint() - this.started) / 1e9);
     }
     try {
-      (this.res as http.ServerResponse).writeHead(status, downstreamHeaders(answer.headers, this.target.instanceId));
+      const limits = this.allowance?.headers() ?? {};
+      (this.res as http.ServerResponse).writeHead(status, { ...downstreamHeaders(answer.headers, this.target.instanceId), ...limits });
     } catch (err) {
       // A header node:http took from the replica that the caller's protocol refuses (HTTP/2 is strict).
       this.shared.options.logger.warn({ err, endpoint: this.name, instance_id: this.target.instanceId }, "replica's answer headers refused");
@@ -374,6 +417,7 @@ class Exchange {
       resumeMax: options.resumeMax,
       firstByteMs: options.firstByteMs,
       bodyBytes: this.body.received,
+      allowance: this.allowance,
       onEnd: (status, usage) => {
         this.settled = true;
         this.releaseStreamKept();
@@ -513,8 +557,15 @@ class Exchange {
     this.shared.options.metrics.answered(this.name, code);
     // A caller gone mid-stream used what reached it so far.
     if (code === 499 && this.streamed !== undefined) this.usage = this.streamed.usage;
+    this.allowance?.settle(this.usage);
     this.shared.options.settle?.({ endpoint: this.name, caller: this.caller, status: code, usage: this.usage });
   }
+}
+
+/** 429 for a caller's limit, in OpenAI's shape; the body not read yet is left unread. */
+function refuseByLimit(res: NodeResponse, metrics: ProxyMetrics, name: string, refusal: AllowanceRefusal, req: NodeRequest): void {
+  metrics.answered(name, 429);
+  sendRefusalBody(res, 429, refusal.detail, { ...refusal.headers, ...closeUnread(req, res) }, { type: refusal.type, code: refusal.code });
 }
 
 /** A whole answer's bytes, up to USAGE_ANSWER_BYTES: past that none is kept. */

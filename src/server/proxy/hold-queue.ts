@@ -2,6 +2,8 @@ import type { Logger } from "pino";
 import type { EndpointDirectory, EndpointRoute, ProxyLoad } from "../../module.js";
 import type { NodeRequest, NodeResponse } from "../node-http.js";
 import { sendRefusalBody } from "./refusal-body.js";
+import { NO_USAGE } from "./answer-usage.js";
+import type { CallerAllowance } from "./caller-allowance.js";
 import { KeptBody, type KeptBytes } from "./kept-body.js";
 import { SHUN_MS } from "./replica-balancer.js";
 import type { ProxyMetrics, RefusalReason } from "./proxy-metrics.js";
@@ -56,6 +58,8 @@ export interface Held {
   heldSince?: number;
   /** The replicas that failed it before any answer byte: not asked again for SHUN_MS. */
   failed?: string[];
+  /** Its caller's limits, admitted before it was held: settled when it is answered here. */
+  allowance?: CallerAllowance;
 }
 
 /** What a request sent back by `requeue` answers when nothing else is coming: the replica's failure. */
@@ -139,17 +143,23 @@ export class HoldQueues {
    * declared body finds no room in the process's kept bytes (one that grows past them while held
    * is answered 503 then).
    */
-  hold(req: NodeRequest, res: NodeResponse, name: string, caller: string, path: string, route: EndpointRoute): void {
+  hold(req: NodeRequest, res: NodeResponse, name: string, caller: string, path: string, route: EndpointRoute, allowance?: CallerAllowance): void {
     const { kept, maxBodyBytes, metrics } = this.options;
     // Decided from the headers (a declared length that does not fit): the body is never read.
     const declared = Number(req.headers["content-length"] ?? 0);
     const fits = kept.bytes < kept.limit && !(declared > kept.limit - kept.bytes);
     const refusal = this.refusal(name) ?? (fits ? undefined : keptBytesRefusal(name, kept));
-    if (refusal !== undefined) return refuse(res, metrics, name, refusal, req);
+    if (refusal !== undefined) {
+      allowance?.settle(NO_USAGE);
+      return refuse(res, metrics, name, refusal, req);
+    }
     // Read while held: the upload must end within HTTP_REQUEST_TIMEOUT_MS, whatever the wait.
     const body = new KeptBody(req, maxBodyBytes, kept, () => undefined);
-    if (!body.replayable) return refuse(res, metrics, name, keptBytesRefusal(name, kept), req);
-    this.enqueueRequest({ req, res, name, caller, endpointId: route.endpointId, path, body });
+    if (!body.replayable) {
+      allowance?.settle(NO_USAGE);
+      return refuse(res, metrics, name, keptBytesRefusal(name, kept), req);
+    }
+    this.enqueueRequest({ req, res, name, caller, endpointId: route.endpointId, path, body, allowance });
   }
 
   /**
@@ -211,6 +221,7 @@ export class HoldQueues {
       // The caller left: dropped at once, no count left behind.
       if (!this.leave(entry)) return;
       body.release();
+      held.allowance?.settle(NO_USAGE);
       metrics.answered(name, 499);
     };
     const entry = this.enqueue({
@@ -221,6 +232,7 @@ export class HoldQueues {
       dispatch: (route) => this.options.dispatch({ ...held, heldSince: entry.heldSince }, route),
       end: (ending) => {
         body.release();
+        held.allowance?.settle(NO_USAGE);
         if (ending.refusal === undefined) {
           metrics.answered(name, ending.status);
           sendRefusalBody(res, ending.status, ending.detail, ending.status === 413 ? closeUnread(req, res) : {});

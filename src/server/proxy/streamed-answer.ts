@@ -7,6 +7,7 @@ import type { KeptBytes } from "./kept-body.js";
 import type { CutReason, ProxyMetrics } from "./proxy-metrics.js";
 import { requestReplica, type ReplicaAnswer, type ReplicaHop, type ReplicaRequest } from "./replica-request.js";
 import { streamedUsage, type AnswerUsage } from "./answer-usage.js";
+import type { AllowanceRefusal, CallerAllowance } from "./caller-allowance.js";
 import { AnswerReader } from "./continuation/stream-reader.js";
 import { continuationRequest, firstRequest, resumability, type CompletionPath, type FirstRequest, type Resumability } from "./continuation/continuation-request.js";
 
@@ -69,7 +70,9 @@ export interface StreamedAnswerOptions {
   firstByteMs: number;
   /** The caller's request body's bytes: its prompt's estimate when no replica counted it. */
   bodyBytes: number;
-  /** The caller's answer is over: its status for the request metric (200 whole, 502 ended with an error), and what it used. */
+  /** Its caller's limits, admitted: told what the answer used at each event past its hold, and may end it. */
+  allowance?: Pick<CallerAllowance, "used" | "signal">;
+  /** The caller's answer is over: its status for the request metric (200 whole, 502 ended with an error, 429 its limit), and what it used. */
   onEnd(status: number, usage: AnswerUsage): void;
 }
 
@@ -102,11 +105,14 @@ export class StreamedAnswer {
   private unhold: (() => void) | undefined;
   private comments: NodeJS.Timeout | undefined;
   private over = false;
+  /** The caller's allowance behind this answer lapsed: it ends at once. */
+  private readonly onLapse = () => this.limitReached({ detail: "the key's allowance could not be renewed", type: "rate_limit_exceeded", code: "allowance_lapsed" });
 
   constructor(private readonly o: StreamedAnswerOptions) {
     this.reader = new AnswerReader({ path: o.plan.path, usage: o.plan.first.usage, choices: o.plan.first.choices });
     // No continuation will need the text: it is not kept.
     if (!o.plan.resumable.resumable) this.reader.dropText();
+    o.allowance?.signal.addEventListener("abort", this.onLapse, { once: true });
   }
 
   /**
@@ -164,7 +170,36 @@ export class StreamedAnswer {
       }
     }
     if (this.reader.error !== undefined) return this.cut(`it sent an error event: ${JSON.stringify(this.reader.error)}`);
-    if (this.reader.done) this.end(200);
+    if (this.reader.done) return this.end(200);
+    if (out.length > 0 && this.o.allowance !== undefined) this.takeMore(answer, this.o.allowance);
+  }
+
+  /** Past its hold, each event takes what it used from the caller's allowance; refused, the answer ends. */
+  private takeMore(answer: ReplicaAnswer, allowance: Pick<CallerAllowance, "used">): void {
+    const verdict = allowance.used(this.usage);
+    if (!(verdict instanceof Promise)) {
+      if (verdict !== undefined) this.limitReached(verdict);
+      return;
+    }
+    // Waiting for the allowance's renewal: no more of the answer meanwhile.
+    clearTimeout(this.stall);
+    answer.pause();
+    void verdict.then((refusal) => {
+      if (answer !== this.answer || this.over) return;
+      if (refusal !== undefined) return this.limitReached(refusal);
+      this.armStall();
+      answer.resume();
+    });
+  }
+
+  /** The caller's limit ends the answer: one error event in OpenAI's shape, and no [DONE]. */
+  private limitReached(refusal: Pick<AllowanceRefusal, "detail" | "type" | "code">): void {
+    if (this.over) return;
+    const request = this.request;
+    this.o.res.write(`data: ${JSON.stringify({ error: { message: refusal.detail, type: refusal.type, code: refusal.code } })}\n\n`);
+    this.end(429);
+    // Nothing more is asked of the replica.
+    request?.destroy();
   }
 
   /** The replica's first event: the stall clock starts, and the caller's first event is measured. */
@@ -340,6 +375,7 @@ export class StreamedAnswer {
 
   private stop(): void {
     this.over = true;
+    this.o.allowance?.signal.removeEventListener("abort", this.onLapse);
     clearTimeout(this.stall);
     // A continuation that waits leaves the hold queue unanswered: it is no longer counted as held.
     this.unhold?.();

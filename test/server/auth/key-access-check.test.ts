@@ -4,6 +4,7 @@ import { createAccessCheck } from "../../../src/server/auth/access-check.js";
 import { createTokenSource } from "../../../src/server/auth/token-source.js";
 import { createKeyDirectory } from "../../../src/server/keys/key-directory.js";
 import { newSecret, secretDigest } from "../../../src/server/keys/key-secret.js";
+import { tokenPrice } from "../../../src/server/keys/allowance/limits.js";
 import type { KeyEntry } from "../../../src/server/keys/key-store.js";
 
 // The access check's verdicts for keys, on a directory fed by a fake store and a fake clock: the
@@ -15,7 +16,7 @@ const STATIC = "static-token-0123456789";
 
 async function checkWith(entries: KeyEntry[], clock: { now: number }) {
   const keys = createKeyDirectory({
-    store: { directoryStamp: async () => ({ stamp: "1", pricedEndpoints: ["priced"] }), liveEntries: async () => entries },
+    store: { directoryStamp: async () => ({ stamp: "1", prices: new Map([["priced", tokenPrice(1, 2)]]) }), liveEntries: async () => entries },
     logger,
     now: () => clock.now,
   });
@@ -31,6 +32,9 @@ const entry = (name: string, secret: string, fields: Partial<KeyEntry> = {}): Ke
   endpoints: [],
   hasBudget: false,
   expiresAt: null,
+  id: name,
+  limits: {},
+  createdAt: new Date(0),
   ...fields,
 });
 
@@ -38,9 +42,22 @@ describe("the access check with keys", () => {
   it("acts as the key's name on its endpoints, and as the token's name for a static token", async () => {
     const secret = newSecret();
     const check = await checkWith([entry("team-a", secret, { endpoints: ["chat"] })], { now: Date.now() });
-    expect(check(`Bearer ${secret}`, "endpoints:invoke", "POST /endpoints/chat/v1/chat/completions", "chat")).toEqual({ ok: true, actor: "team-a" });
+    expect(check(`Bearer ${secret}`, "endpoints:invoke", "POST /endpoints/chat/v1/chat/completions", "chat")).toMatchObject({ ok: true, actor: "team-a" });
     expect(check(`Bearer ${secret}`, "endpoints:invoke", "GET /endpoints/code/v1/models", "code")).toMatchObject({ ok: false, status: 403 });
     expect(check(`Bearer ${secret}`, "gpu:read", "gpu.v1.GpuService/ListKeys")).toMatchObject({ ok: false, status: 401 });
+    expect(check(`Bearer ${STATIC}`, "endpoints:invoke", "GET /endpoints/code/v1/models", "code")).toMatchObject({ ok: true, actor: "AUTH_TOKENS#1" });
+  });
+
+  it("hands the proxy a key's limits with its verdict (a key without limits: none), and no key for a static token", async () => {
+    const [limited, free] = [newSecret(), newSecret()];
+    const check = await checkWith(
+      [entry("limited", limited, { id: "42", limits: { rpm: 3 }, createdAt: new Date(1000) }), entry("free", free)],
+      { now: Date.now() },
+    );
+    const verdict = check(`Bearer ${limited}`, "endpoints:invoke", "POST /endpoints/chat/v1/chat/completions", "chat");
+    expect(verdict).toMatchObject({ ok: true, key: { name: "limited", allowance: { id: "42", limits: { rpm: 3 }, createdAtMs: 1000 } } });
+    const unlimited = check(`Bearer ${free}`, "endpoints:invoke", "POST /endpoints/chat/v1/chat/completions", "chat");
+    expect(unlimited.ok && unlimited.key?.allowance).toBeUndefined();
     expect(check(`Bearer ${STATIC}`, "endpoints:invoke", "GET /endpoints/code/v1/models", "code")).toEqual({ ok: true, actor: "AUTH_TOKENS#1" });
   });
 
@@ -56,11 +73,11 @@ describe("the access check with keys", () => {
       clock,
     );
     const call = (secret: string) => check(`Bearer ${secret}`, "endpoints:invoke", "GET /endpoints/chat/v1/models", "chat");
-    expect(call(previous)).toEqual({ ok: true, actor: "rotated" });
-    expect(call(previous.replace(/.$/, "x"))).toEqual({ ok: true, actor: "expiring" });
+    expect(call(previous)).toMatchObject({ ok: true, actor: "rotated" });
+    expect(call(previous.replace(/.$/, "x"))).toMatchObject({ ok: true, actor: "expiring" });
     clock.now += 1000;
     expect(call(previous)).toMatchObject({ ok: false, status: 401 });
-    expect(call(current)).toEqual({ ok: true, actor: "rotated" });
+    expect(call(current)).toMatchObject({ ok: true, actor: "rotated" });
     clock.now += 1000;
     expect(call(previous.replace(/.$/, "x"))).toMatchObject({ ok: false, status: 401, detail: "key 'expiring' has expired" });
   });
@@ -68,7 +85,7 @@ describe("the access check with keys", () => {
   it("holds a key with a budget to priced endpoints", async () => {
     const secret = newSecret();
     const check = await checkWith([entry("budgeted", secret, { hasBudget: true })], { now: Date.now() });
-    expect(check(`Bearer ${secret}`, "endpoints:invoke", "GET /endpoints/priced/v1/models", "priced")).toEqual({ ok: true, actor: "budgeted" });
+    expect(check(`Bearer ${secret}`, "endpoints:invoke", "GET /endpoints/priced/v1/models", "priced")).toMatchObject({ ok: true, actor: "budgeted" });
     const refused = check(`Bearer ${secret}`, "endpoints:invoke", "GET /endpoints/free/v1/models", "free");
     expect(refused).toMatchObject({ ok: false, status: 403 });
     expect(!refused.ok && refused.detail).toContain("'free' has no token_price");
@@ -85,7 +102,7 @@ describe("the key directory", () => {
       store: {
         directoryStamp: async () => {
           if (away) throw new Error("connection refused");
-          return { stamp, pricedEndpoints: [] };
+          return { stamp, prices: new Map() };
         },
         liveEntries: async () => {
           reloads++;

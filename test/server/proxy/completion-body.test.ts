@@ -23,6 +23,13 @@ describe("a completion's body", () => {
     expect(readCompletion("completions", bytes({ prompt: "once upon" }), false)).toEqual({ plan: undefined, prompt: undefined });
   });
 
+  it("gives max_tokens, else max_completion_tokens, when a key's admission asks for it", () => {
+    expect(readCompletion("chat", bytes({ messages, max_tokens: 7, max_completion_tokens: 9 }), false, true).maxTokens).toBe(7);
+    expect(readCompletion("chat", bytes({ messages, max_completion_tokens: 9 }), false, true).maxTokens).toBe(9);
+    expect(readCompletion("chat", bytes({ messages, max_tokens: -1 }), false, true).maxTokens).toBeUndefined();
+    expect(readCompletion("chat", bytes({ messages, max_tokens: 7 }), false).maxTokens).toBeUndefined();
+  });
+
   it.each([
     ["not JSON", "{ messages"],
     ["a JSON list", [messages]],
