@@ -187,8 +187,7 @@ export function createAppHandler(options: AppOptions): NodeHandler {
     if (path.kind === "ok") {
       const allowance = verdict.key === undefined ? undefined : options.keyAdmission?.forRequest(verdict.key, path.name);
       proxy.handle(req, res, path.name, verdict.actor, path.upstreamPath, allowance);
-    }
-    else if (path.kind === "invalid") sendRefusalBody(res, 400, path.detail);
+    } else if (path.kind === "invalid") sendRefusalBody(res, 400, path.detail);
     else sendRefusalBody(res, 404, `no route for ${req.method} ${excerpt(pathOnly)}`, {}, { code: "no_route" });
   };
 }
