@@ -99,10 +99,8 @@ interface KeyRow {
   revoked_at: Date | null;
 }
 
-const RECORD_COLUMNS = [
-  "id",
-  "name",
-  "key_prefix",
+/** What a key allows: its endpoints, limits and expiry (a record and a directory entry both read them). */
+const ALLOWS_COLUMNS = [
   "endpoints",
   "max_budget_micros",
   "budget_duration",
@@ -110,10 +108,9 @@ const RECORD_COLUMNS = [
   "tpm_limit",
   "max_parallel_requests",
   "expires_at",
-  "created_at",
-  "last_used_at",
-  "revoked_at",
 ];
+
+const RECORD_COLUMNS = ["id", "name", "key_prefix", ...ALLOWS_COLUMNS, "created_at", "last_used_at", "revoked_at"];
 
 function toKey(row: KeyRow): KeyRecord {
   return {
@@ -242,13 +239,7 @@ export class KnexKeyStore implements KeyStore {
         "secret_sha256",
         "previous_sha256",
         "previous_valid_until",
-        "endpoints",
-        "max_budget_micros",
-        "budget_duration",
-        "rpm_limit",
-        "tpm_limit",
-        "max_parallel_requests",
-        "expires_at",
+        ...ALLOWS_COLUMNS,
         "created_at",
       )
       .whereNull("revoked_at");
