@@ -346,8 +346,9 @@ async function report(
     ["dollars / the oracle's", ...col((p) => (m(p).dollars / oracle.dollars).toFixed(2))],
   ]);
   console.log(
-    `\nthe oracle (the day known beforehand: each simulated minute the replicas its most streams in flight need at target_in_flight ${setup.autoscale.target_in_flight}, ` +
-      `at that minute's cheapest fitting bids, else on-demand; no cold start, no preemption): ${oracle.machineHours.toFixed(1)} machine-hours, $${oracle.dollars.toFixed(2)}, ` +
+    `\nthe oracle (the day known beforehand, a lower bound: at each moment the replicas its streams in flight need at target_in_flight ${setup.autoscale.target_in_flight}, ` +
+      "each only while needed, at that minute's cheapest fitting bids, else on-demand, bids rented before a dry spell kept through it while cheaper; no cold start, no preemption): " +
+      `${oracle.machineHours.toFixed(1)} machine-hours, $${oracle.dollars.toFixed(2)}, ` +
       `${(oracle.dollars / fixed.dollars).toFixed(3)} of fixed's`,
   );
 
