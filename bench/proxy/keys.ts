@@ -18,6 +18,7 @@
 //    kind, over BENCH_STATEMENTS_S seconds idle, then at 500 requests a second (autocannon's
 //    overallRate) with the static token, then with the key. What the key adds is its lease
 //    renewals (docs/keys.md, "Statements a second": at most two a second per key and process).
+//    The service process's CPU per request at that rate is printed too: the same load for both.
 // 3. Limits across processes: a second service process on the same database; 64 callers, 32 on
 //    each process, for BENCH_KEYS_LIMIT_S (default 60) seconds against one key with tpm_limit and
 //    max_budget (budget_duration 1d), in two phases of a key each. Within a minute no token leaves
@@ -32,7 +33,8 @@
 //    spend), refusals by code, when the first came. Goal: never over, at least 95% of the binding
 //    limit used.
 //
-// The machine may be shared: read the ratio, taken within the run, rather than the absolute figures.
+// BENCH_ONLY=one-process runs parts 1 and 2 alone. The machine may be shared: read the ratios,
+// taken within the run, rather than the absolute figures.
 import { loadavg } from "node:os";
 import { fmt, type Route, type Throughput } from "./parts/http-timing.js";
 import { runCallers, type CallerFigures } from "./parts/key-callers.js";
@@ -141,15 +143,17 @@ async function cpuPerRequest(load: Load, service: ServiceProcess, routes: Record
 }
 
 /** Part 2: statements a second idle, then at RATE req/s with the static token and with the key. */
-async function statementsPerSecond(load: Load, counter: StatementCounter, routes: Record<Caller, Route>): Promise<void> {
-  const windows: Array<[string, StatementCounts, number]> = [];
+async function statementsPerSecond(load: Load, counter: StatementCounter, service: ServiceProcess, routes: Record<Caller, Route>): Promise<void> {
+  const windows: Array<[label: string, perSecond: StatementCounts, rps: number, cpuUs: number]> = [];
   const measure = async (label: string, work: () => Promise<number>) => {
     const before = counter.counts();
+    const cpuBefore = processCpuSeconds(service.child.pid!);
     const started = Date.now();
     const requests = await work();
     const after = counter.counts();
+    const cpu = processCpuSeconds(service.child.pid!) - cpuBefore;
     const seconds = (Date.now() - started) / 1000;
-    windows.push([label, Object.fromEntries(Object.keys(after).map((k) => [k, (after[k]! - (before[k] ?? 0)) / seconds])), requests / seconds]);
+    windows.push([label, Object.fromEntries(Object.keys(after).map((k) => [k, (after[k]! - (before[k] ?? 0)) / seconds])), requests / seconds, requests > 0 ? (cpu / requests) * 1e6 : 0]);
   };
   await measure("idle", async () => (await new Promise((resolve) => setTimeout(resolve, STATEMENTS_S * 1000)), 0));
   for (const caller of ["static token", "limited key"] as const) {
@@ -164,11 +168,13 @@ async function statementsPerSecond(load: Load, counter: StatementCounter, routes
   printTable([
     ["", ...windows.map(([label]) => label)],
     ["requests a second answered", ...windows.map(([, , rps]) => fmt(rps))],
+    ["CPU per request us, the service process", ...windows.map(([, , rps, cpuUs]) => (rps > 0 ? fmt(cpuUs) : ""))],
     ...kinds.map((kind) => [kind, ...windows.map(([, c]) => fmt(c[kind] ?? 0))]),
     ["all statements", ...windows.map(([, c]) => fmt(Object.values(c).reduce((a, b) => a + b, 0)))],
   ]);
   const total = (i: number) => Object.values(windows[i]![1]).reduce((a, b) => a + b, 0);
   const renewals = windows[2]![1]["lease renewal (gpu_key_lease_renew)"] ?? 0;
+  console.log(`at the same rate, CPU per request with the limited key: ${(windows[2]![3] / windows[1]![3]).toFixed(3)}x the static token's`);
   console.log(`the key at ${RATE} req/s adds ${fmt(total(2) - total(1))} statements a second over the static token (lease renewals: ${fmt(renewals)} a second; target: at most 2 per key and process) ${renewals <= 2 ? "met" : "MISSED"}`);
 }
 
@@ -260,7 +266,8 @@ async function main(): Promise<void> {
     console.log(`the built service (1 process; MARKETPLACE=remote, its one replica answering at once in a process of its own); load average at the start ${loadavg().map((l) => l.toFixed(1)).join(" ")}`);
 
     const keyRps = await cpuPerRequest(load, service, routes);
-    await statementsPerSecond(load, counter, routes);
+    await statementsPerSecond(load, counter, service, routes);
+    if (process.env.BENCH_ONLY === "one-process") return;
 
     services.push(await spawnService(env, { fromBuild: true }));
     await until("the second process routing to the replica", 30_000, async () => {
