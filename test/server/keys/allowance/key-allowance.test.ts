@@ -83,6 +83,9 @@ describe("admission", () => {
     // The budget spent and the window full: a spent budget is still named first.
     const spent = allowanceWith(limits, { tokens: 0, micros: 0 }, { buckets: [{ second: T0 / 1000, requests: 5, tokens: 1000 }], spent: 99_900 });
     expect(spent.admit(small, T0 + 10)).toEqual({ admitted: false, code: "budget_exceeded" });
+    // A lease run out before its renewal, its last answer showing room in both: not a spent budget.
+    const waiting = allowanceWith(limits, {});
+    expect(waiting.admit(small, T0 + TTL)).toEqual({ admitted: false, code: "tpm_limit" });
   });
 
   it("needs a lease first: a limited key without one is short", () => {
