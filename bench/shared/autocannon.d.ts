@@ -8,6 +8,8 @@ declare module "autocannon" {
     connections?: number;
     duration?: number;
     workers?: number;
+    /** At most this many requests a second over every connection (per worker). */
+    overallRate?: number;
     /** Requests each connection cycles through, against `url`'s origin. */
     requests?: Array<{ method?: string; path: string; body?: string; headers?: Record<string, string> }>;
   }

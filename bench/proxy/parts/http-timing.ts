@@ -19,8 +19,8 @@ export interface Throughput {
   total: number;
 }
 
-/** POSTs `body` to `route` with `connections` in flight for `durationS` seconds. */
-export async function throughput(route: Route, body: string, connections: number, durationS: number): Promise<Throughput> {
+/** POSTs `body` to `route` with `connections` in flight for `durationS` seconds; with `rate`, at most that many requests a second in all. */
+export async function throughput(route: Route, body: string, connections: number, durationS: number, rate?: number): Promise<Throughput> {
   const result = await autocannon({
     url: `http://127.0.0.1:${route.port}${route.path}`,
     method: "POST",
@@ -29,6 +29,7 @@ export async function throughput(route: Route, body: string, connections: number
     connections,
     duration: durationS,
     workers: 1,
+    ...(rate === undefined ? {} : { overallRate: rate }),
   });
   return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99, errors: result.errors + result.non2xx, total: result.requests.total };
 }

@@ -6,12 +6,12 @@ import { alternateCalls, throughput, type Route, type Throughput } from "./http-
 import { spawnPart, type Part } from "./processes.js";
 
 type Job =
-  | { kind: "throughput"; route: Route; body: string; connections: number; durationS: number }
+  | { kind: "throughput"; route: Route; body: string; connections: number; durationS: number; rate?: number }
   | { kind: "alternate"; routes: Route[]; body: string; n: number; pick: "first" | "end" };
 
 export interface Load {
-  /** autocannon at `connections` in flight for `durationS` seconds. */
-  throughput(route: Route, body: string, connections: number, durationS: number): Promise<Throughput>;
+  /** autocannon at `connections` in flight for `durationS` seconds; with `rate`, at most that many requests a second. */
+  throughput(route: Route, body: string, connections: number, durationS: number, rate?: number): Promise<Throughput>;
   /** `n` calls one at a time on each route in turn: p50 / p99 µs to the first byte or to the end, per route. */
   alternate(routes: Route[], body: string, n: number, pick: "first" | "end"): Promise<Array<{ p50: number; p99: number }>>;
 }
@@ -32,7 +32,7 @@ export async function startLoad(): Promise<Load & { part: Part }> {
   };
   return {
     part,
-    throughput: (route, body, connections, durationS) => run({ kind: "throughput", route, body, connections, durationS }),
+    throughput: (route, body, connections, durationS, rate) => run({ kind: "throughput", route, body, connections, durationS, rate }),
     alternate: (routes, body, n, pick) => run({ kind: "alternate", routes, body, n, pick }),
   };
 }
@@ -45,7 +45,7 @@ export async function serveLoadJobs(): Promise<void> {
     try {
       const ok =
         job.kind === "throughput"
-          ? await throughput(job.route, job.body, job.connections, job.durationS)
+          ? await throughput(job.route, job.body, job.connections, job.durationS, job.rate)
           : await alternateCalls(job.routes, job.body, job.n, (t) => (job.pick === "first" ? t.firstUs : t.endUs));
       console.log(JSON.stringify({ ok }));
     } catch (err) {

@@ -2,7 +2,7 @@
 // proxy in front of it is what the figures show. A chat completion without `stream: true` gets a
 // one-token answer; with it, a 64-token stream as vLLM sends it when asked for continuous usage
 // (as the proxy asks): 68 events (role, 64 tokens, finish, usage, [DONE]), each written on its own,
-// back to back. POST PASS_THROUGH_PATH gets the same stream whatever its body: the endpoint proxy
+// back to back. GET /v1/models lists the model, as a service's readiness probe reads it. POST PASS_THROUGH_PATH gets the same stream whatever its body: the endpoint proxy
 // reads only completions, so that path measures its plain pass-through of the same bytes.
 import { createServer, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -26,6 +26,8 @@ const ONE_TOKEN_ANSWER = JSON.stringify({
   usage: { prompt_tokens: 21, total_tokens: 22, completion_tokens: 1 },
 });
 
+const MODELS = JSON.stringify({ object: "list", data: [{ id: MODEL, object: "model", created: 1764115200, owned_by: "bench" }] });
+
 /** Listens on a free loopback port; resolves with it. */
 export async function startSseReplica(): Promise<number> {
   const server = createServer((req, res) => {
@@ -33,6 +35,11 @@ export async function startSseReplica(): Promise<number> {
     req.on("data", (chunk: Buffer) => parts.push(chunk));
     req.once("end", () => {
       const path = (req.url ?? "/").split("?", 1)[0];
+      // What a service's readiness probe asks before it routes to a replica (bench:keys runs the real service).
+      if (req.method === "GET" && (path === "/v1/models" || path === "/health")) {
+        res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(MODELS) }).end(MODELS);
+        return;
+      }
       if (req.method !== "POST" || (path !== "/v1/chat/completions" && path !== PASS_THROUGH_PATH)) {
         res.writeHead(404, { "content-type": "application/json" }).end('{"error":"not found"}');
         return;

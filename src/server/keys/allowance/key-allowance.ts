@@ -1,6 +1,6 @@
 import { type Estimate, type KeyLimits, budgetPeriod } from "./limits.js";
 import { Meter } from "./meter.js";
-import type { Bucket } from "./window.js";
+import { type Bucket, windowSum } from "./window.js";
 
 // One key's allowance in one process: admission, "take more" for a streamed answer, settlement,
 // and the lease reports that keep it within what the database granted (docs/keys.md,
@@ -193,12 +193,36 @@ export class KeyAllowance {
     return this.asked === 0 && DIMENSIONS.every((d) => this.meters[d].used === 0);
   }
 
+  /**
+   * The limit a refusal names. Leases are granted in whole units of every limit at once, so a lease
+   * short of one is short of all: it names the first limit the key itself lacks room in by the
+   * database's last answer (a budget half spent is not named when tpm_limit is what is full). When
+   * none does (the room is in another process's lease, the lease awaits its renewal, the last
+   * answer is older than what filled the key), the first of the minute's limits its lease lacks:
+   * a spent budget, which OpenAI's clients never retry, is named only when the key's own figures
+   * say so or the budget is its only short limit.
+   */
   private shortOf(asks: Amounts, nowMs: number): RefusalCode | undefined {
     const leased = nowMs < this.validUntilMs;
+    let first: RefusalCode | undefined;
+    let budgetShort = false;
     for (const [d, code] of CODES) {
       const meter = this.meters[d];
-      if (asks[d] > 0 && meter.limited && (!leased || !meter.fits(asks[d]))) return code;
+      if (asks[d] > 0 && meter.limited && (!leased || !meter.fits(asks[d]))) {
+        if (this.keyLacks(d, asks[d], nowMs)) return code;
+        if (d === "micros") budgetShort = true;
+        else first ??= code;
+      }
     }
-    return undefined;
+    return first ?? (budgetShort ? "budget_exceeded" : undefined);
+  }
+
+  /** Whether the key has no room for `ask` in limit `d`: the window or the period's spend, the other processes' leases and this one's use. */
+  private keyLacks(d: Dimension, ask: number, nowMs: number): boolean {
+    const grant = this.lastGrant;
+    const limit = this.meters[d].limit;
+    if (grant === undefined || limit === undefined) return false;
+    const counted = d === "micros" ? grant.spent : d === "parallel" ? 0 : windowSum(grant.buckets, d, nowMs + this.clockOffsetMs);
+    return counted + grant.others[d] + this.meters[d].used + ask > limit;
   }
 }

@@ -75,6 +75,19 @@ describe("admission", () => {
     expect(last.admitted ? undefined : last.code).toBe(refusedWith);
   });
 
+  it("names the limit the key lacks, not the first its lease lacks: tpm_limit full, the budget half spent", () => {
+    // The database granted no unit (the window holds the whole tpm_limit), so the lease is short of money too.
+    const limits = { tpm: 1000, budgetMicros: 100_000 };
+    const allowance = allowanceWith(limits, { tokens: 0, micros: 0 }, { buckets: [{ second: T0 / 1000, requests: 5, tokens: 1000 }], spent: 50_000 });
+    expect(allowance.admit(small, T0 + 10)).toEqual({ admitted: false, code: "tpm_limit" });
+    // The budget spent and the window full: a spent budget is still named first.
+    const spent = allowanceWith(limits, { tokens: 0, micros: 0 }, { buckets: [{ second: T0 / 1000, requests: 5, tokens: 1000 }], spent: 99_900 });
+    expect(spent.admit(small, T0 + 10)).toEqual({ admitted: false, code: "budget_exceeded" });
+    // A lease run out before its renewal, its last answer showing room in both: not a spent budget.
+    const waiting = allowanceWith(limits, {});
+    expect(waiting.admit(small, T0 + TTL)).toEqual({ admitted: false, code: "tpm_limit" });
+  });
+
   it("needs a lease first: a limited key without one is short", () => {
     const allowance = new KeyAllowance({ limits: { rpm: 10 }, createdAtMs: T0, leaseTtlMs: TTL, leaseMarginMs: 500 });
     expect(allowance.admit(small, T0)).toEqual({ admitted: false, code: "rpm_limit" });
