@@ -86,9 +86,15 @@ export class BlockHasher {
   /** The first unit of a pair whose second is still to come, else -1. */
   private half = -1;
   private count = 0;
-  private out = new Int32Array(16);
+  private out: Int32Array;
 
-  constructor(private readonly maxBlocks = Infinity) {}
+  /** `expected`: the blocks likely to come (a raw body's length over BLOCK_CHARS), room made for them at once. */
+  constructor(
+    private readonly maxBlocks = Infinity,
+    expected = 16,
+  ) {
+    this.out = new Int32Array(Math.max(1, Math.min(maxBlocks, expected)));
+  }
 
   /** Whether no more blocks are wanted: the rest of the prompt need not be read. */
   get full(): boolean {
@@ -178,7 +184,7 @@ export class BlockHasher {
 
   /** The hashes of the whole blocks fed. */
   blocks(): Int32Array {
-    return this.out.slice(0, this.count);
+    return this.out.subarray(0, this.count);
   }
 
   private step(word: number): void {

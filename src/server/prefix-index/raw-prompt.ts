@@ -1,5 +1,5 @@
 import { isAscii } from "node:buffer";
-import { BlockHasher, MESSAGE_END, ROLE_END, type PromptKind } from "./prompt-blocks.js";
+import { BLOCK_CHARS, BlockHasher, MESSAGE_END, ROLE_END, type PromptKind } from "./prompt-blocks.js";
 
 // A prompt's blocks read from a request's raw JSON body, without parsing it (SPEC.md section 2,
 // "Requests that share a prompt go where it is cached"): the same blocks as promptBlocks() of the
@@ -28,7 +28,7 @@ interface Span {
 /** blockHashes(promptOf(kind, JSON.parse(bytes))) up to maxBlocks, undefined when it has no prompt, or UNREAD. */
 export function rawPromptBlocks(kind: PromptKind, bytes: Buffer, maxBlocks = Infinity): Int32Array | undefined | typeof UNREAD {
   try {
-    return new RawBody(bytes).prompt(kind, new BlockHasher(maxBlocks));
+    return new RawBody(bytes).prompt(kind, new BlockHasher(maxBlocks, Math.ceil(bytes.length / BLOCK_CHARS)));
   } catch (err) {
     // A body too deep for the stack is parsed too.
     if (err instanceof GiveUp || err instanceof RangeError || err instanceof SyntaxError) return UNREAD;
