@@ -53,6 +53,14 @@ describe("a prompt's blocks read from the raw body", () => {
     expect(other.subarray(0, 3)).toEqual((plain as Int32Array).subarray(0, 3));
   });
 
+  it("are those of the parsed body when its text is not valid UTF-8", () => {
+    const prompt = "안녕하세요 ".repeat(20);
+    for (const bad of [[0xe2, 0x82], [0xff], [0xc3], [0xed, 0xa0, 0x80], [0xf0, 0x9f, 0x8e]]) {
+      const body = Buffer.concat([Buffer.from(`{"messages": [{"role": "user", "content": "${prompt}`), Buffer.from(bad), Buffer.from(`${prompt}"}]}`)]);
+      expect(rawPromptBlocks("chat", body)).toEqual(parsedBlocks("chat", body.toString("utf8")));
+    }
+  });
+
   it("of a completion are its prompt's", () => {
     fc.assert(
       fc.property(anyText, fc.boolean(), (prompt, escaped) => {
