@@ -8,6 +8,7 @@
 import { fmt, type Route, type Throughput } from "./http-timing.js";
 import type { Load } from "./load-process.js";
 import { MODEL, spawnPart, targetOf, TOKEN, type Part } from "./processes.js";
+import { measurePromptRead } from "./prompt-read-cost.js";
 import { printTable, processCpuSeconds } from "../../shared/support.js";
 
 const ENDPOINTS = { prefix: "with-index", least_outstanding: "without-index" } as const;
@@ -52,6 +53,8 @@ export async function measureIndexCost(load: Load, replica: Part, options: Index
       return;
     }
     console.log(`target: CPU per request with the prefix index <= 1.05x without it: ${ratio.toFixed(3)}x ${ratio <= 1.05 ? "met" : "MISSED"} (${routed} requests routed by the index)`);
+    console.log("\nreading a prompt's blocks from a body, in this process (median of interleaved rounds)\n");
+    printTable([["", "body bytes", "us per KB"], ...measurePromptRead(MODEL, SYSTEM).map((c) => [c.label, String(c.bodyBytes), c.usPerKb.toFixed(2)])]);
   } finally {
     proxy.child.kill("SIGTERM");
   }

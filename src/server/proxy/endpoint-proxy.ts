@@ -249,7 +249,7 @@ class Exchange {
   }
 
   start(): void {
-    const first = (prompt?: string) => this.send(this.shared.choice.first(this.name, this.route, prompt));
+    const first = (blocks?: Int32Array) => this.send(this.shared.choice.first(this.name, this.route, blocks));
     const path = completionPathOf(this.req.method, this.path);
     // Only a completion is read: its body decides whether it streams, and its prompt where it goes.
     if (path === undefined || !this.body.replayable) return this.admitted({ bodyBytes: 0, completion: false }, () => first());
@@ -260,9 +260,9 @@ class Exchange {
       this.body.onUnkept = undefined;
       if (this.settled || this.body.overflowed) return;
       if (bytes === undefined) return this.refuseUnkept();
-      const completion = readCompletion(path, bytes, this.route.routing === "prefix", this.allowance !== undefined);
+      const completion = readCompletion(path, bytes, { promptBlocks: this.route.routing === "prefix" ? this.shared.choice.maxBlocks : undefined, maxTokens: this.allowance !== undefined });
       this.plan = completion.plan;
-      this.admitted({ bodyBytes: bytes.length, maxTokens: completion.maxTokens, completion: true }, () => first(completion.prompt));
+      this.admitted({ bodyBytes: bytes.length, maxTokens: completion.maxTokens, completion: true }, () => first(completion.blocks));
     });
   }
 

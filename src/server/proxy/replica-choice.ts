@@ -1,7 +1,6 @@
 import type { EndpointRoute, RouteTarget } from "../../module.js";
 import { choosePrefix } from "../prefix-index/prefix-choice.js";
 import { PrefixIndex, type PrefixIndexOptions } from "../prefix-index/prefix-index.js";
-import { blockHashes } from "../prefix-index/prompt-blocks.js";
 import type { ProxyMetrics } from "./proxy-metrics.js";
 import { targetKey, type ReplicaBalancer } from "./replica-balancer.js";
 
@@ -14,6 +13,8 @@ import { targetKey, type ReplicaBalancer } from "./replica-balancer.js";
 
 export class ReplicaChoice {
   private readonly index: PrefixIndex;
+  /** The most blocks of a prompt worth hashing: a replica keeps no more. */
+  readonly maxBlocks: number;
 
   constructor(
     private readonly balancer: ReplicaBalancer,
@@ -21,15 +22,15 @@ export class ReplicaChoice {
     index: PrefixIndexOptions,
   ) {
     this.index = new PrefixIndex(index);
+    this.maxBlocks = index.maxBlocks;
   }
 
-  /** Where a request of endpoint `name` goes first; `route` has at least one ready replica. */
-  first(name: string, route: EndpointRoute, prompt: string | undefined): RouteTarget {
+  /** Where a request of endpoint `name` goes first, given its prompt's blocks (completion-body.ts); `route` has at least one ready replica. */
+  first(name: string, route: EndpointRoute, blocks: Int32Array | undefined): RouteTarget {
     const { targets, endpointId } = route;
-    if (route.routing !== "prefix" || prompt === undefined) return this.balancer.pick(targets)!;
+    if (route.routing !== "prefix" || blocks === undefined) return this.balancer.pick(targets)!;
     const keys = targets.map(targetKey);
     this.index.retain(endpointId, keys);
-    const blocks = blockHashes(prompt);
     const held = this.index.held(endpointId, keys, blocks);
     const choice = choosePrefix(targets.map((target, i) => ({ held: held[i]!, load: this.balancer.load(target) })));
     const chosen = choice.outcome === "hit" ? choice.index : targets.indexOf(this.balancer.pick(targets)!);

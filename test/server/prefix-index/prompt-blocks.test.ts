@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { BLOCK_CHARS, blockHashes, promptOf } from "../../../src/server/prefix-index/prompt-blocks.js";
+import { BLOCK_CHARS, BlockHasher, blockHashes, promptBlocks, promptOf } from "../../../src/server/prefix-index/prompt-blocks.js";
 
 const text = (n: number, seed = "a") => seed.repeat(n);
 
@@ -36,7 +36,48 @@ describe("a prompt's blocks", () => {
   });
 });
 
+describe("the block hasher", () => {
+  it("gives the same blocks however the text is cut in pieces, strings or ASCII bytes", () => {
+    fc.assert(
+      fc.property(fc.string({ unit: "binary", maxLength: 5 * BLOCK_CHARS }), fc.array(fc.nat(), { maxLength: 8 }), (text, cuts) => {
+        const hasher = new BlockHasher();
+        const at = [0, ...cuts.map((c) => c % (text.length + 1)).sort((a, b) => a - b), text.length];
+        at.slice(1).forEach((to, i) => {
+          const piece = text.slice(at[i], to);
+          const bytes = Buffer.from(piece, "latin1");
+          // ASCII pieces go in as bytes, as a raw body's strings do; the rest as strings.
+          if (!/^[\x20-\x7e]*$/.test(piece) || !hasher.addAscii(bytes, 0, bytes.length)) hasher.addString(piece);
+        });
+        expect(hasher.blocks()).toEqual(blockHashes(text));
+      }),
+    );
+  });
+
+  it("refuses bytes that are not printable ASCII, and takes nothing of them", () => {
+    for (const byte of [0x00, 0x1f, 0x7f, 0x80, 0xff]) {
+      const hasher = new BlockHasher();
+      const bytes = Buffer.alloc(3 * BLOCK_CHARS, "a");
+      bytes[BLOCK_CHARS + 5] = byte;
+      expect(hasher.addAscii(bytes, 0, bytes.length)).toBe(false);
+      expect(hasher.blocks()).toEqual(new Int32Array(0));
+    }
+  });
+});
+
 describe("a request's prompt", () => {
+  it("gives the same blocks read from its pieces as hashed whole", () => {
+    const content = fc.oneof(fc.string({ unit: "binary", maxLength: 2 * BLOCK_CHARS }), fc.constant(null), fc.constant(undefined), fc.array(fc.record({ type: fc.constant("text"), text: fc.string() }), { maxLength: 2 }));
+    const message = fc.oneof(fc.record({ role: fc.oneof(fc.string(), fc.constant(3)), content }), fc.constant("not an object"), fc.constant(null));
+    fc.assert(
+      fc.property(fc.array(message, { maxLength: 6 }), fc.integer({ min: 1, max: 8 }), (messages, maxBlocks) => {
+        const body = { messages } as Record<string, unknown>;
+        expect(promptBlocks("chat", body)).toEqual(blockHashes(promptOf("chat", body)!));
+        expect(promptBlocks("chat", body, maxBlocks)).toEqual(blockHashes(promptOf("chat", body)!).subarray(0, maxBlocks));
+      }),
+    );
+  });
+
+
   it("of a chat is its messages in order, roles and contents", () => {
     const ask = (messages: unknown) => promptOf("chat", { model: "m", messages });
     const system = { role: "system", content: "be brief" };

@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { readCompletion } from "../../../src/server/proxy/completion-body.js";
-import { promptOf } from "../../../src/server/prefix-index/prompt-blocks.js";
+import { blockHashes, promptOf } from "../../../src/server/prefix-index/prompt-blocks.js";
 
 // A completion's body read once for both things the proxy wants of it: whether it streams, and
-// (for an endpoint routed by prefix) its prompt.
+// (for an endpoint routed by prefix) its prompt's blocks.
 
 const messages = [
   { role: "system", content: "be brief" },
@@ -13,28 +13,38 @@ const bytes = (body: unknown) => Buffer.from(typeof body === "string" ? body : J
 
 describe("a completion's body", () => {
   it("gives its stream plan and its prompt from one parse", () => {
-    const read = readCompletion("chat", bytes({ messages, stream: true }), true);
+    const read = readCompletion("chat", bytes({ messages, stream: true }), { promptBlocks: 100 });
     expect(read.plan?.first.body).toMatchObject({ messages, stream: true });
-    expect(read.prompt).toBe(promptOf("chat", { messages }));
+    expect(read.blocks).toEqual(blockHashes(promptOf("chat", { messages })!));
   });
 
   it("gives the prompt of one not streamed, when asked for it", () => {
-    expect(readCompletion("completions", bytes({ prompt: "once upon" }), true)).toEqual({ plan: undefined, prompt: "once upon" });
-    expect(readCompletion("completions", bytes({ prompt: "once upon" }), false)).toEqual({ plan: undefined, prompt: undefined });
+    const prompt = "once upon a time ".repeat(20);
+    expect(readCompletion("completions", bytes({ prompt }), { promptBlocks: 100 })).toEqual({ plan: undefined, blocks: blockHashes(prompt) });
+    expect(readCompletion("completions", bytes({ prompt }), { promptBlocks: 2 })).toEqual({ plan: undefined, blocks: blockHashes(prompt).subarray(0, 2) });
+    expect(readCompletion("completions", bytes({ prompt }))).toEqual({ plan: undefined, blocks: undefined });
+    // Read from the raw bytes or parsed (a key's admission parses it for max_tokens): the same blocks.
+    expect(readCompletion("completions", bytes({ prompt, max_tokens: 3 }), { promptBlocks: 100, maxTokens: true })).toEqual({ plan: undefined, blocks: blockHashes(prompt), maxTokens: 3 });
   });
 
   it("gives max_tokens, else max_completion_tokens, when a key's admission asks for it", () => {
-    expect(readCompletion("chat", bytes({ messages, max_tokens: 7, max_completion_tokens: 9 }), false, true).maxTokens).toBe(7);
-    expect(readCompletion("chat", bytes({ messages, max_completion_tokens: 9 }), false, true).maxTokens).toBe(9);
-    expect(readCompletion("chat", bytes({ messages, max_tokens: -1 }), false, true).maxTokens).toBeUndefined();
-    expect(readCompletion("chat", bytes({ messages, max_tokens: 7 }), false).maxTokens).toBeUndefined();
+    expect(readCompletion("chat", bytes({ messages, max_tokens: 7, max_completion_tokens: 9 }), { maxTokens: true }).maxTokens).toBe(7);
+    expect(readCompletion("chat", bytes({ messages, max_completion_tokens: 9 }), { maxTokens: true }).maxTokens).toBe(9);
+    expect(readCompletion("chat", bytes({ messages, max_tokens: -1 }), { maxTokens: true }).maxTokens).toBeUndefined();
+    expect(readCompletion("chat", bytes({ messages, max_tokens: 7 })).maxTokens).toBeUndefined();
   });
 
   it.each([
     ["not JSON", "{ messages"],
     ["a JSON list", [messages]],
     ["no messages", { model: "m" }],
+    ["JSON with a stray control character", '{"messages": [{"role": "user", "content": "h\ti"}]}'],
   ])("routes as before when it is %s: no prompt", (_, body) => {
-    expect(readCompletion("chat", bytes(body), true).prompt).toBeUndefined();
+    expect(readCompletion("chat", bytes(body), { promptBlocks: 100 }).blocks).toBeUndefined();
+  });
+
+  it("gives the blocks of a body its raw reader gives up on by parsing it", () => {
+    const parts = [{ role: "user", content: [{ type: "text", text: "hi ".repeat(50) }] }];
+    expect(readCompletion("chat", bytes({ messages: parts }), { promptBlocks: 100 }).blocks).toEqual(blockHashes(promptOf("chat", { messages: parts })!));
   });
 });

@@ -102,7 +102,7 @@ describe("continuationRequest: the text so far and the tokens that remain", () =
 });
 
 describe("readCompletion: which completions are read as streams", () => {
-  const plan = (body: unknown) => readCompletion("chat", Buffer.from(typeof body === "string" ? body : JSON.stringify(body)), false).plan;
+  const plan = (body: unknown) => readCompletion("chat", Buffer.from(typeof body === "string" ? body : JSON.stringify(body))).plan;
   it("plans a streamed chat completion, with usage asked on every chunk", () => {
     expect(plan(chat())?.first.body).toMatchObject({ stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } });
     expect(plan('{ "model": "m", "messages": [], "stream" : true }')).toBeDefined();

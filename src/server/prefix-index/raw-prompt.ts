@@ -1,0 +1,227 @@
+import { isAscii } from "node:buffer";
+import { BLOCK_CHARS, BlockHasher, MESSAGE_END, ROLE_END, type PromptKind } from "./prompt-blocks.js";
+
+// A prompt's blocks read from a request's raw JSON body, without parsing it (SPEC.md section 2,
+// "Requests that share a prompt go where it is cached"): the same blocks as promptBlocks() of the
+// parsed body, at a fraction of the cost, since most of a long prompt is a few JSON strings whose
+// bytes are hashed where they lie. The body is still checked whole as JSON would be; a string with
+// escapes or non-ASCII characters is decoded by JSON.parse alone. What this reader does not take
+// on (a message's content as parts, a key spelled with escapes, a repeated key, anything not JSON)
+// it gives up on, and the caller parses the body as before.
+
+/** The reader gave up: parse the body. */
+export const UNREAD = Symbol("unread");
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const NAMES = { messages: Buffer.from("messages"), prompt: Buffer.from("prompt"), role: Buffer.from("role"), content: Buffer.from("content") };
+
+class GiveUp extends Error {}
+
+/** A string in the body: its bytes between its quotes, and whether any is an escape. */
+interface Span {
+  start: number;
+  end: number;
+  escaped: boolean;
+}
+
+/** blockHashes(promptOf(kind, JSON.parse(bytes))) up to maxBlocks, undefined when it has no prompt, or UNREAD. */
+export function rawPromptBlocks(kind: PromptKind, bytes: Buffer, maxBlocks = Infinity): Int32Array | undefined | typeof UNREAD {
+  try {
+    return new RawBody(bytes).prompt(kind, new BlockHasher(maxBlocks, Math.ceil(bytes.length / BLOCK_CHARS)));
+  } catch (err) {
+    // A body too deep for the stack is parsed too.
+    if (err instanceof GiveUp || err instanceof RangeError || err instanceof SyntaxError) return UNREAD;
+    throw err;
+  }
+}
+
+/** One pass over a body, failing (GiveUp) at the first thing it does not read as JSON.parse would. */
+class RawBody {
+  private at = 0;
+  /** The next backslash at or after `at`, or the body's length: a string before it has no escapes. */
+  private backslash = -1;
+
+  constructor(private readonly bytes: Buffer) {}
+
+  prompt(kind: PromptKind, hasher: BlockHasher): Int32Array | undefined {
+    const wanted = kind === "chat" ? NAMES.messages : NAMES.prompt;
+    let found = false;
+    this.expect(0x7b);
+    if (!this.eat(0x7d)) {
+      do {
+        const key = this.key();
+        this.expect(0x3a);
+        if (this.named(key, wanted)) {
+          if (found) throw new GiveUp();
+          found = true;
+          if (kind === "chat") this.messages(hasher);
+          else this.feedString(hasher);
+        } else this.skipValue();
+      } while (this.eat(0x2c));
+      this.expect(0x7d);
+    }
+    this.space();
+    if (this.at !== this.bytes.length) throw new GiveUp();
+    return found ? hasher.blocks() : undefined;
+  }
+
+  /** A chat's messages: objects whose role and content are strings (else GiveUp), role first whatever their order. */
+  private messages(hasher: BlockHasher): void {
+    this.expect(0x5b);
+    if (this.eat(0x5d)) return;
+    do {
+      let role: Span | undefined;
+      let content: Span | undefined;
+      this.expect(0x7b);
+      if (!this.eat(0x7d)) {
+        do {
+          const key = this.key();
+          this.expect(0x3a);
+          if (this.named(key, NAMES.role)) role = this.string();
+          else if (this.named(key, NAMES.content)) content = this.string();
+          else this.skipValue();
+        } while (this.eat(0x2c));
+        this.expect(0x7d);
+      }
+      if (role !== undefined) this.feed(hasher, role);
+      hasher.addString(ROLE_END);
+      if (content !== undefined) this.feed(hasher, content);
+      else hasher.addString("null");
+      hasher.addString(MESSAGE_END);
+    } while (this.eat(0x2c));
+    this.expect(0x5d);
+  }
+
+  private feedString(hasher: BlockHasher): void {
+    this.feed(hasher, this.string());
+  }
+
+  /** A string's characters into the hasher. */
+  private feed(hasher: BlockHasher, span: Span): void {
+    if (hasher.full) return this.check(span);
+    const { start, end, escaped } = span;
+    // Non-ASCII text is found natively first, rather than by a hashing pass given up at its end.
+    if (escaped || !isAscii(this.bytes.subarray(start, end)) || !hasher.addAscii(this.bytes, start, end)) hasher.addString(this.decode(span));
+  }
+
+  /** A string's value: JSON.parse decodes it (escapes, UTF-8) and checks it (no control characters). */
+  private decode({ start, end }: Span): string {
+    return JSON.parse(this.bytes.toString("utf8", start - 1, end + 1)) as string;
+  }
+
+  /** Throws where JSON.parse would on the string: an escape or a character below 0x20 it refuses. */
+  private check(span: Span): void {
+    if (span.escaped) this.decode(span);
+    else for (let i = span.start; i < span.end; i++) if (this.bytes[i]! < 0x20) throw new GiveUp();
+  }
+
+  /** A string value: its bytes' bounds, quotes excluded, and whether it has escapes. */
+  private string(): Span {
+    this.space();
+    if (this.bytes[this.at] !== QUOTE) throw new GiveUp();
+    const start = this.at + 1;
+    let end = this.bytes.indexOf(QUOTE, start);
+    if (end < 0) throw new GiveUp();
+    if (this.backslash < start) this.backslash = this.nextBackslash(start);
+    const escaped = this.backslash < end;
+    if (escaped) {
+      // Escapes: the closing quote is the first one not escaped (none comes before the first backslash).
+      let i = this.backslash;
+      for (;;) {
+        const b = this.bytes[i];
+        if (b === undefined) throw new GiveUp();
+        if (b === QUOTE) break;
+        i += b === BACKSLASH ? 2 : 1;
+      }
+      end = i;
+      this.backslash = this.nextBackslash(end + 1);
+    }
+    this.at = end + 1;
+    return { start, end, escaped };
+  }
+
+  private nextBackslash(from: number): number {
+    const next = this.bytes.indexOf(BACKSLASH, from);
+    return next < 0 ? this.bytes.length : next;
+  }
+
+  /** An object's key: an escaped one is not compared (GiveUp). */
+  private key(): Span {
+    const key = this.string();
+    if (key.escaped) throw new GiveUp();
+    this.check(key);
+    return key;
+  }
+
+  private named({ start, end }: Span, name: Buffer): boolean {
+    return end - start === name.length && this.bytes.compare(name, 0, name.length, start, end) === 0;
+  }
+
+  /** Any JSON value, checked as JSON.parse checks it; its strings' contents by JSON.parse when they have escapes. */
+  private skipValue(): void {
+    this.space();
+    const b = this.bytes[this.at];
+    if (b === QUOTE) this.check(this.string());
+    else if (b === 0x7b || b === 0x5b) {
+      const close = b + 2;
+      this.at++;
+      if (this.eat(close)) return;
+      do {
+        if (b === 0x7b) {
+          this.check(this.string());
+          this.expect(0x3a);
+        }
+        this.skipValue();
+      } while (this.eat(0x2c));
+      this.expect(close);
+    } else if (b === 0x74) this.literal("true");
+    else if (b === 0x66) this.literal("false");
+    else if (b === 0x6e) this.literal("null");
+    else this.number();
+  }
+
+  private literal(word: string): void {
+    for (let i = 0; i < word.length; i++) if (this.bytes[this.at + i] !== word.charCodeAt(i)) throw new GiveUp();
+    this.at += word.length;
+  }
+
+  /** -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+  private number(): void {
+    const digits = () => {
+      const from = this.at;
+      while (this.bytes[this.at]! >= 0x30 && this.bytes[this.at]! <= 0x39) this.at++;
+      if (this.at === from) throw new GiveUp();
+      return this.at - from;
+    };
+    this.eat(0x2d, false);
+    if (this.bytes[this.at] === 0x30) this.at++;
+    else digits();
+    if (this.eat(0x2e, false)) digits();
+    if (this.bytes[this.at] === 0x65 || this.bytes[this.at] === 0x45) {
+      this.at++;
+      if (this.bytes[this.at] === 0x2b || this.bytes[this.at] === 0x2d) this.at++;
+      digits();
+    }
+  }
+
+  /** Takes `byte` (after white space, unless told not to skip it) if it comes next. */
+  private eat(byte: number, space = true): boolean {
+    if (space) this.space();
+    if (this.bytes[this.at] !== byte) return false;
+    this.at++;
+    return true;
+  }
+
+  private expect(byte: number): void {
+    if (!this.eat(byte)) throw new GiveUp();
+  }
+
+  private space(): void {
+    for (;;) {
+      const b = this.bytes[this.at];
+      if (b !== 0x20 && b !== 0x0a && b !== 0x0d && b !== 0x09) return;
+      this.at++;
+    }
+  }
+}
