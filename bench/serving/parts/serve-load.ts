@@ -3,8 +3,12 @@
 // the same load. Each request is counted as answered (200 and the stream ends with [DONE]) or
 // failed (another status, a connection error, or a stream cut before [DONE]), with its wait to
 // the first byte of the answer. A cut stream keeps the replica that answered it
-// (x-endpoint-instance): the report tells those cut by a preemption from the others.
+// (x-endpoint-instance): the report tells those cut by a preemption from the others. A request
+// that failed before its answer started is kept with what tells its path apart: the error, the
+// wall time since it was sent, and whether it went on a kept-alive connection and how long that
+// had been idle.
 import { Agent, request } from "node:http";
+import type { Socket } from "node:net";
 
 const BODY = (tokens: number) =>
   JSON.stringify({ model: "Qwen/Qwen2.5-Coder-7B-Instruct", messages: [{ role: "user", content: "Say hi" }], max_tokens: tokens, stream: true });
@@ -20,25 +24,68 @@ export interface Tally {
   failedByHour: number[];
   /** The replica of each stream cut mid-answer (x-endpoint-instance). */
   cutOn: string[];
+  /** Each request that failed before its answer started. */
+  beforeAnswer: FailureBeforeAnswer[];
   inFlight: number;
   /** The most requests this client had open at once. */
   maxOpen: number;
 }
 
-export function newTally(): Tally {
-  return { answered: 0, failed: 0, failures: new Map(), firstByteMs: [], failedByHour: Array.from({ length: 24 }, () => 0), cutOn: [], inFlight: 0, maxOpen: 0 };
+/** A request that failed before its answer started, and what tells its path apart. */
+export interface FailureBeforeAnswer {
+  /** Its arrival, simulated seconds of the day. */
+  atS: number;
+  /** An HTTP status, or `error CODE`. */
+  what: string;
+  /** The error's message (a connection error). */
+  message?: string;
+  /** Wall ms from the send to the failure. */
+  afterMs: number;
+  /** Sent on a connection kept alive from an earlier request. */
+  reused: boolean;
+  /** How long that connection had been idle when this request took it, wall ms. */
+  idleMs?: number;
+  /** The connection's local port, to find it in a capture. */
+  localPort?: number;
 }
 
-/** One streamed request to `/endpoints/{name}/v1/chat/completions`; resolves when it has ended either way. */
-export function streamOnce(agent: Agent, port: number, name: string, tokens: number, tally: Tally, hour: number): Promise<void> {
+export function newTally(): Tally {
+  return {
+    answered: 0,
+    failed: 0,
+    failures: new Map(),
+    firstByteMs: [],
+    failedByHour: Array.from({ length: 24 }, () => 0),
+    cutOn: [],
+    beforeAnswer: [],
+    inFlight: 0,
+    maxOpen: 0,
+  };
+}
+
+/** When each kept-alive connection was last given back to its agent (performance.now() ms). */
+const freedAt = new WeakMap<Socket, number>();
+
+/** The callers' keep-alive agent, one per endpoint. */
+export function callerAgent(): Agent {
+  const agent = new Agent({ keepAlive: true });
+  agent.on("free", (socket: Socket) => freedAt.set(socket, performance.now()));
+  return agent;
+}
+
+/** One streamed request to `/endpoints/{name}/v1/chat/completions`, arriving at simulated second `atS`; resolves when it has ended either way. */
+export function streamOnce(agent: Agent, port: number, name: string, tokens: number, tally: Tally, atS: number): Promise<void> {
+  const hour = Math.floor(atS / 3_600);
   const sent = performance.now();
   tally.inFlight += 1;
   tally.maxOpen = Math.max(tally.maxOpen, tally.inFlight);
   return new Promise<void>((resolve) => {
     let settled = false;
-    const done = (failure?: string, firstByte?: number) => {
+    let connection: Pick<FailureBeforeAnswer, "reused" | "idleMs" | "localPort"> = { reused: false };
+    const done = (failure?: string, firstByte?: number, message?: string) => {
       if (settled) return;
       settled = true;
+      if (failure !== undefined && failure !== "cut") tally.beforeAnswer.push({ atS, what: failure, message, afterMs: performance.now() - sent, ...connection });
       tally.inFlight -= 1;
       if (failure === undefined) {
         tally.answered += 1;
@@ -74,7 +121,13 @@ export function streamOnce(agent: Agent, port: number, name: string, tokens: num
         res.once("aborted", cut);
       },
     );
-    req.once("error", (err: NodeJS.ErrnoException) => done(`error ${err.code ?? err.message}`));
+    req.once("socket", (socket: Socket) => {
+      const freed = freedAt.get(socket);
+      connection = { reused: req.reusedSocket, idleMs: req.reusedSocket && freed !== undefined ? performance.now() - freed : undefined, localPort: socket.localPort };
+      // A new connection's port is known once it is connected.
+      if (socket.localPort === undefined) socket.once("connect", () => (connection.localPort = socket.localPort));
+    });
+    req.once("error", (err: NodeJS.ErrnoException) => done(`error ${err.code ?? err.message}`, undefined, err.message));
     req.end(BODY(tokens));
   });
 }
