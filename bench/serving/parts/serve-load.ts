@@ -63,12 +63,22 @@ export function newTally(): Tally {
   };
 }
 
+/** The longest an idle connection is kept, whatever the server's hint: node's global agent's. */
+const IDLE_MS = 5_000;
+
 /** When each kept-alive connection was last given back to its agent (performance.now() ms). */
 const freedAt = new WeakMap<Socket, number>();
 
-/** The callers' keep-alive agent, one per endpoint. */
+/**
+ * The callers' keep-alive agent, one per endpoint, as node's own global agent is made: with a
+ * `timeout`, under which node's agent drops an idle connection 1 s before the server's
+ * `Keep-Alive: timeout=N` says the server may close it. Without one it keeps idle connections for
+ * ever, and a request sent on a connection the service had just closed (5 s idle, plus node's
+ * 1 s) was reset before its answer. The timeout only notifies a request in flight: a held one is
+ * not cut.
+ */
 export function callerAgent(): Agent {
-  const agent = new Agent({ keepAlive: true });
+  const agent = new Agent({ keepAlive: true, timeout: IDLE_MS });
   agent.on("free", (socket: Socket) => freedAt.set(socket, performance.now()));
   return agent;
 }
