@@ -402,6 +402,7 @@ function failureText(f: FailureBeforeAnswer, strength: readonly StrengthSample[]
     `${clock(f.atS)} (${f.atS.toFixed(0)} simulated s): ${f.what}${f.message ? ` '${f.message}'` : ""}`,
     `${f.afterMs.toFixed(1)} ms wall after it was sent, on ${connection} (local port ${f.localPort ?? "?"})`,
     then ? `replicas then: target ${then.target}, ready ${then.ready}` : "no replicas sampled before it",
+    ...(f.listenQueue ? [`the service's port then: ${f.listenQueue}`] : []),
   ].join("; ");
 }
 

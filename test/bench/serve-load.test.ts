@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { callerAgent, newTally, streamOnce } from "../../bench/serving/parts/serve-load.js";
+import { callerAgent, listenQueueOf, newTally, streamOnce } from "../../bench/serving/parts/serve-load.js";
 import { listen, type RunningServer } from "../../src/server/listen.js";
 
 // bench:serve's callers against the real server: a caller gets an answer or a status, never a
@@ -59,5 +59,10 @@ describe("bench:serve's callers", () => {
     agent.destroy();
     expect(tally.beforeAnswer).toEqual([]);
     expect(tally.answered).toBe(2);
+  });
+
+  it("read the service's accept queue when a new connection fails (Linux)", () => {
+    if (process.platform !== "linux") return;
+    expect(listenQueueOf(server.port)).toMatch(/^accept queue 0 \(node's backlog 511\), \d+ half-open$/);
   });
 });

@@ -7,6 +7,7 @@
 // that failed before its answer started is kept with what tells its path apart: the error, the
 // wall time since it was sent, and whether it went on a kept-alive connection and how long that
 // had been idle.
+import { readFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import type { Socket } from "node:net";
 
@@ -47,6 +48,8 @@ export interface FailureBeforeAnswer {
   idleMs?: number;
   /** The connection's local port, to find it in a capture. */
   localPort?: number;
+  /** A new connection's error: the service's listening socket then (listenQueueOf). */
+  listenQueue?: string;
 }
 
 export function newTally(): Tally {
@@ -95,7 +98,10 @@ export function streamOnce(agent: Agent, port: number, name: string, tokens: num
     const done = (failure?: string, firstByte?: number, message?: string) => {
       if (settled) return;
       settled = true;
-      if (failure !== undefined && failure !== "cut") tally.beforeAnswer.push({ atS, what: failure, message, afterMs: performance.now() - sent, ...connection });
+      if (failure !== undefined && failure !== "cut") {
+        const listenQueue = message !== undefined && !connection.reused ? listenQueueOf(port) : undefined;
+        tally.beforeAnswer.push({ atS, what: failure, message, afterMs: performance.now() - sent, ...connection, ...(listenQueue && { listenQueue }) });
+      }
       tally.inFlight -= 1;
       if (failure === undefined) {
         tally.answered += 1;
@@ -141,3 +147,36 @@ export function streamOnce(agent: Agent, port: number, name: string, tokens: num
     req.end(BODY(tokens));
   });
 }
+
+/**
+ * The connections the system holds for the service's listening port and has not handed to the
+ * process yet (accept queue, and its bound) and the half-open ones, from /proc/net/tcp (Linux;
+ * undefined elsewhere): a new connection that fails with the accept queue full was never seen by
+ * the service. Read at most once a second.
+ */
+export function listenQueueOf(port: number): string | undefined {
+  const now = performance.now();
+  const last = lastListenRead.get(port);
+  if (last !== undefined && now - last.at < 1_000) return last.text;
+  let table: string;
+  try {
+    table = readFileSync("/proc/net/tcp", "utf8");
+  } catch {
+    return undefined;
+  }
+  const hexPort = port.toString(16).toUpperCase().padStart(4, "0");
+  let text: string | undefined;
+  let halfOpen = 0;
+  for (const line of table.split("\n").slice(1)) {
+    const [, local, , state, queues] = line.trim().split(/\s+/);
+    if (local?.split(":")[1] !== hexPort) continue;
+    // 0A: listening (its rx_queue: connections waiting for accept, at most node's backlog of 511); 03: SYN_RECV.
+    if (state === "0A") text = `accept queue ${parseInt(queues!.split(":")[1]!, 16)} (node's backlog 511)`;
+    else if (state === "03") halfOpen += 1;
+  }
+  text = text === undefined ? undefined : `${text}, ${halfOpen} half-open`;
+  lastListenRead.set(port, { at: now, text });
+  return text;
+}
+
+const lastListenRead = new Map<number, { at: number; text: string | undefined }>();
