@@ -13,14 +13,13 @@
 // minutes of the day (default 10). The day runs on one market, then on two (serve-markets.ts:
 // the first runs dry from 10:00 to 13:00 and loses every bid at 14:00), each on fresh services;
 // BENCH_SERVE_DAYS (one, two, or one,two) chooses.
-import { Agent } from "node:http";
 import { loadavg } from "node:os";
 import { createElasticsearchClient } from "../../src/elasticsearch-client.js";
 import { createTestDatabase } from "../../test/support/postgres.js";
 import { startTestServer } from "../../test/support/server.js";
 import { clock, DAY_S, expectedArrivals, poissonArrivals, PROFILE_TEXT, quantile, rateShare } from "./parts/serve-day.js";
 import { mulberry32 } from "../shared/random.js";
-import { newTally, streamOnce, type Tally } from "./parts/serve-load.js";
+import { callerAgent, newTally, streamOnce, type FailureBeforeAnswer, type Tally } from "./parts/serve-load.js";
 import { continuationsOf, eventsByHour, heldOf, machinesOf, moneyOf, TIMELINE_KINDS, type DayWindow, type Money } from "./parts/serve-report.js";
 import { ANSWER_TOKENS, BID_MARGIN, setupFor, STREAM_SIM_S, TOKENS } from "./parts/serve-setup.js";
 import {
@@ -229,7 +228,7 @@ async function replayDay(
 ): Promise<Day> {
   const tallies = new Map(run.map((p) => [p, newTally()]));
   const topTarget = new Map(run.map((p) => [p, Array.from({ length: 24 }, () => -1)]));
-  const agents = new Map(run.map((p) => [p, new Agent({ keepAlive: true })]));
+  const agents = new Map(run.map((p) => [p, callerAgent()]));
   const arrivalsByHour = Array.from({ length: 24 }, () => 0);
   const open = new Set<Promise<void>>();
   const strength = new Map(run.map((p) => [p, [] as StrengthSample[]]));
@@ -278,7 +277,7 @@ async function replayDay(
         const hour = Math.floor(at / 3_600);
         arrivalsByHour[hour]! += 1;
         for (const policy of run) {
-          const p = streamOnce(agents.get(policy)!, services.get(policy)!.server.port, policy, ANSWER_TOKENS, tallies.get(policy)!, hour);
+          const p = streamOnce(agents.get(policy)!, services.get(policy)!.server.port, policy, ANSWER_TOKENS, tallies.get(policy)!, at);
           open.add(p);
           void p.then(() => open.delete(p));
         }
@@ -387,6 +386,24 @@ async function report(
     ]);
   }
   console.log(`\nfixed: machines billed per hour ${fixed.byHour.map((x) => x.toFixed(1)).join(" ")}`);
+  for (const policy of run) {
+    const failures = t(policy).beforeAnswer;
+    if (failures.length === 0) continue;
+    console.log(`\n${policy}, requests failed before the answer started:`);
+    for (const f of failures) console.log(`  ${failureText(f, day.strength.get(policy)!)}`);
+  }
+}
+
+/** One request failed before its answer: when, what, after how long, on which connection, and the endpoint's replicas then. */
+function failureText(f: FailureBeforeAnswer, strength: readonly StrengthSample[]): string {
+  const then = strength.filter((s) => s.simS <= f.atS).at(-1);
+  const connection = f.reused ? `a kept-alive connection idle ${f.idleMs?.toFixed(0) ?? "?"} ms` : "a new connection";
+  return [
+    `${clock(f.atS)} (${f.atS.toFixed(0)} simulated s): ${f.what}${f.message ? ` '${f.message}'` : ""}`,
+    `${f.afterMs.toFixed(1)} ms wall after it was sent, on ${connection} (local port ${f.localPort ?? "?"})`,
+    then ? `replicas then: target ${then.target}, ready ${then.ready}` : "no replicas sampled before it",
+    ...(f.listenQueue ? [`the service's port then: ${f.listenQueue}`] : []),
+  ].join("; ");
 }
 
 /** The days side by side: per policy and day, what it cost, what its callers saw, and how fast it was whole again after each event. */
