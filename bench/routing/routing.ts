@@ -2,9 +2,10 @@
 //
 // The built service (as `npm start` runs it) on the simulated marketplace, whose model servers
 // cache prefixes as vLLM does and take SIM_PREFILL_MS_PER_KTOKEN (the default, 20) per thousand
-// prompt tokens they do not hold. Two endpoints of 4 replicas side by side, `routing: prefix` and
-// `routing: least_outstanding`, get the same load at the same time: (a) multi-turn chats that share
-// long system prompts, each turn resending the conversation; (b) prompts that share nothing.
+// prompt tokens they do not hold, one prompt at a time (a replica busy reading delays the rest).
+// Two endpoints of 4 replicas side by side, `routing: prefix` and `routing: least_outstanding`, get
+// the same load at the same time: (a) multi-turn chats that share long system prompts, each turn
+// resending the conversation; (b) prompts that share nothing.
 // Printed per workload and endpoint: the replicas' prefix-cache hit rate (their vLLM counters on
 // /metrics), p50/p90 time to first token, answers a second, answers per replica; then the goals as
 // verdicts. Bounded: every loop runs a fixed list of requests; everything listens on loopback.

@@ -3,13 +3,16 @@ import { randomBytes } from "node:crypto";
 import { parseCompletionRequest, type CompletionKind } from "./completion-request.js";
 import { plannedAnswer } from "./simulated-answer.js";
 import type { PrefixCache } from "./prefix-cache.js";
+import type { PrefillLane } from "./prefill-lane.js";
 
 // The simulated model server's OpenAI-compatible completions (`POST /v1/chat/completions` and
 // `POST /v1/completions`), streamed as server-sent events in OpenAI's chunk format or answered
 // whole. The text names the machine, so a caller can see which replica answered, and carries on
 // where a continued answer stopped (simulated-answer.ts). Tokens come one `tokenDelayMs` apart, as a
-// real model produces them, the first after `firstTokenMs` (0 by default) plus the prefill of the
-// prompt's tokens its prefix cache (prefix-cache.ts) did not hold, `prefillMsPerKtoken` a thousand.
+// real model produces them, the first after `firstTokenMs` (0 by default) plus the end of the
+// prompt's prefill: the tokens its prefix cache (prefix-cache.ts) did not hold, `prefillMsPerKtoken`
+// a thousand, read in the server's one prefill lane (prefill-lane.ts) behind the prompts that came
+// before it.
 
 export interface CompletionSettings {
   model: string;
@@ -20,6 +23,12 @@ export interface CompletionSettings {
   /** Time to read a thousand prompt tokens not found in the prefix cache, ms. */
   prefillMsPerKtoken: number;
   tokenDelayMs: number;
+}
+
+/** What a replica's GPU holds for its requests: the KV cache of prompts seen, and its prefill lane. */
+export interface Engine {
+  cache: PrefixCache;
+  lane: PrefillLane;
 }
 
 /** What the server has seen: answers ended early because the client went away are counted apart. */
@@ -37,7 +46,7 @@ export async function answerCompletion(
   res: ServerResponse,
   settings: CompletionSettings,
   stats: CompletionStats,
-  cache: PrefixCache,
+  engine: Engine,
 ): Promise<void> {
   const parsed = parseCompletionRequest(kind, await readBody(req), MAX_REQUEST_BYTES);
   if (typeof parsed === "string") return sendError(res, 400, parsed);
@@ -45,8 +54,8 @@ export async function answerCompletion(
     return sendError(res, 404, `The model \`${parsed.model}\` does not exist.`);
   }
   stats.completions += 1;
-  const { promptTokens, cachedTokens } = cache.admit(parsed.prompt);
-  const firstTokenMs = settings.firstTokenMs + Math.round(((promptTokens - cachedTokens) * settings.prefillMsPerKtoken) / 1000);
+  const { promptTokens, cachedTokens } = engine.cache.admit(parsed.prompt);
+  const firstTokenMs = settings.firstTokenMs + engine.lane.enqueue(((promptTokens - cachedTokens) * settings.prefillMsPerKtoken) / 1000);
   const planned = plannedAnswer(parsed.prefix, settings, parsed.maxTokens);
   const tokens = planned.slice(0, parsed.maxTokens ?? DEFAULT_MAX_TOKENS);
   const finishReason = tokens.length < planned.length ? "length" : "stop";

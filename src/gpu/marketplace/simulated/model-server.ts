@@ -3,15 +3,16 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { answerCompletion, sendError, sendJson, type CompletionStats } from "./completions.js";
 import { createPrefixCache, type PrefixCacheCounts } from "./prefix-cache.js";
+import { createPrefillLane } from "./prefill-lane.js";
 import { prefixCacheMetrics } from "./model-metrics.js";
 
 // A tiny OpenAI-compatible model server, as an LLM container exposes it: `GET /health`,
 // `GET /v1/models`, completions (completions.ts) streamed or whole, and `GET /metrics` with vLLM's
-// prefix-cache counters (prefix-cache.ts, model-metrics.ts). The simulated marketplace
-// runs one per model-serving instance on loopback so that GpuService's health probes and the
-// endpoint proxy's requests are real network calls that can really fail. Started with a key
-// (vLLM's --api-key / VLLM_API_KEY), it answers every /v1/... call without `Authorization: Bearer
-// <key>` with 401, as vLLM does; /health stays open.
+// prefix-cache counters (prefix-cache.ts, model-metrics.ts); it reads one prompt at a time
+// (prefill-lane.ts). The simulated marketplace runs one per model-serving instance on loopback so
+// that GpuService's health probes and the endpoint proxy's requests are real network calls that
+// can really fail. Started with a key (vLLM's --api-key / VLLM_API_KEY), it answers every /v1/...
+// call without `Authorization: Bearer <key>` with 401, as vLLM does; /health stays open.
 
 export interface ModelServer {
   readonly port: number;
@@ -35,7 +36,7 @@ export interface ModelServerOptions {
   tokenDelayMs?: number;
   /** Time before the first token whatever the prompt, ms (default 0: a one-token answer comes at once). */
   firstTokenMs?: number;
-  /** Time to read a thousand prompt tokens its prefix cache does not hold, ms (default 0: none). */
+  /** Time to read a thousand prompt tokens its prefix cache does not hold, ms (default 0: none); one prompt at a time. */
   prefillMsPerKtoken?: number;
   /** Its prefix cache's KV budget, tokens (default DEFAULT_KV_CACHE_TOKENS; 0: no prefix caching). */
   kvCacheTokens?: number;
@@ -55,6 +56,7 @@ export async function startModelServer(options: ModelServerOptions): Promise<Mod
     tokenDelayMs: options.tokenDelayMs ?? 20,
   };
   const cache = createPrefixCache(options.kvCacheTokens ?? DEFAULT_KV_CACHE_TOKENS);
+  const engine = { cache, lane: createPrefillLane() };
   const server = createServer((req, res) => {
     const path = (req.url ?? "/").split("?")[0];
     if (req.method === "GET" && path === "/health") return sendJson(res, 200, { status: "ok" });
@@ -69,7 +71,7 @@ export async function startModelServer(options: ModelServerOptions): Promise<Mod
     }
     if (req.method === "POST" && (path === "/v1/chat/completions" || path === "/v1/completions")) {
       const kind = path === "/v1/chat/completions" ? "chat" : "text";
-      answerCompletion(kind, req, res, settings, stats, cache).catch(() => res.destroy());
+      answerCompletion(kind, req, res, settings, stats, engine).catch(() => res.destroy());
       return;
     }
     req.resume();

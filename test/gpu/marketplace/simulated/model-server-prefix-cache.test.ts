@@ -15,6 +15,11 @@ afterAll(() => server.close());
 /** Milliseconds from the request to the first token's event of a streamed chat answer. */
 async function timeToFirstToken(messages: Array<{ role: string; content: string }>): Promise<number> {
   const started = performance.now();
+  return (await firstTokenAt(messages)) - started;
+}
+
+/** The moment (performance.now()) the first token's event of a streamed chat answer arrived. */
+async function firstTokenAt(messages: Array<{ role: string; content: string }>): Promise<number> {
   const res = await fetch(`http://127.0.0.1:${server.port}/v1/chat/completions`, {
     method: "POST",
     headers: { "content-type": "application/json", authorization: "Bearer k" },
@@ -28,9 +33,9 @@ async function timeToFirstToken(messages: Array<{ role: string; content: string 
     text += new TextDecoder().decode(value);
     if (text.includes('"content":"Hello"')) break;
   }
-  const elapsed = performance.now() - started;
+  const at = performance.now();
   await reader.cancel();
-  return elapsed;
+  return at;
 }
 
 async function metrics(): Promise<Record<string, number>> {
@@ -73,5 +78,40 @@ describe("simulated model server: prefix caching as vLLM's", () => {
     expect(queried).toBe(2 * Math.ceil(`<|user|>\n${prompt[0]!.content}\n`.length / 4));
     expect(hits).toBe(Math.floor(`<|user|>\n${prompt[0]!.content}\n`.length / 64) * 16);
     expect(server.prefixCache).toEqual({ queries: after["vllm:prefix_cache_queries_total"], hits: after["vllm:prefix_cache_hits_total"] });
+  });
+});
+
+describe("simulated model server: one prefill lane, prompts read one after another", () => {
+  /** A prompt of its own (about 2,000 tokens), that no other prompt of this file begins like. */
+  const uncached = (tag: string) => [{ role: "user", content: `${tag}: ${"a question never asked before. ".repeat(270)}` }];
+  /** ~2,000 tokens at 200 ms a thousand. */
+  const PREFILL_MS = 400;
+
+  it("gives two prompts arriving together, uncached, their first tokens one prefill apart", async () => {
+    const started = performance.now();
+    const [a, b] = await Promise.all([firstTokenAt(uncached("one")), firstTokenAt(uncached("two"))]);
+    const [sooner, later] = [Math.min(a, b) - started, Math.max(a, b) - started];
+    expect(sooner).toBeGreaterThanOrEqual(PREFILL_MS * 0.95);
+    expect(later - sooner).toBeGreaterThanOrEqual(PREFILL_MS * 0.9);
+    expect(later).toBeLessThan(2 * PREFILL_MS + 300);
+  });
+
+  it("makes a cached prompt wait for the prefill queued before it, and no longer", async () => {
+    const chat = [
+      { role: "system", content: SYSTEM },
+      { role: "user", content: "Which rule comes first?" },
+    ];
+    await timeToFirstToken(chat);
+    expect(await timeToFirstToken(chat)).toBeLessThan(PREFILL_MS / 4);
+
+    const started = performance.now();
+    const long = firstTokenAt(uncached("three"));
+    await new Promise((resolve) => setTimeout(resolve, PREFILL_MS / 4));
+    const cachedStarted = performance.now();
+    const cached = await firstTokenAt(chat);
+    const longEnds = await long;
+    // It arrived mid-prefill: it waits for the rest of it, then reads its own last block (0.3 ms).
+    expect(cached - cachedStarted).toBeGreaterThanOrEqual(longEnds - started - PREFILL_MS / 4 - 60);
+    expect(cached - longEnds).toBeLessThan(60);
   });
 });
