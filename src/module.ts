@@ -144,6 +144,8 @@ export interface KeyUsageEntry {
   estimated: number;
   /** Requests refused for the caller's limits, by reason (rpm_limit, tpm_limit, parallel_limit, budget_exceeded). */
   refused: Record<string, number>;
+  /** When the minute's last answer ended (the key's last_used_at); null: none did, only refusals. */
+  lastAnsweredAt: Date | null;
 }
 
 /**

@@ -84,20 +84,29 @@ const ATTRIBUTE_SQL = attributeMachineCostSql(USAGE);
 
 // One statement for a process's minutes: spend in micro-dollars is tokens x dollars per million
 // tokens (one dollar per million tokens is one micro-dollar per token), at the price of the
-// endpoint of that name (the live one, else the latest deleted); unpriced: 0.
+// endpoint of that name (the live one, else the latest deleted); unpriced: 0. The same statement
+// moves each live key's last_used_at to its latest answer (a static token has no row to move).
 const PUBLISH_SQL = `
+  with usage as (
+    select * from jsonb_to_recordset(:rows::jsonb) as u(key_name text, endpoint_name text, minute timestamptz, requests int,
+         prompt_tokens bigint, completion_tokens bigint, estimated int, refused jsonb, last_answered_at timestamptz)
+  ),
+  published as (
   insert into ${USAGE} (key_name, endpoint_name, minute, process_id, requests, prompt_tokens, completion_tokens, estimated, refused, spend_micros)
   select u.key_name, u.endpoint_name, u.minute, :processId, u.requests, u.prompt_tokens, u.completion_tokens, u.estimated, u.refused,
          coalesce(round(u.prompt_tokens * e.token_input_per_mtok + u.completion_tokens * e.token_output_per_mtok), 0)::bigint
-  from jsonb_to_recordset(:rows::jsonb) as u(key_name text, endpoint_name text, minute timestamptz, requests int,
-       prompt_tokens bigint, completion_tokens bigint, estimated int, refused jsonb)
+  from usage u
   left join lateral (
     select token_input_per_mtok, token_output_per_mtok from gpu_endpoints g
     where g.name = u.endpoint_name order by (g.phase = 'deleted'), g.created_at desc limit 1
   ) e on true
   on conflict (key_name, endpoint_name, minute, process_id) do update set
     requests = excluded.requests, prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens,
-    estimated = excluded.estimated, refused = excluded.refused, spend_micros = excluded.spend_micros`;
+    estimated = excluded.estimated, refused = excluded.refused, spend_micros = excluded.spend_micros
+  ),
+  used as (select key_name, max(last_answered_at) as at from usage where last_answered_at is not null group by key_name)
+  update gpu_keys k set last_used_at = greatest(k.last_used_at, used.at)
+  from used where k.name = used.key_name and k.revoked_at is null and used.at >= k.created_at`;
 
 function totalsOf(row: Record<string, unknown>): UsageTotals {
   return {
@@ -131,6 +140,7 @@ export class KnexKeyUsageStore implements KeyUsageStore {
       completion_tokens: e.completionTokens,
       estimated: e.estimated,
       refused: e.refused,
+      last_answered_at: e.lastAnsweredAt?.toISOString() ?? null,
     }));
     await this.knex.raw(PUBLISH_SQL, { processId, rows: JSON.stringify(rows) });
   }

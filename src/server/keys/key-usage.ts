@@ -22,7 +22,7 @@ export function createKeyUsage(now: () => number = Date.now): KeyUsage {
     const key = `${start}\n${endpointName}\n${caller}`;
     let minute = minutes.get(key);
     if (minute === undefined) {
-      const entry = { caller, endpointName, minute: new Date(start), requests: 0, promptTokens: 0, completionTokens: 0, estimated: 0, refused: {} };
+      const entry = { caller, endpointName, minute: new Date(start), requests: 0, promptTokens: 0, completionTokens: 0, estimated: 0, refused: {}, lastAnsweredAt: null as Date | null };
       minute = { entry, changedAt: at };
       minutes.set(key, minute);
     }
@@ -31,8 +31,9 @@ export function createKeyUsage(now: () => number = Date.now): KeyUsage {
   };
   return {
     settled({ endpoint, caller, usage }) {
-      const { entry } = minuteOf(caller, endpoint);
+      const { entry, changedAt } = minuteOf(caller, endpoint);
       entry.requests += 1;
+      entry.lastAnsweredAt = new Date(changedAt);
       entry.promptTokens += usage.promptTokens;
       entry.completionTokens += usage.completionTokens;
       if (usage.estimated) entry.estimated += 1;

@@ -35,6 +35,8 @@ describe("a key's usage", () => {
     await waitForEndpoint(svc.server.url, "priced", "ready", (e) => e.ready_replicas === 1, 30_000);
     const created = await rest(svc.server.url, "POST", "/api/gpu/keys", { name: "team-a", endpoints: ["priced"] });
     expect(created.status).toBe(200);
+    expect((created.body as { last_used_at?: string }).last_used_at).toBeUndefined();
+    const firstSent = Date.now();
     const secret = (created.body as { key: string }).key;
 
     let prompt = 0;
@@ -65,6 +67,10 @@ describe("a key's usage", () => {
     expect([sum("prompt_tokens"), sum("completion_tokens")]).toEqual([prompt, completion]);
     // $2 per million prompt tokens and $10 per million completion tokens.
     expect(sum("spend")).toBeCloseTo((prompt * 2 + completion * 10) / 1e6, 9);
+    // The key's last use is its last answer's end, written with the minutes.
+    const lastUsed = Date.parse(((await rest(svc.server.url, "GET", "/api/gpu/keys/team-a")).body as { last_used_at: string }).last_used_at);
+    expect(lastUsed).toBeGreaterThanOrEqual(firstSent);
+    expect(lastUsed).toBeLessThanOrEqual(Date.now());
     const rows = await svc.db.knex("gpu_key_usage_minutes").where({ key_name: "team-a" });
     expect(rows.map((r: { endpoint_name: string }) => r.endpoint_name)).toEqual(["priced"]);
   });

@@ -23,9 +23,22 @@ describe("key usage per minute", () => {
     usage.settled(answer("team-a", 3, 3));
     const entries = usage.changedSince(0);
     expect(entries).toEqual([
-      { caller: "team-a", endpointName: "chat", minute: new Date(10 * MINUTE), requests: 2, promptTokens: 30, completionTokens: 12, estimated: 1, refused: { tpm_limit: 1 } },
-      { caller: "team-b", endpointName: "chat", minute: new Date(10 * MINUTE), requests: 1, promptTokens: 1, completionTokens: 1, estimated: 0, refused: {} },
-      { caller: "team-a", endpointName: "chat", minute: new Date(11 * MINUTE), requests: 1, promptTokens: 3, completionTokens: 3, estimated: 0, refused: {} },
+      { caller: "team-a", endpointName: "chat", minute: new Date(10 * MINUTE), requests: 2, promptTokens: 30, completionTokens: 12, estimated: 1, refused: { tpm_limit: 1 }, lastAnsweredAt: new Date(10 * MINUTE + 5_000) },
+      { caller: "team-b", endpointName: "chat", minute: new Date(10 * MINUTE), requests: 1, promptTokens: 1, completionTokens: 1, estimated: 0, refused: {}, lastAnsweredAt: new Date(10 * MINUTE + 5_000) },
+      { caller: "team-a", endpointName: "chat", minute: new Date(11 * MINUTE), requests: 1, promptTokens: 3, completionTokens: 3, estimated: 0, refused: {}, lastAnsweredAt: new Date(11 * MINUTE + 5_000) },
+    ]);
+  });
+
+  it("keeps when the minute's last answer ended, and none for a minute of refusals alone", () => {
+    let now = 10 * MINUTE + 5_000;
+    const usage = createKeyUsage(() => now);
+    usage.settled(answer("team-a", 1, 1));
+    now += 20_000;
+    usage.refused("team-a", "chat", "rpm_limit");
+    usage.refused("team-b", "chat", "rpm_limit");
+    expect(usage.changedSince(0).map((e) => [e.caller, e.lastAnsweredAt])).toEqual([
+      ["team-a", new Date(10 * MINUTE + 5_000)],
+      ["team-b", null],
     ]);
   });
 
