@@ -10,7 +10,7 @@ import { waitFor } from "../support/wait.js";
 // cursor run, then started again: nothing of the dead process may block or lose anything, and a
 // cursor run keeps the progress of its settled bulks.
 
-const GOODS = 60_000;
+const GOODS = 20_000;
 /** The job lock's advisory key (src/indexing/job-lock.ts). */
 const ADVISORY_LOCK_KEY = 1_229_866_072;
 
