@@ -7,8 +7,8 @@ import type { LeaseStore } from "./lease-store.js";
 // This process's allowances of every key it serves: the proxy's one admission, one settlement and
 // "take more" per streamed event, all in memory, and the leases behind them renewed from
 // PostgreSQL (docs/keys.md, "Allowance"). A key costs one statement a second while it is used, one
-// more at most when a request finds its lease short (never two within RENEW_GAP_MS), and one to
-// give its lease back when idle.
+// more at most when its lease runs low or a request finds it short (never two within
+// RENEW_GAP_MS), and one to give its lease back when idle.
 
 /** A key as the proxy knows it: its stable id, its limits and when it was created. */
 export interface KeyRef {
@@ -133,8 +133,11 @@ export function createAllowances(options: AllowancesOptions): Allowances {
     for (const wake of waiters) wake();
   };
 
+  // A used key renews every renewMs; sooner (never within RENEW_GAP_MS of its last statement) when
+  // a request waits, or ahead of need when its lease runs low, in the background: one at a time.
   const due = (entry: Entry, at: number): boolean =>
-    entry.flight === undefined && at - entry.lastSentAt >= (entry.waiters.length > 0 ? RENEW_GAP_MS : renewMs);
+    entry.flight === undefined &&
+    at - entry.lastSentAt >= (entry.waiters.length > 0 || entry.allowance.wantsRenewal(at) ? RENEW_GAP_MS : renewMs);
 
   const tick = (): void => {
     const at = now();
@@ -170,7 +173,11 @@ export function createAllowances(options: AllowancesOptions): Allowances {
         await nextRenewal(entry);
         admission = entry.allowance.admit(estimate, now());
       }
-      if (admission.admitted) return { admitted: true, ticket: { keyId: key.id, allowance: entry.allowance, hold: admission.hold, signal: entry.lapsed.signal } };
+      if (admission.admitted) {
+        const at = now();
+        if (due(entry, at)) void renew(entry);
+        return { admitted: true, ticket: { keyId: key.id, allowance: entry.allowance, hold: admission.hold, signal: entry.lapsed.signal } };
+      }
       return { admitted: false, refusal: refusal(entry.allowance, admission.code, asks(estimate), now()) };
     },
 

@@ -80,6 +80,8 @@ export class KeyAllowance {
   /** The last answer of the database, and its clock minus ours. */
   lastGrant: LeaseGrant | undefined;
   clockOffsetMs = 0;
+  /** Per limit, half of what the lease left free when granted: below it, renew ahead of need. */
+  private readonly lowWater: Record<Dimension, number> = { parallel: -Infinity, requests: -Infinity, tokens: -Infinity, micros: -Infinity };
 
   readonly options: KeyAllowanceOptions;
 
@@ -150,28 +152,51 @@ export class KeyAllowance {
 
   /**
    * The next report: room for twice the admissions asked for since the last one, each the size of
-   * the largest; an idle key, or `giveBack` (the process stops), wants only what is in flight.
+   * the largest; an idle key, or `giveBack` (the process stops), wants only what is in flight. Of
+   * those units, as many as the lease still has free are kept (`keep`, a reserve): the database
+   * grants them whatever the other processes took, so admissions go on while the report travels.
    */
   startReport(nowMs: number, giveBack = false): LeaseReport {
     const keep = {} as Record<Dimension, number>;
     const unit = {} as Record<Dimension, number>;
     const used = {} as Record<Dimension, number>;
+    const wanted = giveBack ? 0 : 2 * this.asked;
+    let reserved = nowMs < this.validUntilMs ? wanted : 0;
     for (const d of DIMENSIONS) {
       const meter = this.meters[d];
-      keep[d] = meter.limited ? meter.held : 0;
       unit[d] = meter.limited ? meter.largestAsk : 0;
-      meter.largestAsk = 0;
-      used[d] = meter.startReport();
+      if (unit[d] > 0) reserved = Math.min(reserved, Math.floor(Math.max(0, meter.free) / unit[d]));
     }
-    const units = giveBack ? 0 : 2 * this.asked;
+    for (const d of DIMENSIONS) {
+      const meter = this.meters[d];
+      const reserve = reserved * unit[d];
+      keep[d] = meter.limited ? meter.held + reserve : 0;
+      meter.largestAsk = 0;
+      used[d] = meter.startReport(reserve);
+    }
+    const units = wanted - reserved;
     this.asked = 0;
     const periodStartsAt = budgetPeriod(this.options.createdAtMs, this.options.limits.budgetPeriodMs, nowMs + this.clockOffsetMs).startsAt;
     return { epoch: this.epoch, used, keep, unit, units, periodStartsAt };
   }
 
+  /**
+   * Whether to renew before a request finds the lease short: less than half of what it left free
+   * when granted is left in some limit, or less than half of its time.
+   */
+  wantsRenewal(nowMs: number): boolean {
+    if (this.validUntilMs - nowMs < this.options.leaseTtlMs / 2) return true;
+    for (const d of DIMENSIONS) if (this.meters[d].free < this.lowWater[d]) return true;
+    return false;
+  }
+
   /** The database renewed the lease; `sentAtMs` is when the report left (the lease runs from no earlier). */
   reportDone(grant: LeaseGrant, sentAtMs: number, nowMs: number): void {
-    for (const d of DIMENSIONS) this.meters[d].reportDone(grant.granted[d]);
+    for (const d of DIMENSIONS) {
+      const meter = this.meters[d];
+      meter.reportDone(grant.granted[d]);
+      this.lowWater[d] = meter.limited ? meter.free / 2 : -Infinity;
+    }
     this.validUntilMs = sentAtMs + this.options.leaseTtlMs - this.options.leaseMarginMs;
     this.lastGrant = grant;
     this.clockOffsetMs = grant.dbNowMs - nowMs;
@@ -185,7 +210,10 @@ export class KeyAllowance {
   lapse(): void {
     this.epoch += 1;
     this.validUntilMs = -Infinity;
-    for (const d of DIMENSIONS) this.meters[d].lapse();
+    for (const d of DIMENSIONS) {
+      this.meters[d].lapse();
+      this.lowWater[d] = -Infinity;
+    }
   }
 
   /** Nothing in flight, nothing to report, nothing asked: the lease can be given back. */
