@@ -1,6 +1,6 @@
 import { type Estimate, type KeyLimits, budgetPeriod } from "./limits.js";
 import { Meter } from "./meter.js";
-import { type Bucket, windowSum } from "./window.js";
+import { type Bucket, type Measure, windowSum } from "./window.js";
 
 // One key's allowance in one process: admission, "take more" for a streamed answer, settlement,
 // and the lease reports that keep it within what the database granted (docs/keys.md,
@@ -25,6 +25,8 @@ export interface Hold {
   tokens: number;
   micros: number;
 }
+
+const NO_WINDOW = Object.freeze({ sum: 0, last: -Infinity });
 
 export type Admission = { readonly admitted: true; readonly hold: Hold } | { readonly admitted: false; readonly code: RefusalCode };
 export type Take = { readonly taken: true } | { readonly taken: false; readonly code: RefusalCode };
@@ -80,6 +82,7 @@ export class KeyAllowance {
   /** The last answer of the database, and its clock minus ours. */
   lastGrant: LeaseGrant | undefined;
   clockOffsetMs = 0;
+  private readonly windows: Partial<Record<Measure, { grant: LeaseGrant; second: number; sum: number; last: number }>> = {};
   /** Per limit, half of what the lease left free when granted: below it, renew ahead of need. */
   private readonly lowWater: Record<Dimension, number> = { parallel: -Infinity, requests: -Infinity, tokens: -Infinity, micros: -Infinity };
 
@@ -214,6 +217,23 @@ export class KeyAllowance {
       this.meters[d].lapse();
       this.lowWater[d] = -Infinity;
     }
+  }
+
+  /**
+   * The last answer's window at `dbNowMs` for one measure: its counted sum and the last second with
+   * a use in it. The same for every answer of that second of that grant, so figured once.
+   */
+  windowOf(measure: Measure, dbNowMs: number): { readonly sum: number; readonly last: number } {
+    const grant = this.lastGrant;
+    if (grant === undefined) return NO_WINDOW;
+    const second = Math.floor(dbNowMs / 1000);
+    const cached = this.windows[measure];
+    if (cached !== undefined && cached.grant === grant && cached.second === second) return cached;
+    let last = -Infinity;
+    for (const bucket of grant.buckets) if (bucket[measure] > 0 && bucket.second > last) last = bucket.second;
+    const figured = { grant, second, sum: windowSum(grant.buckets, measure, dbNowMs), last };
+    this.windows[measure] = figured;
+    return figured;
   }
 
   /** Nothing in flight, nothing to report, nothing asked: the lease can be given back. */
