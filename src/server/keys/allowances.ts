@@ -59,6 +59,9 @@ export const RENEW_GAP_MS = 500;
 /** A lease not renewed this long is the database's again: a dead process's lease is back within it. */
 export const LEASE_TTL_MS = 5_000;
 const LEASE_MARGIN_MS = 500;
+/** How long a key forgotten when idle has its demand remembered, and for how many keys at most. */
+const RECALL_MS = 60_000;
+const RECALL_MAX = 10_000;
 const TICK_MS = 50;
 
 interface Entry {
@@ -83,6 +86,9 @@ const sameLimits = (a: KeyLimits, b: KeyLimits): boolean =>
 export function createAllowances(options: AllowancesOptions): Allowances {
   const { store, processId, logger, renewMs = RENEW_MS, leaseTtlMs = LEASE_TTL_MS, now = Date.now } = options;
   const entries = new Map<string, Entry>();
+  // What a key forgotten when idle wanted at most while in use: back within RECALL_MS, its first lease is sized to
+  // that demand rather than to its first request alone (a burst then waits on no ramp of renewals).
+  const recalled = new Map<string, { wanted: number; at: number }>();
   let failures = 0;
 
   const allowanceOf = (key: KeyRef): KeyAllowance =>
@@ -92,6 +98,11 @@ export function createAllowances(options: AllowancesOptions): Allowances {
     let entry = entries.get(key.id);
     if (entry === undefined) {
       const allowance = allowanceOf(key);
+      const last = recalled.get(key.id);
+      if (last !== undefined) {
+        recalled.delete(key.id);
+        if (now() - last.at < RECALL_MS) allowance.asked = Math.ceil(last.wanted / 2);
+      }
       entry = { key, allowance, lastSentAt: -Infinity, flight: undefined, waiters: [], lapsed: new AbortController() };
       entries.set(key.id, entry);
     } else if (!sameLimits(entry.key.limits, key.limits)) {
@@ -129,7 +140,11 @@ export function createAllowances(options: AllowancesOptions): Allowances {
     entry.lastSentAt = now();
     // A key nobody uses gave its lease back with this report: forget it until its next request.
     const gaveBack = report.units === 0 && Object.values(report.keep).every((k) => k === 0);
-    if (gaveBack && allowance.idle && entry.waiters.length === 0 && entries.get(entry.key.id) === entry) entries.delete(entry.key.id);
+    if (gaveBack && allowance.idle && entry.waiters.length === 0 && entries.get(entry.key.id) === entry) {
+      entries.delete(entry.key.id);
+      if (recalled.size >= RECALL_MAX) recalled.clear();
+      if (!giveBack) recalled.set(entry.key.id, { wanted: allowance.mostWanted, at: now() });
+    }
     for (const wake of waiters) wake();
   };
 

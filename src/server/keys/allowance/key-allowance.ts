@@ -27,6 +27,8 @@ export interface Hold {
 }
 
 const NO_WINDOW = Object.freeze({ sum: 0, last: -Infinity });
+/** A used key's lease is renewed about this often; its units are sized to twice this of demand. */
+const RENEW_REFERENCE_MS = 1_000;
 
 export type Admission = { readonly admitted: true; readonly hold: Hold } | { readonly admitted: false; readonly code: RefusalCode };
 export type Take = { readonly taken: true } | { readonly taken: false; readonly code: RefusalCode };
@@ -83,6 +85,9 @@ export class KeyAllowance {
   lastGrant: LeaseGrant | undefined;
   clockOffsetMs = 0;
   private readonly windows: Partial<Record<Measure, { grant: LeaseGrant; second: number; sum: number; last: number }>> = {};
+  /** When the last report left, and the most units a report wanted. */
+  private lastReportAt = -Infinity;
+  mostWanted = 0;
   /** Per limit, half of what the lease left free when granted: below it, renew ahead of need. */
   private readonly lowWater: Record<Dimension, number> = { parallel: -Infinity, requests: -Infinity, tokens: -Infinity, micros: -Infinity };
 
@@ -163,7 +168,12 @@ export class KeyAllowance {
     const keep = {} as Record<Dimension, number>;
     const unit = {} as Record<Dimension, number>;
     const used = {} as Record<Dimension, number>;
-    const wanted = giveBack ? 0 : 2 * this.asked;
+    // About two seconds of the demand: renewed sooner than each second (its lease ran low), the
+    // asks since the last report came faster.
+    const sinceLastMs = Math.max(RENEW_REFERENCE_MS / 2, Math.min(RENEW_REFERENCE_MS, nowMs - this.lastReportAt));
+    const wanted = giveBack ? 0 : Math.ceil((2 * this.asked * RENEW_REFERENCE_MS) / sinceLastMs);
+    this.lastReportAt = nowMs;
+    if (wanted > this.mostWanted) this.mostWanted = wanted;
     let reserved = nowMs < this.validUntilMs ? wanted : 0;
     for (const d of DIMENSIONS) {
       const meter = this.meters[d];
@@ -188,6 +198,8 @@ export class KeyAllowance {
    * when granted is left in some limit, or less than half of its time.
    */
   wantsRenewal(nowMs: number): boolean {
+    // Without a lease there is nothing to renew ahead: a request that needs one asks for it.
+    if (!(nowMs < this.validUntilMs)) return false;
     if (this.validUntilMs - nowMs < this.options.leaseTtlMs / 2) return true;
     for (const d of DIMENSIONS) if (this.meters[d].free < this.lowWater[d]) return true;
     return false;

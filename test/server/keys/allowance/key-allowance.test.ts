@@ -164,6 +164,14 @@ describe("the lease reports", () => {
     expect(report.units).toBe(0);
   });
 
+  it("want about two seconds of the demand: a report sooner than a second after the last wants more per ask", () => {
+    const allowance = allowanceWith({ rpm: 1_000 }, {});
+    allowance.admit(small, T0);
+    expect(allowance.startReport(T0 + 500)).toMatchObject({ keep: { requests: 4 }, units: 0 });
+    allowance.admit(small, T0);
+    expect(allowance.startReport(T0 + 2_500)).toMatchObject({ keep: { requests: 2 }, units: 0 });
+  });
+
   it("keep only the whole units the lease has free, and ask for the rest", () => {
     const allowance = allowanceWith({ maxParallel: 10, rpm: 100, tpm: 10_000 }, { parallel: 3 });
     const a = allowance.admit(small, T0);
