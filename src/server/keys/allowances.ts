@@ -86,8 +86,9 @@ const sameLimits = (a: KeyLimits, b: KeyLimits): boolean =>
 export function createAllowances(options: AllowancesOptions): Allowances {
   const { store, processId, logger, renewMs = RENEW_MS, leaseTtlMs = LEASE_TTL_MS, now = Date.now } = options;
   const entries = new Map<string, Entry>();
-  // What a key forgotten when idle wanted at most while in use: back within RECALL_MS, its first lease is sized to
-  // that demand rather than to its first request alone (a burst then waits on no ramp of renewals).
+  // What a key forgotten when idle wanted at most while in use: back within RECALL_MS, its first
+  // lease is sized to that demand rather than to its first request alone (its callers coming back
+  // then wait through no ramp of renewals).
   const recalled = new Map<string, { wanted: number; at: number }>();
   let failures = 0;
 
