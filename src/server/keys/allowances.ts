@@ -7,8 +7,8 @@ import type { LeaseStore } from "./lease-store.js";
 // This process's allowances of every key it serves: the proxy's one admission, one settlement and
 // "take more" per streamed event, all in memory, and the leases behind them renewed from
 // PostgreSQL (docs/keys.md, "Allowance"). A key costs one statement a second while it is used, one
-// more at most when a request finds its lease short (never two within RENEW_GAP_MS), and one to
-// give its lease back when idle.
+// more at most when its lease runs low or a request finds it short (never two within
+// RENEW_GAP_MS), and one to give its lease back when idle.
 
 /** A key as the proxy knows it: its stable id, its limits and when it was created. */
 export interface KeyRef {
@@ -59,6 +59,9 @@ export const RENEW_GAP_MS = 500;
 /** A lease not renewed this long is the database's again: a dead process's lease is back within it. */
 export const LEASE_TTL_MS = 5_000;
 const LEASE_MARGIN_MS = 500;
+/** How long a key forgotten when idle has its demand remembered, and for how many keys at most. */
+const RECALL_MS = 60_000;
+const RECALL_MAX = 10_000;
 const TICK_MS = 50;
 
 interface Entry {
@@ -83,6 +86,10 @@ const sameLimits = (a: KeyLimits, b: KeyLimits): boolean =>
 export function createAllowances(options: AllowancesOptions): Allowances {
   const { store, processId, logger, renewMs = RENEW_MS, leaseTtlMs = LEASE_TTL_MS, now = Date.now } = options;
   const entries = new Map<string, Entry>();
+  // What a key forgotten when idle wanted at most while in use: back within RECALL_MS, its first
+  // lease is sized to that demand rather than to its first request alone (its callers coming back
+  // then wait through no ramp of renewals).
+  const recalled = new Map<string, { wanted: number; at: number }>();
   let failures = 0;
 
   const allowanceOf = (key: KeyRef): KeyAllowance =>
@@ -92,6 +99,11 @@ export function createAllowances(options: AllowancesOptions): Allowances {
     let entry = entries.get(key.id);
     if (entry === undefined) {
       const allowance = allowanceOf(key);
+      const last = recalled.get(key.id);
+      if (last !== undefined) {
+        recalled.delete(key.id);
+        if (now() - last.at < RECALL_MS) allowance.asked = Math.ceil(last.wanted / 2);
+      }
       entry = { key, allowance, lastSentAt: -Infinity, flight: undefined, waiters: [], lapsed: new AbortController() };
       entries.set(key.id, entry);
     } else if (!sameLimits(entry.key.limits, key.limits)) {
@@ -129,12 +141,19 @@ export function createAllowances(options: AllowancesOptions): Allowances {
     entry.lastSentAt = now();
     // A key nobody uses gave its lease back with this report: forget it until its next request.
     const gaveBack = report.units === 0 && Object.values(report.keep).every((k) => k === 0);
-    if (gaveBack && allowance.idle && entry.waiters.length === 0 && entries.get(entry.key.id) === entry) entries.delete(entry.key.id);
+    if (gaveBack && allowance.idle && entry.waiters.length === 0 && entries.get(entry.key.id) === entry) {
+      entries.delete(entry.key.id);
+      if (recalled.size >= RECALL_MAX) recalled.clear();
+      if (!giveBack) recalled.set(entry.key.id, { wanted: allowance.mostWanted, at: now() });
+    }
     for (const wake of waiters) wake();
   };
 
+  // A used key renews every renewMs; sooner (never within RENEW_GAP_MS of its last statement) when
+  // a request waits, or ahead of need when its lease runs low, in the background: one at a time.
   const due = (entry: Entry, at: number): boolean =>
-    entry.flight === undefined && at - entry.lastSentAt >= (entry.waiters.length > 0 ? RENEW_GAP_MS : renewMs);
+    entry.flight === undefined &&
+    at - entry.lastSentAt >= (entry.waiters.length > 0 || entry.allowance.wantsRenewal(at) ? RENEW_GAP_MS : renewMs);
 
   const tick = (): void => {
     const at = now();
@@ -170,7 +189,11 @@ export function createAllowances(options: AllowancesOptions): Allowances {
         await nextRenewal(entry);
         admission = entry.allowance.admit(estimate, now());
       }
-      if (admission.admitted) return { admitted: true, ticket: { keyId: key.id, allowance: entry.allowance, hold: admission.hold, signal: entry.lapsed.signal } };
+      if (admission.admitted) {
+        const at = now();
+        if (due(entry, at)) void renew(entry);
+        return { admitted: true, ticket: { keyId: key.id, allowance: entry.allowance, hold: admission.hold, signal: entry.lapsed.signal } };
+      }
       return { admitted: false, refusal: refusal(entry.allowance, admission.code, asks(estimate), now()) };
     },
 

@@ -74,13 +74,17 @@ class KeyRequest implements CallerAllowance {
   }
 
   headers(): Record<string, string> {
-    const figures = this.options.allowances.figures(this.key);
+    const { requests, tokens } = this.options.allowances.figures(this.key);
     const headers: Record<string, string> = {};
-    for (const [measure, figure] of Object.entries(figures)) {
-      if (figure === undefined) continue;
-      headers[`x-ratelimit-limit-${measure}`] = String(figure.limit);
-      headers[`x-ratelimit-remaining-${measure}`] = String(figure.remaining);
-      headers[`x-ratelimit-reset-${measure}`] = openAiDuration(figure.resetMs);
+    if (requests !== undefined) {
+      headers["x-ratelimit-limit-requests"] = String(requests.limit);
+      headers["x-ratelimit-remaining-requests"] = String(requests.remaining);
+      headers["x-ratelimit-reset-requests"] = openAiDuration(requests.resetMs);
+    }
+    if (tokens !== undefined) {
+      headers["x-ratelimit-limit-tokens"] = String(tokens.limit);
+      headers["x-ratelimit-remaining-tokens"] = String(tokens.remaining);
+      headers["x-ratelimit-reset-tokens"] = openAiDuration(tokens.resetMs);
     }
     return headers;
   }

@@ -6,7 +6,7 @@ import { hasLimits } from "./allowance/limits.js";
 import type { KeyEntry, KeyStore } from "./key-store.js";
 
 // The keys every process admits, in memory (SPEC.md section 2, "Keys for callers"): a request
-// is judged without a query. Every pollMs the directory reads one small statement, a stamp that
+// is judged without a query, and its secret hashed once per reload. Every pollMs the directory reads one small statement, a stamp that
 // moves with any write of a key (and the endpoints with a token price); it reloads the live keys
 // only when the stamp moved. A new or rotated secret, a revocation and a PATCH are thus in force
 // in every process within pollMs and a reload; an expiry and a rotation's grace are checked
@@ -15,6 +15,8 @@ import type { KeyEntry, KeyStore } from "./key-store.js";
 
 /** How often each process polls the stamp: a change is in force everywhere well within 1 s. */
 export const KEY_POLL_MS = 250;
+/** Secrets presented whose key was found, remembered until the next reload (a live key has two at most). */
+const SEEN_MAX = 4_096;
 
 /** A live key as a request presents it. */
 export interface KeyGrant {
@@ -60,6 +62,10 @@ export interface KeyDirectoryOptions {
 export function createKeyDirectory(options: KeyDirectoryOptions): KeyDirectory {
   const { store, logger, pollMs = KEY_POLL_MS, now = Date.now } = options;
   let bySecret = new Map<string, Held>();
+  // The secrets presented that opened a key, so that a request hashes its secret once per reload,
+  // not once per request. Dropped whenever the keys are reloaded (a revocation or rotation is then
+  // in force as before) and when full; a secret that opens nothing is never kept.
+  let seen = new Map<string, Held>();
   let priced: ReadonlyMap<string, TokenPrice> = new Map();
   let stamp: string | undefined;
   let unreadable = false;
@@ -73,6 +79,7 @@ export function createKeyDirectory(options: KeyDirectoryOptions): KeyDirectory {
       priced = read.prices;
       if (read.stamp !== stamp) {
         bySecret = index(await store.liveEntries());
+        seen = new Map();
         stamp = read.stamp;
       }
       if (unreadable) logger.info("key directory readable again");
@@ -97,8 +104,13 @@ export function createKeyDirectory(options: KeyDirectoryOptions): KeyDirectory {
 
   return {
     lookUp(secret) {
-      const held = bySecret.get(secretDigest(secret).toString("hex"));
-      if (!held) return { found: "none" };
+      let held = seen.get(secret);
+      if (held === undefined) {
+        held = bySecret.get(secretDigest(secret).toString("hex"));
+        if (!held) return { found: "none" };
+        if (seen.size >= SEEN_MAX) seen.clear();
+        seen.set(secret, held);
+      }
       const at = now();
       if (held.validUntil !== null && at >= held.validUntil) return { found: "none" };
       if (held.expiresAt !== null && at >= held.expiresAt) return { found: "expired", name: held.grant.name };

@@ -1,6 +1,6 @@
 import { type Estimate, type KeyLimits, budgetPeriod } from "./limits.js";
 import { Meter } from "./meter.js";
-import { type Bucket, windowSum } from "./window.js";
+import { type Bucket, type Measure, windowSum } from "./window.js";
 
 // One key's allowance in one process: admission, "take more" for a streamed answer, settlement,
 // and the lease reports that keep it within what the database granted (docs/keys.md,
@@ -25,6 +25,10 @@ export interface Hold {
   tokens: number;
   micros: number;
 }
+
+const NO_WINDOW = Object.freeze({ sum: 0, last: -Infinity });
+/** A used key's lease is renewed about this often; its units are sized to twice this of demand. */
+const RENEW_REFERENCE_MS = 1_000;
 
 export type Admission = { readonly admitted: true; readonly hold: Hold } | { readonly admitted: false; readonly code: RefusalCode };
 export type Take = { readonly taken: true } | { readonly taken: false; readonly code: RefusalCode };
@@ -80,6 +84,12 @@ export class KeyAllowance {
   /** The last answer of the database, and its clock minus ours. */
   lastGrant: LeaseGrant | undefined;
   clockOffsetMs = 0;
+  private readonly windows: Partial<Record<Measure, { grant: LeaseGrant; second: number; sum: number; last: number }>> = {};
+  /** When the last report left, and the most units a report wanted. */
+  private lastReportAt = -Infinity;
+  mostWanted = 0;
+  /** Per limit, half of what the lease left free when granted: below it, renew ahead of need. */
+  private readonly lowWater: Record<Dimension, number> = { parallel: -Infinity, requests: -Infinity, tokens: -Infinity, micros: -Infinity };
 
   readonly options: KeyAllowanceOptions;
 
@@ -150,28 +160,58 @@ export class KeyAllowance {
 
   /**
    * The next report: room for twice the admissions asked for since the last one, each the size of
-   * the largest; an idle key, or `giveBack` (the process stops), wants only what is in flight.
+   * the largest; an idle key, or `giveBack` (the process stops), wants only what is in flight. Of
+   * those units, as many as the lease still has free are kept (`keep`, a reserve): the database
+   * grants them whatever the other processes took, so admissions go on while the report travels.
    */
   startReport(nowMs: number, giveBack = false): LeaseReport {
     const keep = {} as Record<Dimension, number>;
     const unit = {} as Record<Dimension, number>;
     const used = {} as Record<Dimension, number>;
+    // About two seconds of the demand: renewed sooner than each second (its lease ran low), the
+    // asks since the last report came faster.
+    const sinceLastMs = Math.max(RENEW_REFERENCE_MS / 2, Math.min(RENEW_REFERENCE_MS, nowMs - this.lastReportAt));
+    const wanted = giveBack ? 0 : Math.ceil((2 * this.asked * RENEW_REFERENCE_MS) / sinceLastMs);
+    this.lastReportAt = nowMs;
+    if (wanted > this.mostWanted) this.mostWanted = wanted;
+    let reserved = nowMs < this.validUntilMs ? wanted : 0;
     for (const d of DIMENSIONS) {
       const meter = this.meters[d];
-      keep[d] = meter.limited ? meter.held : 0;
       unit[d] = meter.limited ? meter.largestAsk : 0;
-      meter.largestAsk = 0;
-      used[d] = meter.startReport();
+      if (unit[d] > 0) reserved = Math.min(reserved, Math.floor(Math.max(0, meter.free) / unit[d]));
     }
-    const units = giveBack ? 0 : 2 * this.asked;
+    for (const d of DIMENSIONS) {
+      const meter = this.meters[d];
+      const reserve = reserved * unit[d];
+      keep[d] = meter.limited ? meter.held + reserve : 0;
+      meter.largestAsk = 0;
+      used[d] = meter.startReport(reserve);
+    }
+    const units = wanted - reserved;
     this.asked = 0;
     const periodStartsAt = budgetPeriod(this.options.createdAtMs, this.options.limits.budgetPeriodMs, nowMs + this.clockOffsetMs).startsAt;
     return { epoch: this.epoch, used, keep, unit, units, periodStartsAt };
   }
 
+  /**
+   * Whether to renew before a request finds the lease short: less than half of what it left free
+   * when granted is left in some limit, or less than half of its time.
+   */
+  wantsRenewal(nowMs: number): boolean {
+    // Without a lease there is nothing to renew ahead: a request that needs one asks for it.
+    if (!(nowMs < this.validUntilMs)) return false;
+    if (this.validUntilMs - nowMs < this.options.leaseTtlMs / 2) return true;
+    for (const d of DIMENSIONS) if (this.meters[d].free < this.lowWater[d]) return true;
+    return false;
+  }
+
   /** The database renewed the lease; `sentAtMs` is when the report left (the lease runs from no earlier). */
   reportDone(grant: LeaseGrant, sentAtMs: number, nowMs: number): void {
-    for (const d of DIMENSIONS) this.meters[d].reportDone(grant.granted[d]);
+    for (const d of DIMENSIONS) {
+      const meter = this.meters[d];
+      meter.reportDone(grant.granted[d]);
+      this.lowWater[d] = meter.limited ? meter.free / 2 : -Infinity;
+    }
     this.validUntilMs = sentAtMs + this.options.leaseTtlMs - this.options.leaseMarginMs;
     this.lastGrant = grant;
     this.clockOffsetMs = grant.dbNowMs - nowMs;
@@ -185,7 +225,27 @@ export class KeyAllowance {
   lapse(): void {
     this.epoch += 1;
     this.validUntilMs = -Infinity;
-    for (const d of DIMENSIONS) this.meters[d].lapse();
+    for (const d of DIMENSIONS) {
+      this.meters[d].lapse();
+      this.lowWater[d] = -Infinity;
+    }
+  }
+
+  /**
+   * The last answer's window at `dbNowMs` for one measure: its counted sum and the last second with
+   * a use in it. The same for every answer of that second of that grant, so figured once.
+   */
+  windowOf(measure: Measure, dbNowMs: number): { readonly sum: number; readonly last: number } {
+    const grant = this.lastGrant;
+    if (grant === undefined) return NO_WINDOW;
+    const second = Math.floor(dbNowMs / 1000);
+    const cached = this.windows[measure];
+    if (cached !== undefined && cached.grant === grant && cached.second === second) return cached;
+    let last = -Infinity;
+    for (const bucket of grant.buckets) if (bucket[measure] > 0 && bucket.second > last) last = bucket.second;
+    const figured = { grant, second, sum: windowSum(grant.buckets, measure, dbNowMs), last };
+    this.windows[measure] = figured;
+    return figured;
   }
 
   /** Nothing in flight, nothing to report, nothing asked: the lease can be given back. */

@@ -40,15 +40,22 @@ export class Meter {
     if (amount > this.largestAsk) this.largestAsk = amount;
   }
 
+  /** What the lease still leaves free. */
+  get free(): number {
+    return this.cap - this.used;
+  }
+
   /**
-   * A report leaves with what ended since the last one. Until its answer comes this process uses
-   * no more than what is in flight: the database always grants at least that (nobody else could
-   * have taken it), so the lease covers this process whichever way the answer goes.
+   * A report leaves with what ended since the last one, and keeps `reserve` of what its lease left
+   * free. Until its answer comes this process uses no more than what is in flight and that reserve:
+   * the database always grants at least that much (it was in this lease, nobody else could have
+   * taken it), so the lease covers this process whichever way the answer goes, and admissions go on
+   * while the report travels.
    */
-  startReport(): number {
+  startReport(reserve = 0): number {
     this.reporting = this.pending;
     this.pending = 0;
-    if (this.limited) this.cap = Math.min(this.cap, this.reporting + this.held);
+    if (this.limited) this.cap = Math.min(this.cap, this.reporting + this.held + reserve);
     return this.reporting;
   }
 

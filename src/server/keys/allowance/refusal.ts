@@ -1,6 +1,6 @@
 import type { Amounts, KeyAllowance, RefusalCode } from "./key-allowance.js";
 import { budgetPeriod } from "./limits.js";
-import { type Measure, WINDOW_S, secondsUntilRoom, windowSum } from "./window.js";
+import { type Measure, WINDOW_S, secondsUntilRoom } from "./window.js";
 
 // What a refused caller is told, and the figures of OpenAI's x-ratelimit-* headers, from the
 // database's last answer and this process's own use. Pure.
@@ -56,8 +56,8 @@ function figure(allowance: KeyAllowance, measure: Measure, limit: number, nowMs:
   const dbNow = nowMs + allowance.clockOffsetMs;
   const mine = allowance.meters[measure].used;
   if (grant === undefined) return { limit, remaining: Math.max(0, limit - mine), resetMs: 0 };
-  const used = windowSum(grant.buckets, measure, dbNow) + grant.others[measure] + mine;
-  const last = Math.max(-Infinity, ...grant.buckets.filter((b) => b[measure] > 0).map((b) => b.second));
+  const { sum, last } = allowance.windowOf(measure, dbNow);
+  const used = sum + grant.others[measure] + mine;
   const resetMs = Number.isFinite(last) ? Math.max(0, (last + WINDOW_S + 1) * 1000 - dbNow) : 0;
   return { limit, remaining: Math.max(0, limit - used), resetMs };
 }

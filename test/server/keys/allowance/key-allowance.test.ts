@@ -157,10 +157,40 @@ describe("the lease reports", () => {
     allowance.settle(a.hold, 150, 0);
     const report = allowance.startReport(T0 + 1000);
     expect(report.used).toEqual({ parallel: 0, requests: 2, tokens: 150, micros: 0 });
-    // One in flight (200 tokens) kept, and room for twice the two asks, in units of the largest.
-    expect(report.keep).toEqual({ parallel: 1, requests: 0, tokens: 200, micros: 0 });
+    // Room for twice the two asks, in units of the largest: the lease has them free, so they are
+    // kept with the one in flight (200 tokens), and none is asked beside.
+    expect(report.keep).toEqual({ parallel: 1 + 4, requests: 4, tokens: 200 + 4 * 200, micros: 0 });
     expect(report.unit).toEqual({ parallel: 1, requests: 1, tokens: 200, micros: 0 });
-    expect(report.units).toBe(4);
+    expect(report.units).toBe(0);
+  });
+
+  it("want about two seconds of the demand: a report sooner than a second after the last wants more per ask", () => {
+    const allowance = allowanceWith({ rpm: 1_000 }, {});
+    allowance.admit(small, T0);
+    expect(allowance.startReport(T0 + 500)).toMatchObject({ keep: { requests: 4 }, units: 0 });
+    allowance.admit(small, T0);
+    expect(allowance.startReport(T0 + 2_500)).toMatchObject({ keep: { requests: 2 }, units: 0 });
+  });
+
+  it("keep only the whole units the lease has free, and ask for the rest", () => {
+    const allowance = allowanceWith({ maxParallel: 10, rpm: 100, tpm: 10_000 }, { parallel: 3 });
+    const a = allowance.admit(small, T0);
+    const b = allowance.admit(small, T0);
+    if (!a.admitted || !b.admitted) throw new Error("refused");
+    allowance.settle(a.hold, 150, 0);
+    const report = allowance.startReport(T0 + 1000);
+    // Three places leased, one in flight: two of the four units wanted are kept, two asked for.
+    expect(report.keep).toEqual({ parallel: 1 + 2, requests: 2, tokens: 200 + 2 * 200, micros: 0 });
+    expect(report.units).toBe(2);
+  });
+
+  it("a lease past its time keeps nothing but what is in flight", () => {
+    const allowance = allowanceWith({ tpm: 10_000 }, {});
+    const a = allowance.admit(small, T0);
+    if (!a.admitted) throw new Error("refused");
+    const report = allowance.startReport(T0 + TTL);
+    expect(report.keep.tokens).toBe(200);
+    expect(report.units).toBe(2);
   });
 
   it("an idle key wants nothing: its lease goes back", () => {
@@ -170,16 +200,34 @@ describe("the lease reports", () => {
     expect(allowance.idle).toBe(true);
   });
 
-  it("while a report travels, use stays within what is in flight: the new lease is sure to hold that", () => {
+  it("while a report travels, use stays within what is in flight and the reserve kept: the new lease is sure to hold that", () => {
     const allowance = allowanceWith({ maxParallel: 10, tpm: 10_000 }, {});
     const first = allowance.admit(small, T0);
     allowance.admit(small, T0);
     if (!first.admitted) throw new Error("refused");
-    allowance.startReport(T0 + 1000);
+    const report = allowance.startReport(T0 + 1000);
+    // Admissions go on within the four units kept, no further.
+    for (let i = 0; i < 4; i++) expect(allowance.admit(small, T0 + 1001).admitted).toBe(true);
     expect(allowance.admit(small, T0 + 1001).admitted).toBe(false);
+    expect(allowance.meters.tokens.used).toBe(report.keep.tokens);
     allowance.settle(first.hold, 100, 0);
     // The ended answer's unused hold is free again, within what the report kept.
     expect(allowance.meters.tokens.cap - allowance.meters.tokens.used).toBe(100);
+  });
+
+  it("renew ahead of need: when less than half of what the lease left free is left", () => {
+    const allowance = allowanceWith({ tpm: 1_000 }, {});
+    expect(allowance.wantsRenewal(T0 + 100)).toBe(false);
+    for (let i = 0; i < 2; i++) allowance.admit(small, T0 + 100);
+    expect(allowance.wantsRenewal(T0 + 100)).toBe(false);
+    allowance.admit(small, T0 + 100);
+    expect(allowance.wantsRenewal(T0 + 100)).toBe(true);
+  });
+
+  it("renew ahead of need: when less than half of the lease's time is left", () => {
+    const allowance = allowanceWith({ tpm: 1_000 }, {});
+    expect(allowance.wantsRenewal(T0 + 1_000)).toBe(false);
+    expect(allowance.wantsRenewal(T0 + TTL - 500 - TTL / 2 + 1)).toBe(true);
   });
 
   it("a failed report is sent again: counting twice is safe, once lost is not", () => {
