@@ -6,9 +6,9 @@ import { hasLimits } from "./allowance/limits.js";
 import type { KeyEntry, KeyStore } from "./key-store.js";
 
 // The keys every process admits, in memory (SPEC.md section 2, "Keys for callers"): a request
-// is judged without a query, and its secret hashed once per reload. Every pollMs the directory reads one small statement, a stamp that
-// moves with any write of a key (and the endpoints with a token price); it reloads the live keys
-// only when the stamp moved. A new or rotated secret, a revocation and a PATCH are thus in force
+// is judged without a query, and its secret hashed once per reload. Every pollMs the directory
+// reads one small statement, a stamp that moves with any write of a key (and the endpoints with a
+// token price); it reloads the live keys only when the stamp moved. A new or rotated secret, a revocation and a PATCH are thus in force
 // in every process within pollMs and a reload; an expiry and a rotation's grace are checked
 // against the clock at each lookup. While the database cannot be read the last keys stay in
 // force, said once per outage.
