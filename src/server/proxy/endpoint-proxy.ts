@@ -475,6 +475,8 @@ class Exchange {
       body: this.body,
       heldSince: this.held?.heldSince,
       failed: this.failed,
+      // Admitted once: settled by whichever way the request ends from the queue.
+      allowance: this.allowance,
     };
     if (!this.shared.holds.requeue(held, { instanceIds: this.failed, detail })) return false;
     // This exchange is over without an answer: the one the hold queue starts answers.
