@@ -79,6 +79,8 @@ export interface ProxyLoadEntry {
   held: number;
   /** inFlight by replica (instance id); replicas with none are left out. */
   byReplica: Record<string, number>;
+  /** Answers in flight by caller (a key's or static token's name), held ones included; callers with none are left out. */
+  byCaller: Record<string, number>;
   /** When the last request for the endpoint arrived here; null when none has. */
   lastRequestAt: Date | null;
 }
@@ -95,6 +97,12 @@ export interface ProxyLoad {
   held(endpointId: string, delta: 1 | -1): void;
   /** One request more (+1) or fewer (-1) in flight to the endpoint's replica `instanceId`. */
   sent(endpointId: string, instanceId: string, delta: 1 | -1): void;
+  /**
+   * One answer more (+1) or fewer (-1) in flight for `caller` (a key's or static token's name, as
+   * its usage names it), from its admission, held or sent, to its end (SPEC.md section 2, "Keys
+   * for callers", in_flight).
+   */
+  callerAnswer(endpointId: string, caller: string, delta: 1 | -1): void;
   /** The endpoints with requests now, or with any change within the last `recentMs`. */
   entries(recentMs: number): ProxyLoadEntry[];
 }

@@ -120,7 +120,7 @@ export function createGpuModule(deps: ModuleDeps): GpuModule {
     endpoints,
     events,
     history: { history, spend: KnexSpendStore.create({ knex, readTimeoutMs }), historyDays },
-    keys: { keys: KnexKeyStore.create({ knex }), usage: keyUsage },
+    keys: { keys: KnexKeyStore.create({ knex }), usage: keyUsage, inFlight: load },
     creationHooks: deps.gpuCreationHooks,
   });
   return {

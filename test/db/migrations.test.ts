@@ -139,6 +139,17 @@ describe("migrations", () => {
     await db.knex("gpu_instances").delete();
   });
 
+  it("gives load rows written before callers were counted none in flight, and rolls back keeping them", async () => {
+    await undoThrough("20261129050000_gpu_endpoint_load_callers");
+    await db.knex("gpu_endpoint_load").insert({ process_id: "older", endpoint_id: 1, in_flight: 2 });
+    await migrateToLatest(db.knex);
+    expect(await db.knex("gpu_endpoint_load").where({ process_id: "older" }).first()).toMatchObject({ in_flight: 2, by_caller: {} });
+    await undoThrough("20261129050000_gpu_endpoint_load_callers");
+    expect(await db.knex("gpu_endpoint_load").where({ process_id: "older" }).first()).toMatchObject({ in_flight: 2 });
+    await migrateToLatest(db.knex);
+    await db.knex("gpu_endpoint_load").delete();
+  });
+
   it("refuses a status value outside the contract", async () => {
     await expect(
       db.knex("gpu_instances").insert({ instance_id: "gpu-2", offer_id: "o", status: "sleeping" }),

@@ -31,6 +31,7 @@ import * as gpuInstanceMarketOwnId from "./20261129010000_gpu_instance_market_ow
 import * as gpuKeys from "./20261129020000_gpu_keys.js";
 import * as gpuKeyLeases from "./20261129030000_gpu_key_leases.js";
 import * as gpuEndpointRouting from "./20261129040000_gpu_endpoint_routing.js";
+import * as gpuEndpointLoadCallers from "./20261129050000_gpu_endpoint_load_callers.js";
 
 // Migrations are listed here, in order, rather than found on disk, so that they run the same
 // under tsx, vitest and compiled output. A shipped migration is never edited: add a new one.
@@ -67,6 +68,7 @@ const MIGRATIONS: ReadonlyArray<readonly [string, Knex.Migration]> = [
   ["20261129020000_gpu_keys", gpuKeys],
   ["20261129030000_gpu_key_leases", gpuKeyLeases],
   ["20261129040000_gpu_endpoint_routing", gpuEndpointRouting],
+  ["20261129050000_gpu_endpoint_load_callers", gpuEndpointLoadCallers],
 ];
 
 export const migrationSource: Knex.MigrationSource<string> = {

@@ -18,20 +18,30 @@ type KeyRpcs = Pick<ServiceImpl<typeof GpuService>, "createKey" | "listKeys" | "
 export interface KeyRpcsOptions {
   keys: KeyStore;
   usage: KeyUsageStore;
+  /** Each caller's answers in flight over every process (the endpoints' published load). */
+  inFlight: { callersInFlight(callers: readonly string[]): Promise<Map<string, number>> };
   /** Where a budgeted key's endpoints are checked for a token price. */
   endpoints: { getByName(name: string): Promise<EndpointRecord | null> };
   now?: () => number;
 }
 
 export function createKeyRpcs(options: KeyRpcsOptions): KeyRpcs {
-  const { keys, usage, endpoints, now = Date.now } = options;
+  const { keys, usage, inFlight, endpoints, now = Date.now } = options;
 
   async function views(records: readonly KeyRecord[], secret?: string) {
     const at = now();
     const periods = records.map((record) => ({ record, period: periodAt(record.createdAt, record.budgetDuration, at) }));
-    const used = await usage.periodTotals(periods.map(({ record, period }) => ({ keyName: record.name, from: period.startsAt })));
-    // A name may be taken again after a revocation: each key's period starts at or after its creation.
-    return periods.map(({ record, period }) => keyMessage({ record, period, used: used.get(record.name), inFlight: 0, secret }));
+    const [used, flying] = await Promise.all([
+      usage.periodTotals(periods.map(({ record, period }) => ({ keyName: record.name, from: period.startsAt }))),
+      inFlight.callersInFlight([...new Set(records.map((record) => record.name))]),
+    ]);
+    // A name may be taken again after a revocation: each key's period starts at or after its
+    // creation, and the answers in flight under a name are the live key's when there is one.
+    const live = new Set(records.filter((record) => !record.revokedAt).map((record) => record.name));
+    return periods.map(({ record, period }) => {
+      const mine = !record.revokedAt || !live.has(record.name);
+      return keyMessage({ record, period, used: used.get(record.name), inFlight: mine ? (flying.get(record.name) ?? 0) : 0, secret });
+    });
   }
 
   async function view(record: KeyRecord, secret?: string) {

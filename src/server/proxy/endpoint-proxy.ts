@@ -22,7 +22,8 @@ import { completionPathOf, StreamedAnswer, type StreamPlan } from "./streamed-an
 // The endpoint proxy (SPEC.md section 2, "Endpoints", Routing): one request to one ready replica.
 // A request's path, in order: authenticated (before it reaches here, server/app.ts), admitted
 // (its key's limits, caller-allowance.ts: once its body is read, or before it waits in the hold
-// queue; refused, 429 and no replica asked), a replica chosen (replica-choice.ts: the longest
+// queue; refused, 429 and no replica asked; admitted, in flight for its caller until its response
+// closes), a replica chosen (replica-choice.ts: the longest
 // prefix of its prompt or the least outstanding), forwarded, settled (count(): once, whatever the
 // end). The answer is passed on as it arrives, never buffered; a connection error or a
 // 502/503/504 before any answer byte sends it to another ready replica it has not tried. With no
@@ -176,6 +177,7 @@ export function createEndpointProxy(options: EndpointProxyOptions): EndpointProx
         return;
       }
     }
+    countInFlight(load, res, route.endpointId, caller);
     holds.hold(req, res, name, caller, upstreamPath, route, allowance);
   };
 
@@ -268,12 +270,12 @@ class Exchange {
 
   /** The request's one admission against its caller's limits, then `go`; refused: 429, no replica asked. */
   private admitted(ask: RequestAsk, go: () => void): void {
-    if (this.allowance === undefined) return go();
+    if (this.allowance === undefined) return this.inFlight(go);
     this.allowance.admit(ask).then(
       (refusal) => {
         // The caller left meanwhile: counted (and settled) by onClientClose.
         if (this.settled) return;
-        if (refusal === undefined) return go();
+        if (refusal === undefined) return this.inFlight(go);
         this.settled = true;
         this.counted = true;
         this.body.detach();
@@ -285,6 +287,12 @@ class Exchange {
         this.reply(500, "internal server error");
       },
     );
+  }
+
+  /** Counts the answer in flight for its caller, then `go`; a request from the hold queue was counted before it waited. */
+  private inFlight(go: () => void): void {
+    if (this.held === undefined) countInFlight(this.shared.load, this.res, this.route.endpointId, this.caller);
+    go();
   }
 
   private send(target: RouteTarget): void {
@@ -467,6 +475,8 @@ class Exchange {
       body: this.body,
       heldSince: this.held?.heldSince,
       failed: this.failed,
+      // Admitted once: settled by whichever way the request ends from the queue.
+      allowance: this.allowance,
     };
     if (!this.shared.holds.requeue(held, { instanceIds: this.failed, detail })) return false;
     // This exchange is over without an answer: the one the hold queue starts answers.
@@ -560,6 +570,15 @@ class Exchange {
     this.allowance?.settle(this.usage);
     this.shared.options.settle?.({ endpoint: this.name, caller: this.caller, status: code, usage: this.usage });
   }
+}
+
+/**
+ * An admitted answer counts in flight for its caller (its key's in_flight) from now until its
+ * response closes, whichever way it ends: answered, refused while held, or its caller gone.
+ */
+function countInFlight(load: ProxyLoad, res: NodeResponse, endpointId: string, caller: string): void {
+  load.callerAnswer(endpointId, caller, 1);
+  res.once("close", () => load.callerAnswer(endpointId, caller, -1));
 }
 
 /** 429 for a caller's limit, in OpenAI's shape; the body not read yet is left unread. */

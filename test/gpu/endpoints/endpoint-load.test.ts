@@ -66,6 +66,49 @@ describe("load store and publisher", () => {
     expect(await store.prune(0)).toBe(2);
   });
 
+  it("sums each caller's answers in flight over every process and endpoint, fresh rows only, in one read", async () => {
+    const store = LoadStore.create({ knex: db.knex, freshMs: 1_500 });
+    const [a, b] = [createProxyLoad(), createProxyLoad()];
+    const publishA = createLoadPublisher({ store, load: a, logger, processId: "process-callers-a" });
+    const publishB = createLoadPublisher({ store, load: b, logger, processId: "process-callers-b" });
+    a.callerAnswer("301", "team-a", 1);
+    a.callerAnswer("301", "team-a", 1);
+    a.callerAnswer("302", "team-a", 1);
+    a.callerAnswer("301", "AUTH_TOKENS#1", 1);
+    b.callerAnswer("301", "team-a", 1);
+    b.callerAnswer("302", "team-b", 1);
+    await publishA.publish();
+    await publishB.publish();
+    expect(await store.callersInFlight(["team-a", "team-b", "team-c", "AUTH_TOKENS#1"])).toEqual(
+      new Map([
+        ["team-a", 4],
+        ["team-b", 1],
+        ["team-c", 0],
+        ["AUTH_TOKENS#1", 1],
+      ]),
+    );
+    expect(await store.callersInFlight([])).toEqual(new Map());
+
+    // A is killed: its answers leave the sums once its rows are stale; B's stay.
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    b.callerAnswer("302", "team-b", -1);
+    await publishB.publish();
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    expect(await store.callersInFlight(["team-a", "team-b", "AUTH_TOKENS#1"])).toEqual(
+      new Map([
+        ["team-a", 1],
+        ["team-b", 0],
+        ["AUTH_TOKENS#1", 0],
+      ]),
+    );
+
+    // B stops gracefully: its callers' answers are written as none at once.
+    publishB.start();
+    await publishB.stop();
+    expect((await store.callersInFlight(["team-a"])).get("team-a")).toBe(0);
+    await db.knex("gpu_endpoint_load").whereIn("process_id", ["process-callers-a", "process-callers-b"]).delete();
+  });
+
   it("publishes about every second while it has load, and the zero once the load ends, then stops writing", async () => {
     const store = LoadStore.create({ knex: db.knex });
     const load = createProxyLoad();

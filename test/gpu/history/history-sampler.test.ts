@@ -66,8 +66,8 @@ describe("the endpoints' history", () => {
     await traffic().publish("process-a", a.changedSince(0)); // a repeated write changes nothing
     await traffic().publish("process-b", b.changedSince(0));
     const load = LoadStore.create({ knex: db.knex });
-    await load.publish("process-a", [{ endpointId: endpoint.id, inFlight: 2, held: 1, byReplica: {}, lastRequestAt: new Date() }]);
-    await load.publish("process-b", [{ endpointId: endpoint.id, inFlight: 1, held: 0, byReplica: {}, lastRequestAt: new Date() }]);
+    await load.publish("process-a", [{ endpointId: endpoint.id, inFlight: 2, held: 1, byReplica: {}, byCaller: {}, lastRequestAt: new Date() }]);
+    await load.publish("process-b", [{ endpointId: endpoint.id, inFlight: 1, held: 0, byReplica: {}, byCaller: {}, lastRequestAt: new Date() }]);
 
     const end = minute + MINUTE;
     await samplerAt(end + 5_000).sampleDue();

@@ -139,6 +139,34 @@ describe("key resource", () => {
     expect((await rest<KeyJson>(ctx.server.url, "GET", "/api/gpu/keys/dup")).body.revoked_at).toBeUndefined();
   });
 
+  it("reads in_flight summed over the fresh load rows of every process, the live key's when a revoked one shares its name", async () => {
+    for (const name of ["busy", "idle", "reused"]) expect((await post({ name })).status).toBe(200);
+    expect((await rest<KeyJson>(ctx.server.url, "DELETE", "/api/gpu/keys/reused")).status).toBe(200);
+    expect((await post({ name: "reused" })).status).toBe(200);
+    const row = (processId: string, endpointId: number, byCaller: Record<string, number>) => ({ process_id: processId, endpoint_id: endpointId, by_caller: JSON.stringify(byCaller) });
+    await ctx.db.knex("gpu_endpoint_load").insert([
+      row("in-flight-x", 1, { busy: 2, reused: 1 }),
+      row("in-flight-x", 2, { busy: 1 }),
+      row("in-flight-y", 1, { busy: 1, "AUTH_TOKENS#1": 5 }),
+      // A process gone for a minute: not counted.
+      { ...row("in-flight-z", 1, { busy: 10, idle: 10 }), updated_at: new Date(Date.now() - 60_000) },
+    ]);
+    try {
+      expect((await rest<KeyJson>(ctx.server.url, "GET", "/api/gpu/keys/busy")).body.in_flight).toBe(4);
+      expect((await rest<KeyJson>(ctx.server.url, "GET", "/api/gpu/keys/idle")).body.in_flight ?? 0).toBe(0);
+      const { keys } = (await rest<{ keys: KeyJson[] }>(ctx.server.url, "GET", "/api/gpu/keys")).body;
+      const listed = keys.filter((key) => ["busy", "idle", "reused"].includes(key.name)).map((key) => [key.name, key.revoked_at === undefined, key.in_flight ?? 0]);
+      expect(listed).toEqual([
+        ["busy", true, 4],
+        ["idle", true, 0],
+        ["reused", false, 0],
+        ["reused", true, 1],
+      ]);
+    } finally {
+      await ctx.db.knex("gpu_endpoint_load").whereLike("process_id", "in-flight-%").delete();
+    }
+  });
+
   it("serves names with dots and underscores on every route", async () => {
     expect((await post({ name: "team.a_1" })).status).toBe(200);
     expect((await rest(ctx.server.url, "GET", "/api/gpu/keys/team.a_1")).status).toBe(200);

@@ -50,7 +50,7 @@ async function proxyWith(hold?: { ms: number; max: number }): Promise<ProxyUnder
 
 /** The proxy's counts for one endpoint (zeros when it has none). */
 function counts(proxy: ProxyUnderTest, name: string) {
-  return proxy.load.entries(60_000).find((e) => e.endpointId === name) ?? { inFlight: 0, held: 0, byReplica: {} };
+  return proxy.load.entries(60_000).find((e) => e.endpointId === name) ?? { inFlight: 0, held: 0, byReplica: {}, byCaller: {} };
 }
 
 const heldCount = (proxy: ProxyUnderTest, name: string, n: number) => waitFor(() => counts(proxy, name).held === n, `${n} held for ${name}`, 5_000);
@@ -173,6 +173,37 @@ describe("holding in the endpoint proxy", () => {
     for (const res of await Promise.all(answers)) expect(res.status).toBe(200);
     await waitFor(() => counts(proxy, "counted").inFlight === 0, "none in flight", 5_000);
     expect(counts(proxy, "counted").byReplica).toEqual({});
+  });
+
+  it("counts a request in its caller's answers in flight once, from its hold to its answer's end; a refused one leaves none", async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const server = createServer((req, res) => {
+      req.resume();
+      void gate.then(() => res.end("{}"));
+    });
+    servers.push(server);
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    // A proxy of its own: the shared one's replica choice takes turns, which later tests count on.
+    const own = await proxyWith();
+    own.endpoints.set("flying", []);
+    own.coming.set("flying", { coming: true });
+    const answer = callEndpoint(own, "/endpoints/flying/v1/chat/completions", chat);
+    await heldCount(own, "flying", 1);
+    expect(counts(own, "flying")).toMatchObject({ held: 1, inFlight: 0, byCaller: { "AUTH_TOKENS#1": 1 } });
+    // Sent on from the hold queue: the same answer, not a second one.
+    own.endpoints.set("flying", [{ instanceId: "gpu-flying", url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: null }]);
+    await waitFor(() => counts(own, "flying").inFlight === 1, "sent to the replica", 5_000);
+    expect(counts(own, "flying")).toMatchObject({ held: 0, byCaller: { "AUTH_TOKENS#1": 1 } });
+    release();
+    expect((await answer).status).toBe(200);
+    await waitFor(() => Object.keys(counts(own, "flying").byCaller).length === 0, "the answer's end counted", 5_000);
+
+    const off = await proxyWith({ ms: 0, max: 10 });
+    off.endpoints.set("flying", []);
+    off.coming.set("flying", { coming: true });
+    expect((await callEndpoint(off, "/endpoints/flying/v1/chat/completions", chat)).status).toBe(503);
+    await waitFor(() => Object.keys(counts(off, "flying").byCaller).length === 0, "the refusal's count gone", 5_000);
   });
 
   it("answers held requests 503 promptly when the service stops", async () => {

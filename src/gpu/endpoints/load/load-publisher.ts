@@ -7,7 +7,8 @@ import type { TrafficStore } from "./traffic-store.js";
 
 // Every service process, leader or not, publishes its proxy's load through PostgreSQL about every
 // second (one upsert per tick, only while it has or just had requests), so that the controller on
-// the sync leader scales on load that arrives at any process; and, in the same tick, the minutes
+// the sync leader scales on load that arrives at any process and the key reads sum each caller's
+// answers in flight (in the same rows); and, in the same tick, the minutes
 // of its proxy's traffic and of its callers' usage that changed, for the endpoints' history and
 // the keys' usage (one statement each, whatever the request rate). No server of its own.
 
@@ -104,7 +105,7 @@ export function createLoadPublisher(deps: LoadPublisherDeps): LoadPublisher {
       stopped = true;
       clearTimeout(timer);
       await running;
-      const zero = load.entries(recentMs).map((e) => ({ ...e, inFlight: 0, held: 0, byReplica: {} }));
+      const zero = load.entries(recentMs).map((e) => ({ ...e, inFlight: 0, held: 0, byReplica: {}, byCaller: {} }));
       await store.publish(processId, zero).catch((err: unknown) => logger.warn({ err }, "endpoint load could not be cleared"));
       await publishTraffic().catch((err: unknown) => logger.warn({ err }, "endpoint traffic could not be published"));
     },

@@ -2,7 +2,8 @@ import type { Knex } from "knex";
 import type { ProxyLoadEntry } from "../../../module.js";
 
 // The endpoints' load across service processes (table gpu_endpoint_load): each process writes its
-// proxy's counts, the controller on the sync leader reads their sum. Rows map here and nowhere else.
+// proxy's counts, the controller on the sync leader reads their sum, and the key reads sum each
+// caller's answers in flight. Rows map here and nowhere else.
 // Times cross processes as ages: a process writes last_request_at as the database's now() less how
 // long ago it saw the request, and the reader turns the database's age back into its own clock, so
 // that no two processes' clocks (nor a process's and the database's) are ever compared.
@@ -58,6 +59,7 @@ export class LoadStore {
       in_flight: e.inFlight,
       held: e.held,
       by_replica: JSON.stringify(e.byReplica),
+      by_caller: JSON.stringify(e.byCaller),
       last_request_at: e.lastRequestAt === null ? null : this.knex.raw("now() - ? * interval '1 millisecond'", [Math.max(0, now - e.lastRequestAt.getTime())]),
       updated_at: this.knex.fn.now(),
     }));
@@ -89,6 +91,24 @@ export class LoadStore {
       for (const [instanceId, n] of Object.entries(row.by_replica ?? {})) load.byReplica.set(instanceId, (load.byReplica.get(instanceId) ?? 0) + n);
     }
     return loads;
+  }
+
+  /**
+   * Each caller's answers in flight, summed over the fresh rows of every process and endpoint, in
+   * one statement; a caller with none is in the map at zero.
+   */
+  async callersInFlight(callers: readonly string[]): Promise<Map<string, number>> {
+    const counts = new Map<string, number>(callers.map((caller) => [caller, 0]));
+    if (callers.length === 0) return counts;
+    const { rows } = await this.knex.raw<{ rows: Array<{ caller: string; in_flight: string }> }>(
+      `select c.key as caller, sum(c.value::int) as in_flight
+         from ${TABLE} l cross join lateral jsonb_each_text(l.by_caller) c
+        where l.updated_at > now() - ? * interval '1 millisecond' and c.key = any(?)
+        group by c.key`,
+      [this.freshMs, [...counts.keys()]],
+    );
+    for (const row of rows) counts.set(row.caller, Number(row.in_flight));
+    return counts;
   }
 
   /** Deletes rows not updated for `olderThanMs`; the number deleted. */
