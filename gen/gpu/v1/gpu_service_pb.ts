@@ -2769,6 +2769,8 @@ export type Key = Message<"gpu.v1.Key"> & {
   createdAt?: Timestamp | undefined;
 
   /**
+   * When its latest answer ended (written with the usage minutes, about once a second); absent until its first.
+   *
    * @generated from field: google.protobuf.Timestamp last_used_at = 12;
    */
   lastUsedAt?: Timestamp | undefined;
