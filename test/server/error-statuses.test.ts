@@ -39,6 +39,7 @@ const EXPECTED: Record<string, Expected> = {
   LeadLost: { status: 500 },
   PayloadTooLargeError: { caughtIn: "src/server/rest/rest-handler.ts", why: "answered 413 by the REST handler" },
   EndpointChanged: { caughtIn: "src/gpu/endpoints/control/endpoint-controller.ts", why: "ends a control round's action quietly" },
+  GiveUp: { caughtIn: "src/server/prefix-index/raw-prompt.ts", why: "the raw body's reader gives up, and the body is parsed" },
 };
 
 interface DeclaredClass {
