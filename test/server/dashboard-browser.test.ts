@@ -90,7 +90,7 @@ let usageMinute = 0;
 
 /**
  * Keys made through the API (once) and their usage minutes written straight into the table, as two
- * processes' proxies write them: team-a (budget and every limit) on chat this minute and 10
+ * processes' proxies write them: team-a (budget and every limit) on chat this minute and 20
  * minutes ago, batch (no limits) on chat and on another endpoint, elsewhere (only `other`) with a
  * row on chat it may not have made, a revoked and an expired key.
  */
@@ -111,6 +111,11 @@ async function seedKeys(): Promise<void> {
     keyPrefixes.set(key.name, made.body.key_prefix);
   }
   expect((await rest(server.url, "DELETE", "/api/gpu/keys/old")).status).toBe(200);
+  // The service's sampler sets the machine cost of each ended minute of the last ten again, from
+  // the instance records (chat's replicas bill). The rows written here lie before those minutes or
+  // in the current one, which it reaches only once the minute has ended: the pages are read well
+  // before, with at least 45 s of the minute left when the rows are written.
+  if (Date.now() % MINUTE > MINUTE - 45_000) await new Promise((resolve) => setTimeout(resolve, MINUTE - (Date.now() % MINUTE) + 100));
   const now = Math.floor(Date.now() / MINUTE) * MINUTE;
   usageMinute = now;
   const row = (key: string, endpoint: string, ago: number, process: string, requests: number, prompt: number, completion: number, spend: number, machine: number, refused = {}) => ({
@@ -129,10 +134,10 @@ async function seedKeys(): Promise<void> {
   await db.knex("gpu_key_usage_minutes").insert([
     row("team-a", "chat", 0, "p1", 7, 1200, 300, 500_000, 120_000, { rpm_limit: 2 }),
     row("team-a", "chat", 0, "p2", 3, 300, 100, 250_000, 30_000),
-    row("team-a", "chat", 10, "p1", 5, 800, 200, 250_000, 60_000, { tpm_limit: 1 }),
-    row("batch", "chat", 5, "p1", 40, 20_000, 5_000, 1_000_000, 400_000),
-    row("batch", "other", 5, "p2", 9, 900, 0, 900, 0),
-    row("elsewhere", "chat", 3, "p1", 2, 50, 50, 100, 100),
+    row("team-a", "chat", 20, "p1", 5, 800, 200, 250_000, 60_000, { tpm_limit: 1 }),
+    row("batch", "chat", 15, "p1", 40, 20_000, 5_000, 1_000_000, 400_000),
+    row("batch", "other", 15, "p2", 9, 900, 0, 900, 0),
+    row("elsewhere", "chat", 13, "p1", 2, 50, 50, 100, 100),
   ]);
   // The key `brief` has expired by the time a page reads it.
   const expiry = Date.parse(keys.at(-1)!.expires_at!);
@@ -361,7 +366,7 @@ describe("the dashboard in a browser", () => {
     expect([sum(data[1]), sum(data[2])]).toEqual([2300, 600]);
     // A minute's point is drawn at its end, as every chart's points are.
     const at = (minute: number) => data[1]![data[0]!.indexOf(minute / 1000 + 60)];
-    expect([at(usageMinute), at(usageMinute - 10 * MINUTE), at(usageMinute - 5 * MINUTE)]).toEqual([1500, 800, 0]);
+    expect([at(usageMinute), at(usageMinute - 20 * MINUTE), at(usageMinute - 15 * MINUTE)]).toEqual([1500, 800, 0]);
     await page.click('#keys-list button[data-key="batch"]');
     await page.waitForFunction(`document.querySelector("#keys-charts h3")?.textContent === "Tokens of batch"`);
     data = await chart();
