@@ -1,3 +1,4 @@
+import type { BlockHashes } from "./prompt-blocks.js";
 import { ReplicaBlocks } from "./replica-blocks.js";
 
 // The prefix index (SPEC.md section 2, "Requests that share a prompt go where it is cached"): per
@@ -30,14 +31,14 @@ export class PrefixIndex {
   }
 
   /** For each of `replicas`, how many of `blocks`' first blocks it holds. */
-  held(endpoint: string, replicas: readonly string[], blocks: Int32Array): number[] {
+  held(endpoint: string, replicas: readonly string[], blocks: BlockHashes): number[] {
     const known = this.endpoints.get(endpoint);
     const now = this.now();
     return replicas.map((replica) => known?.get(replica)?.prefixHeld(blocks, now) ?? 0);
   }
 
   /** `blocks` were sent to `replica`: it holds them from now on. */
-  learn(endpoint: string, replica: string, blocks: Int32Array): void {
+  learn(endpoint: string, replica: string, blocks: BlockHashes): void {
     const now = this.now();
     if (now - this.lastSweep >= SWEEP_EVERY_MS) this.sweep(now);
     if (blocks.length === 0) return;

@@ -11,6 +11,9 @@
  */
 export const BLOCK_CHARS = 64;
 
+/** A prompt's block hashes in order, int32 values: small integers in V8, cheap to keep and compare. */
+export type BlockHashes = readonly number[];
+
 /** What a request asks a model to read first: a chat's messages, or a completion's prompt. */
 export type PromptKind = "chat" | "completions";
 
@@ -43,7 +46,7 @@ export function promptOf(kind: PromptKind, body: Record<string, unknown>): strin
  * The chained hashes of `text`'s whole blocks (BlockHasher): at most `maxBlocks` of them, as an
  * index that keeps no more per replica can use no more.
  */
-export function blockHashes(text: string, maxBlocks = Infinity): Int32Array {
+export function blockHashes(text: string, maxBlocks = Infinity): BlockHashes {
   const hasher = new BlockHasher(maxBlocks);
   hasher.addString(text);
   return hasher.blocks();
@@ -53,7 +56,7 @@ export function blockHashes(text: string, maxBlocks = Infinity): Int32Array {
  * The blocks of a parsed request's prompt: blockHashes(promptOf(kind, body)), its pieces hashed
  * where they lie rather than joined into one string first.
  */
-export function promptBlocks(kind: PromptKind, body: Record<string, unknown>, maxBlocks = Infinity): Int32Array | undefined {
+export function promptBlocks(kind: PromptKind, body: Record<string, unknown>, maxBlocks = Infinity): BlockHashes | undefined {
   const messages = body.messages;
   if (kind === "completions" || !Array.isArray(messages)) {
     const prompt = promptOf(kind, body);
@@ -67,12 +70,21 @@ export function promptBlocks(kind: PromptKind, body: Record<string, unknown>, ma
   return hasher.blocks();
 }
 
-// Two UTF-16 code units a step (rotate, xor, multiply by the golden ratio's 32 bits, as FxHash
-// does): half the steps of a hash per unit, and the rotation brings every bit back to the low ones.
+// Four UTF-16 code units a step (rotate, xor, multiply by the golden ratio's 32 bits, as FxHash
+// does). Four units of a byte each (ASCII, most prompts) are one 32-bit word, so that a raw body's
+// bytes are hashed four at a time; a step with a wider unit takes its units as two words.
 const SEED = 0x811c9dc5 | 0;
 const MULTIPLIER = 0x9e3779b9 | 0;
-const PAIRS_A_BLOCK = BLOCK_CHARS / 2;
-const LOW_BITS = 0x40004000;
+const UNITS_A_STEP = 4;
+const STEPS_A_BLOCK = BLOCK_CHARS / UNITS_A_STEP;
+/** Bytes below 0x20 (after subtracting it from each byte, a borrow) or from 0x80 set one of these bits. */
+const NOT_ASCII_TEXT = 0x80808080 | 0;
+
+const mix = (hash: number, word: number): number => Math.imul(((hash << 5) | (hash >>> 27)) ^ word, MULTIPLIER);
+
+/** The hash after one step of four units. */
+const step = (hash: number, c0: number, c1: number, c2: number, c3: number): number =>
+  (c0 | c1 | c2 | c3) < 0x100 ? mix(hash, c0 | (c1 << 8) | (c2 << 16) | (c3 << 24)) : mix(mix(hash, c0 | (c1 << 16)), c2 | (c3 << 16));
 
 /**
  * One running hash over a prompt's code units fed in order, in pieces (strings, or runs of ASCII
@@ -81,20 +93,15 @@ const LOW_BITS = 0x40004000;
  */
 export class BlockHasher {
   private hash = SEED;
-  /** Pairs still to come before the current block ends. */
-  private left = PAIRS_A_BLOCK;
-  /** The first unit of a pair whose second is still to come, else -1. */
-  private half = -1;
+  /** Steps still to come before the current block ends. */
+  private left = STEPS_A_BLOCK;
+  /** The units of a step whose rest is still to come (a piece ended within it): the first `carried`. */
+  private readonly units = [0, 0, 0];
+  private carried = 0;
   private count = 0;
-  private out: Int32Array;
+  private readonly out: number[] = [];
 
-  /** `expected`: the blocks likely to come (a raw body's length over BLOCK_CHARS), room made for them at once. */
-  constructor(
-    private readonly maxBlocks = Infinity,
-    expected = 16,
-  ) {
-    this.out = new Int32Array(Math.max(1, Math.min(maxBlocks, expected)));
-  }
+  constructor(private readonly maxBlocks = Infinity) {}
 
   /** Whether no more blocks are wanted: the rest of the prompt need not be read. */
   get full(): boolean {
@@ -102,75 +109,72 @@ export class BlockHasher {
   }
 
   addString(text: string, from = 0, to = text.length): void {
-    if (from >= to) return;
     let at = from;
-    if (this.half >= 0) this.step(this.half | (text.charCodeAt(at++) << 16));
-    let hash = this.hash;
-    let left = this.left;
-    // A block at a time: its pairs, then its hash kept.
-    while (this.count < this.maxBlocks) {
-      const pairs = Math.min(left, (to - at) >> 1);
-      for (const end = at + 2 * pairs; at < end; at += 2) hash = Math.imul(((hash << 5) | (hash >>> 27)) ^ (text.charCodeAt(at) | (text.charCodeAt(at + 1) << 16)), MULTIPLIER);
-      left -= pairs;
-      if (left > 0) break;
-      this.put(this.count++, hash);
-      left = PAIRS_A_BLOCK;
-    }
-    this.hash = hash;
-    this.left = left;
-    this.half = at < to && !this.full ? text.charCodeAt(at) : -1;
-  }
-
-  /**
-   * Bytes `from`..`to` of a raw body as units, if they are all printable ASCII (a JSON string's
-   * characters as they are); else false, and nothing is fed: the caller decodes them first.
-   */
-  addAscii(bytes: Uint8Array, from: number, to: number): boolean {
-    let at = from;
+    while (this.carried > 0 && at < to) this.unit(text.charCodeAt(at++));
     let hash = this.hash;
     let left = this.left;
     let count = this.count;
-    let first = this.half;
-    // Two bytes a word, one in each 16-bit half: a half below 0x20 clears bit 14 of its half in
-    // `low`, one above 0x7e sets bit 7 or 8 of its half in `high`.
-    let low = LOW_BITS;
-    let high = 0;
-    if (first >= 0 && at < to) {
-      // The pair's first unit came before (a separator may be one): only this byte is checked.
-      const second = bytes[at++]!;
-      low &= (second | LOW_BITS) - 0x0020;
-      high |= (second + 1) & 0x0180;
-      hash = Math.imul(((hash << 5) | (hash >>> 27)) ^ (first | (second << 16)), MULTIPLIER);
-      if (--left === 0) {
-        this.put(count++, hash);
-        left = PAIRS_A_BLOCK;
-      }
-      first = -1;
-    }
+    // A block at a time: its steps, then its hash kept.
     while (count < this.maxBlocks) {
-      const pairs = Math.min(left, (to - at) >> 1);
-      for (const end = at + 2 * pairs; at < end; at += 2) {
-        const word = bytes[at]! | (bytes[at + 1]! << 16);
-        low &= (word | LOW_BITS) - 0x00200020;
-        high |= (word + 0x00010001) & 0x01800180;
-        hash = Math.imul(((hash << 5) | (hash >>> 27)) ^ word, MULTIPLIER);
+      const steps = Math.min(left, (to - at) >> 2);
+      for (const end = at + UNITS_A_STEP * steps; at < end; at += UNITS_A_STEP) {
+        hash = step(hash, text.charCodeAt(at), text.charCodeAt(at + 1), text.charCodeAt(at + 2), text.charCodeAt(at + 3));
       }
-      left -= pairs;
+      left -= steps;
       if (left > 0) break;
-      this.put(count++, hash);
-      left = PAIRS_A_BLOCK;
+      this.out[count++] = hash;
+      left = STEPS_A_BLOCK;
     }
-    const full = count >= this.maxBlocks;
-    if (at < to && !full) {
-      first = bytes[at]!;
-      low &= (first | LOW_BITS) - 0x0020;
-      high |= (first + 1) & 0x0180;
-    }
-    if ((low & LOW_BITS) !== LOW_BITS || high !== 0) return false;
     this.hash = hash;
     this.left = left;
     this.count = count;
-    this.half = full ? -1 : first;
+    while (at < to && !this.full) this.unit(text.charCodeAt(at++));
+  }
+
+  /**
+   * Bytes `from`..`to` of a raw body as units, if they are all ASCII from 0x20 (a JSON string's
+   * characters as they are); else false, and nothing is fed: the caller decodes them first.
+   */
+  addAscii(bytes: Uint8Array, from: number, to: number): boolean {
+    // As it was, should a byte turn out not to be ASCII text (the units carried are only added to).
+    const hash0 = this.hash;
+    const left0 = this.left;
+    const count0 = this.count;
+    const carried0 = this.carried;
+    let at = from;
+    let bad = 0;
+    for (; this.carried > 0 && at < to; at++) {
+      bad |= (bytes[at]! - 0x20) | bytes[at]!;
+      this.unit(bytes[at]!);
+    }
+    let hash = this.hash;
+    let left = this.left;
+    let count = this.count;
+    while (count < this.maxBlocks) {
+      const steps = Math.min(left, (to - at) >> 2);
+      for (const end = at + UNITS_A_STEP * steps; at < end; at += UNITS_A_STEP) {
+        const word = bytes[at]! | (bytes[at + 1]! << 8) | (bytes[at + 2]! << 16) | (bytes[at + 3]! << 24);
+        bad |= (word - 0x20202020) | word;
+        hash = mix(hash, word);
+      }
+      left -= steps;
+      if (left > 0) break;
+      this.out[count++] = hash;
+      left = STEPS_A_BLOCK;
+    }
+    for (let i = at; i < to; i++) bad |= (bytes[i]! - 0x20) | bytes[i]!;
+    if ((bad & NOT_ASCII_TEXT) !== 0) {
+      // Blocks written past `count` are not counted: the next ones write over them.
+      this.hash = hash0;
+      this.left = left0;
+      this.count = count0;
+      this.carried = carried0;
+      return false;
+    }
+    this.hash = hash;
+    this.left = left;
+    this.count = count;
+    while (at < to && !this.full) this.unit(bytes[at++]!);
     return true;
   }
 
@@ -183,30 +187,24 @@ export class BlockHasher {
   }
 
   /** The hashes of the whole blocks fed. */
-  blocks(): Int32Array {
-    return this.out.subarray(0, this.count);
+  blocks(): BlockHashes {
+    // Past `count`: blocks of bytes given back (addAscii).
+    this.out.length = this.count;
+    return this.out;
   }
 
-  private step(word: number): void {
+  /** One more unit: a step once there are four. */
+  private unit(unit: number): void {
+    if (this.carried < UNITS_A_STEP - 1) {
+      this.units[this.carried++] = unit;
+      return;
+    }
+    this.carried = 0;
     if (this.full) return;
-    this.hash = Math.imul(((this.hash << 5) | (this.hash >>> 27)) ^ word, MULTIPLIER);
+    this.hash = step(this.hash, this.units[0]!, this.units[1]!, this.units[2]!, unit);
     if (--this.left === 0) {
-      this.push(this.hash);
-      this.left = PAIRS_A_BLOCK;
+      this.out[this.count++] = this.hash;
+      this.left = STEPS_A_BLOCK;
     }
-  }
-
-  private push(hash: number): void {
-    this.put(this.count++, hash);
-  }
-
-  /** Block `at`'s hash; a block past `count` is not counted until the caller commits it. */
-  private put(at: number, hash: number): void {
-    if (at === this.out.length) {
-      const wider = new Int32Array(this.out.length * 2);
-      wider.set(this.out);
-      this.out = wider;
-    }
-    this.out[at] = hash;
   }
 }

@@ -1,5 +1,5 @@
 import { isAscii } from "node:buffer";
-import { BLOCK_CHARS, BlockHasher, MESSAGE_END, ROLE_END, type PromptKind } from "./prompt-blocks.js";
+import { BlockHasher, MESSAGE_END, ROLE_END, type BlockHashes, type PromptKind } from "./prompt-blocks.js";
 
 // A prompt's blocks read from a request's raw JSON body, without parsing it (SPEC.md section 2,
 // "Requests that share a prompt go where it is cached"): the same blocks as promptBlocks() of the
@@ -26,9 +26,9 @@ interface Span {
 }
 
 /** blockHashes(promptOf(kind, JSON.parse(bytes))) up to maxBlocks, undefined when it has no prompt, or UNREAD. */
-export function rawPromptBlocks(kind: PromptKind, bytes: Buffer, maxBlocks = Infinity): Int32Array | undefined | typeof UNREAD {
+export function rawPromptBlocks(kind: PromptKind, bytes: Buffer, maxBlocks = Infinity): BlockHashes | undefined | typeof UNREAD {
   try {
-    return new RawBody(bytes).prompt(kind, new BlockHasher(maxBlocks, Math.ceil(bytes.length / BLOCK_CHARS)));
+    return new RawBody(bytes).prompt(kind, new BlockHasher(maxBlocks));
   } catch (err) {
     // A body too deep for the stack is parsed too.
     if (err instanceof GiveUp || err instanceof RangeError || err instanceof SyntaxError) return UNREAD;
@@ -42,9 +42,14 @@ class RawBody {
   /** The next backslash at or after `at`, or the body's length: a string before it has no escapes. */
   private backslash = -1;
 
-  constructor(private readonly bytes: Buffer) {}
+  /** Whether the whole body is ASCII: then no string of it needs that check of its own. */
+  private readonly ascii: boolean;
 
-  prompt(kind: PromptKind, hasher: BlockHasher): Int32Array | undefined {
+  constructor(private readonly bytes: Buffer) {
+    this.ascii = isAscii(bytes);
+  }
+
+  prompt(kind: PromptKind, hasher: BlockHasher): BlockHashes | undefined {
     const wanted = kind === "chat" ? NAMES.messages : NAMES.prompt;
     let found = false;
     this.expect(0x7b);
@@ -102,7 +107,7 @@ class RawBody {
     if (hasher.full) return this.check(span);
     const { start, end, escaped } = span;
     // Non-ASCII text is found natively first, rather than by a hashing pass given up at its end.
-    if (escaped || !isAscii(this.bytes.subarray(start, end)) || !hasher.addAscii(this.bytes, start, end)) hasher.addString(this.decode(span));
+    if (escaped || (!this.ascii && !isAscii(this.bytes.subarray(start, end))) || !hasher.addAscii(this.bytes, start, end)) hasher.addString(this.decode(span));
   }
 
   /** A string's value: JSON.parse decodes it (escapes, UTF-8) and checks it (no control characters). */
@@ -155,7 +160,10 @@ class RawBody {
   }
 
   private named({ start, end }: Span, name: Buffer): boolean {
-    return end - start === name.length && this.bytes.compare(name, 0, name.length, start, end) === 0;
+    // Compared here: a few bytes, fewer than a call to Buffer.compare costs.
+    if (end - start !== name.length) return false;
+    for (let i = 0; i < name.length; i++) if (this.bytes[start + i] !== name[i]) return false;
+    return true;
   }
 
   /** Any JSON value, checked as JSON.parse checks it; its strings' contents by JSON.parse when they have escapes. */
@@ -188,21 +196,22 @@ class RawBody {
 
   /** -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
   private number(): void {
-    const digits = () => {
-      const from = this.at;
-      while (this.bytes[this.at]! >= 0x30 && this.bytes[this.at]! <= 0x39) this.at++;
-      if (this.at === from) throw new GiveUp();
-      return this.at - from;
-    };
     this.eat(0x2d, false);
     if (this.bytes[this.at] === 0x30) this.at++;
-    else digits();
-    if (this.eat(0x2e, false)) digits();
+    else this.digits();
+    if (this.eat(0x2e, false)) this.digits();
     if (this.bytes[this.at] === 0x65 || this.bytes[this.at] === 0x45) {
       this.at++;
       if (this.bytes[this.at] === 0x2b || this.bytes[this.at] === 0x2d) this.at++;
-      digits();
+      this.digits();
     }
+  }
+
+  /** One digit or more. */
+  private digits(): void {
+    const from = this.at;
+    while (this.bytes[this.at]! >= 0x30 && this.bytes[this.at]! <= 0x39) this.at++;
+    if (this.at === from) throw new GiveUp();
   }
 
   /** Takes `byte` (after white space, unless told not to skip it) if it comes next. */

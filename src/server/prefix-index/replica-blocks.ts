@@ -1,3 +1,5 @@
+import type { BlockHashes } from "./prompt-blocks.js";
+
 // The block hashes one replica was sent, most recently sent first: a bounded LRU with a time to
 // live. A prompt's blocks are touched last block first, so that its first block is the most
 // recent of them; and a block's hash names its whole prefix, so whoever touched block k touched
@@ -34,9 +36,22 @@ export class ReplicaBlocks {
     return this.slotOf.size;
   }
 
-  /** Records `blocks` as sent now, then drops the expired; past maxBlocks the least recent make room. */
-  learn(blocks: Int32Array, now: number): void {
-    for (let b = blocks.length - 1; b >= 0; b--) this.touch(blocks[b]!, now);
+  /**
+   * Records `blocks` as sent now, then drops the expired; past maxBlocks the least recent make
+   * room. As if each were touched, the last block first: the prompt's blocks become the most
+   * recent, in its order. Those that already are (the prompt's start sent last time: a shared
+   * system prompt, the conversation so far) only have their time set; the rest are placed after them.
+   */
+  learn(blocks: BlockHashes, now: number): void {
+    // More than maxBlocks: the first ones would push the rest out.
+    const n = Math.min(blocks.length, this.maxBlocks);
+    let b = 0;
+    let previous = NONE;
+    for (let slot = this.head; b < n && slot !== NONE && this.hashAt[slot] === blocks[b]; slot = this.older[slot]!, b++) {
+      this.timeAt[slot] = now;
+      previous = slot;
+    }
+    for (; b < n; b++) previous = this.place(blocks[b]!, now, previous);
     this.expire(now);
   }
 
@@ -51,7 +66,7 @@ export class ReplicaBlocks {
   }
 
   /** How many of `blocks`' first blocks this replica holds, unexpired. */
-  prefixHeld(blocks: Int32Array, now: number): number {
+  prefixHeld(blocks: BlockHashes, now: number): number {
     // The largest k with block k-1 held: held blocks form a prefix (see above).
     let low = 0;
     let high = blocks.length;
@@ -68,8 +83,18 @@ export class ReplicaBlocks {
     return slot !== undefined && now - this.timeAt[slot]! < this.ttlMs;
   }
 
-  private touch(hash: number, now: number): void {
+  /**
+   * `hash` sent now, placed just less recent than slot `after` (NONE: the most recent); its slot.
+   * The fewer than maxBlocks slots placed before it in this learn are more recent than any other,
+   * so a slot taken from the least recent is never one of them.
+   */
+  private place(hash: number, now: number, after: number): number {
     let slot = this.slotOf.get(hash);
+    if (slot === after && slot !== undefined) {
+      // The same hash twice in a row (a collision): it is where it should be.
+      this.timeAt[slot] = now;
+      return slot;
+    }
     if (slot !== undefined) this.unlink(slot);
     else {
       slot = this.newSlot();
@@ -77,11 +102,14 @@ export class ReplicaBlocks {
       this.slotOf.set(hash, slot);
     }
     this.timeAt[slot] = now;
-    this.older[slot] = this.head;
-    this.newer[slot] = NONE;
-    if (this.head !== NONE) this.newer[this.head] = slot;
-    this.head = slot;
-    if (this.tail === NONE) this.tail = slot;
+    const next = after === NONE ? this.head : this.older[after]!;
+    this.newer[slot] = after;
+    this.older[slot] = next;
+    if (after === NONE) this.head = slot;
+    else this.older[after] = slot;
+    if (next === NONE) this.tail = slot;
+    else this.newer[next] = slot;
+    return slot;
   }
 
   /** A free slot: one given back, a new one while under maxBlocks, else the least recent's. */

@@ -1,4 +1,4 @@
-import { promptBlocks } from "../prefix-index/prompt-blocks.js";
+import { promptBlocks, type BlockHashes } from "../prefix-index/prompt-blocks.js";
 import { rawPromptBlocks, UNREAD } from "../prefix-index/raw-prompt.js";
 import type { CompletionPath } from "./continuation/continuation-request.js";
 import { streamPlanOf, type StreamPlan } from "./streamed-answer.js";
@@ -10,7 +10,7 @@ import { streamPlanOf, type StreamPlan } from "./streamed-answer.js";
 export interface CompletionBody {
   plan: StreamPlan | undefined;
   /** Its prompt's block hashes; undefined when not asked for, or when the body has none (prompt-blocks.ts). */
-  blocks: Int32Array | undefined;
+  blocks: BlockHashes | undefined;
   /** Its max_tokens (else max_completion_tokens) when asked for and given: what a key's admission holds. */
   maxTokens?: number;
 }

@@ -4,6 +4,7 @@ import type { Logger } from "pino";
 import { ENDPOINT_PREFIX_DEFAULTS } from "../../config.js";
 import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from "../../module.js";
 import type { PrefixIndexOptions } from "../prefix-index/prefix-index.js";
+import type { BlockHashes } from "../prefix-index/prompt-blocks.js";
 import type { NodeRequest, NodeResponse } from "../node-http.js";
 import { sendRefusalBody } from "./refusal-body.js";
 import type { AllowanceRefusal, CallerAllowance, RequestAsk } from "./caller-allowance.js";
@@ -251,7 +252,7 @@ class Exchange {
   }
 
   start(): void {
-    const first = (blocks?: Int32Array) => this.send(this.shared.choice.first(this.name, this.route, blocks));
+    const first = (blocks?: BlockHashes) => this.send(this.shared.choice.first(this.name, this.route, blocks));
     const path = completionPathOf(this.req.method, this.path);
     // Only a completion is read: its body decides whether it streams, and its prompt where it goes.
     if (path === undefined || !this.body.replayable) return this.admitted({ bodyBytes: 0, completion: false }, () => first());

@@ -1,6 +1,7 @@
 import type { EndpointRoute, RouteTarget } from "../../module.js";
 import { choosePrefix } from "../prefix-index/prefix-choice.js";
 import { PrefixIndex, type PrefixIndexOptions } from "../prefix-index/prefix-index.js";
+import type { BlockHashes } from "../prefix-index/prompt-blocks.js";
 import type { ProxyMetrics } from "./proxy-metrics.js";
 import { targetKey, type ReplicaBalancer } from "./replica-balancer.js";
 
@@ -26,7 +27,7 @@ export class ReplicaChoice {
   }
 
   /** Where a request of endpoint `name` goes first, given its prompt's blocks (completion-body.ts); `route` has at least one ready replica. */
-  first(name: string, route: EndpointRoute, blocks: Int32Array | undefined): RouteTarget {
+  first(name: string, route: EndpointRoute, blocks: BlockHashes | undefined): RouteTarget {
     const { targets, endpointId } = route;
     if (route.routing !== "prefix" || blocks === undefined) return this.balancer.pick(targets)!;
     const keys = targets.map(targetKey);

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { PrefixIndex } from "../../../src/server/prefix-index/prefix-index.js";
 
 /** A prompt of `n` blocks (block hashes as the index gets them): prompts of one seed share their prefix. */
-const prompt = (seed: number, n: number) => Int32Array.from({ length: n }, (_, i) => seed * 100_000 + i);
+const prompt = (seed: number, n: number) => Array.from({ length: n }, (_, i) => seed * 100_000 + i);
 
 function clock() {
   let at = 1_000_000;
@@ -14,8 +14,8 @@ describe("the prefix index", () => {
   it("answers how much of a prompt each replica holds: the longest prefix it was sent", () => {
     const index = new PrefixIndex({ maxBlocks: 100, ttlMs: 60_000 });
     const conversation = prompt(1, 10);
-    index.learn("e", "a", conversation.subarray(0, 4));
-    index.learn("e", "b", conversation.subarray(0, 7));
+    index.learn("e", "a", conversation.slice(0, 4));
+    index.learn("e", "b", conversation.slice(0, 7));
     expect(index.held("e", ["a", "b", "c"], conversation)).toEqual([4, 7, 0]);
     expect(index.held("e", ["a", "b"], prompt(2, 10))).toEqual([0, 0]);
     expect(index.held("other", ["a", "b"], conversation)).toEqual([0, 0]);
@@ -112,6 +112,31 @@ describe("the prefix index", () => {
           }
           const last = sends.at(-1)!;
           expect(index.held("e", ["a"], prompt(last.seed, last.blocks))).toEqual([Math.min(last.blocks, maxBlocks)]);
+        },
+      ),
+    );
+  });
+
+  it("keeps what a least-recently-sent list keeps, for prompts that share a start and end apart", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 12 }),
+        fc.array(fc.record({ seed: fc.integer({ min: 0, max: 2 }), shared: fc.integer({ min: 0, max: 8 }), tail: fc.integer({ min: 0, max: 5 }), tailSeed: fc.integer({ min: 0, max: 3 }) }), { maxLength: 40 }),
+        (maxBlocks, sends) => {
+          const index = new PrefixIndex({ maxBlocks, ttlMs: 60_000 });
+          // The model: most recently sent first, each prompt touched from its last block to its first.
+          let recent: number[] = [];
+          const seen = new Set<number>();
+          for (const send of sends) {
+            const tail = Array.from({ length: send.tail }, (_, i) => 1_000_000 + send.tailSeed * 1_000 + send.seed * 100 + i);
+            const blocks = [...prompt(send.seed, send.shared), ...tail];
+            index.learn("e", "a", blocks);
+            for (let b = blocks.length - 1; b >= 0; b--) recent = [blocks[b]!, ...recent.filter((hash) => hash !== blocks[b])];
+            recent = recent.slice(0, maxBlocks);
+            blocks.forEach((hash) => seen.add(hash));
+            for (const hash of seen) expect(index.held("e", ["a"], [hash]), `block ${hash}`).toEqual([recent.includes(hash) ? 1 : 0]);
+            expect(index.size).toBe(recent.length);
+          }
         },
       ),
     );

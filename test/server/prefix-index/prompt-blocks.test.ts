@@ -46,20 +46,20 @@ describe("the block hasher", () => {
           const piece = text.slice(at[i], to);
           const bytes = Buffer.from(piece, "latin1");
           // ASCII pieces go in as bytes, as a raw body's strings do; the rest as strings.
-          if (!/^[\x20-\x7e]*$/.test(piece) || !hasher.addAscii(bytes, 0, bytes.length)) hasher.addString(piece);
+          if (!/^[\x20-\x7f]*$/.test(piece) || !hasher.addAscii(bytes, 0, bytes.length)) hasher.addString(piece);
         });
         expect(hasher.blocks()).toEqual(blockHashes(text));
       }),
     );
   });
 
-  it("refuses bytes that are not printable ASCII, and takes nothing of them", () => {
-    for (const byte of [0x00, 0x1f, 0x7f, 0x80, 0xff]) {
+  it("refuses bytes that are not ASCII text (a control character or past 0x7f), and takes nothing of them", () => {
+    for (const byte of [0x00, 0x1f, 0x80, 0xff]) {
       const hasher = new BlockHasher();
       const bytes = Buffer.alloc(3 * BLOCK_CHARS, "a");
       bytes[BLOCK_CHARS + 5] = byte;
       expect(hasher.addAscii(bytes, 0, bytes.length)).toBe(false);
-      expect(hasher.blocks()).toEqual(new Int32Array(0));
+      expect(hasher.blocks()).toEqual([]);
     }
   });
 });
@@ -72,7 +72,7 @@ describe("a request's prompt", () => {
       fc.property(fc.array(message, { maxLength: 6 }), fc.integer({ min: 1, max: 8 }), (messages, maxBlocks) => {
         const body = { messages } as Record<string, unknown>;
         expect(promptBlocks("chat", body)).toEqual(blockHashes(promptOf("chat", body)!));
-        expect(promptBlocks("chat", body, maxBlocks)).toEqual(blockHashes(promptOf("chat", body)!).subarray(0, maxBlocks));
+        expect(promptBlocks("chat", body, maxBlocks)).toEqual(blockHashes(promptOf("chat", body)!).slice(0, maxBlocks));
       }),
     );
   });

@@ -44,13 +44,13 @@ describe("a prompt's blocks read from the raw body", () => {
       { role: "user", content: "Where is my order? \u0000" },
     ];
     const plain = raw("chat", JSON.stringify({ messages }));
-    expect(plain).toBeInstanceOf(Int32Array);
-    expect((plain as Int32Array).length).toBeGreaterThan(3);
+    expect(plain).toBeInstanceOf(Array);
+    expect((plain as number[]).length).toBeGreaterThan(3);
     expect(raw("chat", escapedJson({ stream: false, messages }))).toEqual(plain);
     expect(raw("chat", `{ "messages" : ${JSON.stringify(messages.map(({ role, content }) => ({ content, role })))} }`)).toEqual(plain);
     // A message that differs only past the shared blocks keeps them.
-    const other = raw("chat", JSON.stringify({ messages: [messages[0], { role: "user", content: "Something else" }] })) as Int32Array;
-    expect(other.subarray(0, 3)).toEqual((plain as Int32Array).subarray(0, 3));
+    const other = raw("chat", JSON.stringify({ messages: [messages[0], { role: "user", content: "Something else" }] })) as number[];
+    expect(other.slice(0, 3)).toEqual((plain as number[]).slice(0, 3));
   });
 
   it("are those of the parsed body when its text is not valid UTF-8", () => {
@@ -72,9 +72,9 @@ describe("a prompt's blocks read from the raw body", () => {
 
   it("stop at maxBlocks, the first ones unchanged", () => {
     const text = JSON.stringify({ messages: [{ role: "user", content: long.repeat(3) }] });
-    const all = raw("chat", text) as Int32Array;
+    const all = raw("chat", text) as number[];
     expect(all.length).toBeGreaterThan(5);
-    expect(raw("chat", text, 5)).toEqual(all.subarray(0, 5));
+    expect(raw("chat", text, 5)).toEqual(all.slice(0, 5));
     expect(raw("chat", text, 5)).toEqual(parsedBlocks("chat", text, 5));
   });
 

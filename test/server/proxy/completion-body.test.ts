@@ -21,7 +21,7 @@ describe("a completion's body", () => {
   it("gives the prompt of one not streamed, when asked for it", () => {
     const prompt = "once upon a time ".repeat(20);
     expect(readCompletion("completions", bytes({ prompt }), { promptBlocks: 100 })).toEqual({ plan: undefined, blocks: blockHashes(prompt) });
-    expect(readCompletion("completions", bytes({ prompt }), { promptBlocks: 2 })).toEqual({ plan: undefined, blocks: blockHashes(prompt).subarray(0, 2) });
+    expect(readCompletion("completions", bytes({ prompt }), { promptBlocks: 2 })).toEqual({ plan: undefined, blocks: blockHashes(prompt).slice(0, 2) });
     expect(readCompletion("completions", bytes({ prompt }))).toEqual({ plan: undefined, blocks: undefined });
     // Read from the raw bytes or parsed (a key's admission parses it for max_tokens): the same blocks.
     expect(readCompletion("completions", bytes({ prompt, max_tokens: 3 }), { promptBlocks: 100, maxTokens: true })).toEqual({ plan: undefined, blocks: blockHashes(prompt), maxTokens: 3 });
