@@ -72,7 +72,9 @@ export function promptBlocks(kind: PromptKind, body: Record<string, unknown>, ma
 
 // Four UTF-16 code units a step (rotate, xor, multiply by the golden ratio's 32 bits, as FxHash
 // does). Four units of a byte each (ASCII, most prompts) are one 32-bit word, so that a raw body's
-// bytes are hashed four at a time; a step with a wider unit takes its units as two words.
+// bytes are hashed four at a time; a step with a wider unit takes its units as two words. A block's
+// steps go by turns into two running hashes, joined at its end into the block's hash, from which
+// both start the next block: the processor works on the two at once.
 const SEED = 0x811c9dc5 | 0;
 const MULTIPLIER = 0x9e3779b9 | 0;
 const UNITS_A_STEP = 4;
@@ -82,9 +84,21 @@ const NOT_ASCII_TEXT = 0x80808080 | 0;
 
 const mix = (hash: number, word: number): number => Math.imul(((hash << 5) | (hash >>> 27)) ^ word, MULTIPLIER);
 
-/** The hash after one step of four units. */
+/** A running hash after one step of four units. */
 const step = (hash: number, c0: number, c1: number, c2: number, c3: number): number =>
   (c0 | c1 | c2 | c3) < 0x100 ? mix(hash, c0 | (c1 << 8) | (c2 << 16) | (c3 << 24)) : mix(mix(hash, c0 | (c1 << 16)), c2 | (c3 << 16));
+
+/** A running hash after the step of `text`'s four units from `at`. */
+const stepAt = (hash: number, text: string, at: number): number => step(hash, text.charCodeAt(at), text.charCodeAt(at + 1), text.charCodeAt(at + 2), text.charCodeAt(at + 3));
+
+/** Four bytes as one word, the first in the low bits. */
+const wordAt = (bytes: Uint8Array, at: number): number => bytes[at]! | (bytes[at + 1]! << 8) | (bytes[at + 2]! << 16) | (bytes[at + 3]! << 24);
+
+/** A word with a byte below 0x20 or from 0x80 (not a JSON string's characters as they are) sets a bit of NOT_ASCII_TEXT here. */
+const notText = (word: number): number => (word - 0x20202020) | word;
+
+/** The same for one byte. */
+const notTextByte = (byte: number): number => (byte - 0x20) | byte;
 
 /**
  * One running hash over a prompt's code units fed in order, in pieces (strings, or runs of ASCII
@@ -92,8 +106,10 @@ const step = (hash: number, c0: number, c1: number, c2: number, c3: number): num
  * whole prefix, not only its own characters. Int32 values: small integers in V8, cheap as map keys.
  */
 export class BlockHasher {
-  private hash = SEED;
-  /** Steps still to come before the current block ends. */
+  /** The running hashes of the current block's even and odd steps. */
+  private even = SEED;
+  private odd = ~SEED;
+  /** Steps still to come before the current block ends; when even, the next step is an even one. */
   private left = STEPS_A_BLOCK;
   /** The units of a step whose rest is still to come (a piece ended within it): the first `carried`. */
   private readonly units = [0, 0, 0];
@@ -111,21 +127,36 @@ export class BlockHasher {
   addString(text: string, from = 0, to = text.length): void {
     let at = from;
     while (this.carried > 0 && at < to) this.unit(text.charCodeAt(at++));
-    let hash = this.hash;
+    let even = this.even;
+    let odd = this.odd;
     let left = this.left;
     let count = this.count;
-    // A block at a time: its steps, then its hash kept.
+    // A block at a time: its steps by turns into the two hashes, then the block's hash kept.
     while (count < this.maxBlocks) {
       const steps = Math.min(left, (to - at) >> 2);
-      for (const end = at + UNITS_A_STEP * steps; at < end; at += UNITS_A_STEP) {
-        hash = step(hash, text.charCodeAt(at), text.charCodeAt(at + 1), text.charCodeAt(at + 2), text.charCodeAt(at + 3));
+      let todo = steps;
+      if (todo > 0 && (left & 1) === 1) {
+        odd = stepAt(odd, text, at);
+        at += UNITS_A_STEP;
+        todo--;
+      }
+      for (; todo >= 2; todo -= 2, at += 2 * UNITS_A_STEP) {
+        even = stepAt(even, text, at);
+        odd = stepAt(odd, text, at + UNITS_A_STEP);
+      }
+      if (todo === 1) {
+        even = stepAt(even, text, at);
+        at += UNITS_A_STEP;
       }
       left -= steps;
       if (left > 0) break;
-      this.out[count++] = hash;
+      even = mix(even, odd);
+      odd = ~even;
+      this.out[count++] = even;
       left = STEPS_A_BLOCK;
     }
-    this.hash = hash;
+    this.even = even;
+    this.odd = odd;
     this.left = left;
     this.count = count;
     while (at < to && !this.full) this.unit(text.charCodeAt(at++));
@@ -137,41 +168,63 @@ export class BlockHasher {
    */
   addAscii(bytes: Uint8Array, from: number, to: number): boolean {
     // As it was, should a byte turn out not to be ASCII text (the units carried are only added to).
-    const hash0 = this.hash;
+    const even0 = this.even;
+    const odd0 = this.odd;
     const left0 = this.left;
     const count0 = this.count;
     const carried0 = this.carried;
     let at = from;
     let bad = 0;
     for (; this.carried > 0 && at < to; at++) {
-      bad |= (bytes[at]! - 0x20) | bytes[at]!;
+      bad |= notTextByte(bytes[at]!);
       this.unit(bytes[at]!);
     }
-    let hash = this.hash;
+    let even = this.even;
+    let odd = this.odd;
     let left = this.left;
     let count = this.count;
     while (count < this.maxBlocks) {
       const steps = Math.min(left, (to - at) >> 2);
-      for (const end = at + UNITS_A_STEP * steps; at < end; at += UNITS_A_STEP) {
-        const word = bytes[at]! | (bytes[at + 1]! << 8) | (bytes[at + 2]! << 16) | (bytes[at + 3]! << 24);
-        bad |= (word - 0x20202020) | word;
-        hash = mix(hash, word);
+      let todo = steps;
+      if (todo > 0 && (left & 1) === 1) {
+        const word = wordAt(bytes, at);
+        bad |= notText(word);
+        odd = mix(odd, word);
+        at += UNITS_A_STEP;
+        todo--;
+      }
+      for (; todo >= 2; todo -= 2, at += 2 * UNITS_A_STEP) {
+        const first = wordAt(bytes, at);
+        const second = wordAt(bytes, at + UNITS_A_STEP);
+        bad |= notText(first) | notText(second);
+        even = mix(even, first);
+        odd = mix(odd, second);
+      }
+      if (todo === 1) {
+        const word = wordAt(bytes, at);
+        bad |= notText(word);
+        even = mix(even, word);
+        at += UNITS_A_STEP;
       }
       left -= steps;
       if (left > 0) break;
-      this.out[count++] = hash;
+      even = mix(even, odd);
+      odd = ~even;
+      this.out[count++] = even;
       left = STEPS_A_BLOCK;
     }
-    for (let i = at; i < to; i++) bad |= (bytes[i]! - 0x20) | bytes[i]!;
+    for (let i = at; i < to; i++) bad |= notTextByte(bytes[i]!);
     if ((bad & NOT_ASCII_TEXT) !== 0) {
       // Blocks written past `count` are not counted: the next ones write over them.
-      this.hash = hash0;
+      this.even = even0;
+      this.odd = odd0;
       this.left = left0;
       this.count = count0;
       this.carried = carried0;
       return false;
     }
-    this.hash = hash;
+    this.even = even;
+    this.odd = odd;
     this.left = left;
     this.count = count;
     while (at < to && !this.full) this.unit(bytes[at++]!);
@@ -201,9 +254,13 @@ export class BlockHasher {
     }
     this.carried = 0;
     if (this.full) return;
-    this.hash = step(this.hash, this.units[0]!, this.units[1]!, this.units[2]!, unit);
+    const units = this.units;
+    if ((this.left & 1) === 1) this.odd = step(this.odd, units[0]!, units[1]!, units[2]!, unit);
+    else this.even = step(this.even, units[0]!, units[1]!, units[2]!, unit);
     if (--this.left === 0) {
-      this.out[this.count++] = this.hash;
+      this.even = mix(this.even, this.odd);
+      this.odd = ~this.even;
+      this.out[this.count++] = this.even;
       this.left = STEPS_A_BLOCK;
     }
   }

@@ -53,6 +53,17 @@ describe("the block hasher", () => {
     );
   });
 
+  it("takes ASCII text as bytes wherever a piece begins or ends within a step", () => {
+    fc.assert(
+      fc.property(fc.string({ unit: fc.integer({ min: 0x20, max: 0x7f }).map((c) => String.fromCharCode(c)), maxLength: 3 * BLOCK_CHARS }), fc.array(fc.nat(), { maxLength: 8 }), (text, cuts) => {
+        const hasher = new BlockHasher();
+        const at = [0, ...cuts.map((c) => c % (text.length + 1)).sort((a, b) => a - b), text.length];
+        for (let i = 1; i < at.length; i++) expect(hasher.addAscii(Buffer.from(text), at[i - 1]!, at[i]!)).toBe(true);
+        expect(hasher.blocks()).toEqual(blockHashes(text));
+      }),
+    );
+  });
+
   it("refuses bytes that are not ASCII text (a control character or past 0x7f), and takes nothing of them", () => {
     for (const byte of [0x00, 0x1f, 0x80, 0xff]) {
       const hasher = new BlockHasher();
