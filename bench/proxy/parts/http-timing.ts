@@ -20,15 +20,20 @@ export interface Throughput {
 }
 
 /** POSTs `body` to `route` with `connections` in flight for `durationS` seconds; with `rate`, at most that many requests a second in all. */
-export async function throughput(route: Route, body: string, connections: number, durationS: number, rate?: number): Promise<Throughput> {
+/** `body`, or one of `body`'s picked at random for each request. */
+export async function throughput(route: Route, body: string | string[], connections: number, durationS: number, rate?: number): Promise<Throughput> {
+  // autocannon calls a request's setupRequest before each send (its types leave it out).
+  const setupRequest = (bodies: string[]) => (request: object) => ({ ...request, body: bodies[Math.floor(Math.random() * bodies.length)] });
+  const pick = (bodies: string[]) => ({ requests: [{ method: "POST", path: route.path, setupRequest: setupRequest(bodies) } as { method: string; path: string }] });
   const result = await autocannon({
     url: `http://127.0.0.1:${route.port}${route.path}`,
     method: "POST",
-    body,
+    ...(typeof body === "string" ? { body } : pick(body)),
     headers: { "content-type": "application/json", ...route.headers },
     connections,
     duration: durationS,
-    workers: 1,
+    // A worker thread cannot be handed setupRequest (a function): bodies picked at random run on this thread.
+    ...(typeof body === "string" ? { workers: 1 } : {}),
     ...(rate === undefined ? {} : { overallRate: rate }),
   });
   return { rps: result.requests.average, p50: result.latency.p50, p99: result.latency.p99, errors: result.errors + result.non2xx, total: result.requests.total };

@@ -6,12 +6,12 @@ import { alternateCalls, throughput, type Route, type Throughput } from "./http-
 import { spawnPart, type Part } from "./processes.js";
 
 type Job =
-  | { kind: "throughput"; route: Route; body: string; connections: number; durationS: number; rate?: number }
+  | { kind: "throughput"; route: Route; body: string | string[]; connections: number; durationS: number; rate?: number }
   | { kind: "alternate"; routes: Route[]; body: string; n: number; pick: "first" | "end" };
 
 export interface Load {
-  /** autocannon at `connections` in flight for `durationS` seconds; with `rate`, at most that many requests a second. */
-  throughput(route: Route, body: string, connections: number, durationS: number, rate?: number): Promise<Throughput>;
+  /** autocannon at `connections` in flight for `durationS` seconds (`body` an array: one of them at random each request); with `rate`, at most that many requests a second. */
+  throughput(route: Route, body: string | string[], connections: number, durationS: number, rate?: number): Promise<Throughput>;
   /** `n` calls one at a time on each route in turn: p50 / p99 µs to the first byte or to the end, per route. */
   alternate(routes: Route[], body: string, n: number, pick: "first" | "end"): Promise<Array<{ p50: number; p99: number }>>;
 }

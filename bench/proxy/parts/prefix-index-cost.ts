@@ -2,14 +2,19 @@
 // where it is cached"): one proxy process with two endpoints over the same 4 replicas, one with
 // `routing: prefix` (the index cuts and hashes every prompt, looks it up and learns it) and one
 // with `routing: least_outstanding` (no index), under the same load in rounds of rotated order; the
-// proxy's CPU per request of each, and their ratio (goal: at most 1.05). The index costs a few
-// microseconds of about 170, less than the proxy's figure drifts on a shared machine from one
-// round to the next: each round runs both endpoints back to back (in alternating order), and the
-// verdict is the median of the rounds' ratios, their spread printed beside it. (Two proxy
-// processes loaded at the same time are no fairer: the one with more work per request gets the
-// same share of the CPU, so fewer requests, each with more of the process's fixed costs.) The prompt is a chat with
-// a 4,000-character system prompt, as the prefix workloads send. The proxy's own counter of prefix
-// routing (gpu_endpoint_prefix_routed_total) shows whether the index ran at all.
+// proxy's CPU per request of each, and their ratio (goal: at most 1.05). Two workloads of chats
+// with a 4,000-character system prompt: 16 conversations, each request one of them at random (so
+// the index sends each conversation to its replica and the load stays spread), and one prompt
+// alone (every request to the one replica holding it until it is too busy: what the routing
+// itself costs when it concentrates the load, beyond the index's work).
+//
+// The index costs a few microseconds of about 170, less than the proxy's figure drifts on a
+// shared machine from one round to the next: each round runs both endpoints back to back (in
+// alternating order), and the verdict is the median of the rounds' ratios, their spread printed
+// beside it. (Two proxy processes loaded at the same time are no fairer: the one with more work per
+// request gets the same share of the CPU, so fewer requests, each with more of the process's fixed
+// costs.) The proxy's own counter of prefix routing (gpu_endpoint_prefix_routed_total) shows how
+// the index routed, and whether it ran at all.
 import { fmt, type Route, type Throughput } from "./http-timing.js";
 import type { Load } from "./load-process.js";
 import { MODEL, spawnPart, targetOf, TOKEN, type Part } from "./processes.js";
@@ -19,7 +24,13 @@ import { printTable, processCpuSeconds } from "../../shared/support.js";
 const ENDPOINTS = { prefix: "with-index", least_outstanding: "without-index" } as const;
 type Routing = keyof typeof ENDPOINTS;
 const SYSTEM = `You are a support assistant for a shop; answer in two sentences. ${"Keep to the policy. ".repeat(196)}`;
-const LONG_PROMPT = JSON.stringify({ model: MODEL, messages: [{ role: "system", content: SYSTEM }, { role: "user", content: "Where is my order?" }], max_tokens: 1 });
+const chat = (system: string) => JSON.stringify({ model: MODEL, messages: [{ role: "system", content: system }, { role: "user", content: "Where is my order?" }], max_tokens: 1 });
+const WORKLOADS = [
+  { name: "16 conversations, one at random each request", bodies: Array.from({ length: 16 }, (_, i) => chat(`Conversation ${i + 1}. ${SYSTEM}`)), verdict: true },
+  { name: "one prompt, every request", bodies: chat(SYSTEM), verdict: false },
+];
+
+type Run = Throughput & { cpuUs: number };
 
 export interface IndexCostOptions {
   inFlight: number;
@@ -34,32 +45,38 @@ export async function measureIndexCost(load: Load, replica: Part, options: Index
     const route = (routing: Routing): Route => ({ port: proxy.port, path: `/endpoints/${ENDPOINTS[routing]}/v1/chat/completions`, headers: { authorization: `Bearer ${TOKEN}` } });
     const cpu = () => processCpuSeconds(proxy.child.pid!);
     const order: Routing[] = ["prefix", "least_outstanding"];
-    for (const routing of order) await load.throughput(route(routing), LONG_PROMPT, options.inFlight, options.durationS);
-    const runs: Record<Routing, Array<Throughput & { cpuUs: number }>> = { prefix: [], least_outstanding: [] };
-    for (let round = 0; round < options.rounds; round++) {
-      for (const routing of round % 2 === 0 ? order : [...order].reverse()) {
-        const before = cpu();
-        const run = await load.throughput(route(routing), LONG_PROMPT, options.inFlight, options.durationS);
-        runs[routing].push({ ...run, cpuUs: ((cpu() - before) / Math.max(1, run.total)) * 1e6 });
+    console.log(`\nthe prefix index: one proxy process, endpoints '${ENDPOINTS.prefix}' (routing: prefix) and '${ENDPOINTS.least_outstanding}' (routing: least_outstanding) over the same 4 replicas, one-token chat completions with a ${SYSTEM.length}-character system prompt, ${options.inFlight} in flight, ${options.rounds} rounds of ${options.durationS} s each`);
+    for (const workload of WORKLOADS) {
+      const routedBefore = await prefixRouted(proxy.port);
+      for (const routing of order) await load.throughput(route(routing), workload.bodies, options.inFlight, options.durationS);
+      const runs: Record<Routing, Run[]> = { prefix: [], least_outstanding: [] };
+      for (let round = 0; round < options.rounds; round++) {
+        for (const routing of round % 2 === 0 ? order : [...order].reverse()) {
+          const before = cpu();
+          const run = await load.throughput(route(routing), workload.bodies, options.inFlight, options.durationS);
+          runs[routing].push({ ...run, cpuUs: ((cpu() - before) / Math.max(1, run.total)) * 1e6 });
+        }
       }
+      const mean = (routing: Routing, pick: (r: Run) => number) => runs[routing].reduce((sum, r) => sum + pick(r), 0) / runs[routing].length;
+      const ratios = runs.prefix.map((run, round) => run.cpuUs / runs.least_outstanding[round]!.cpuUs).sort((a, b) => a - b);
+      const routed = subtract(await prefixRouted(proxy.port), routedBefore);
+      console.log(`\n${workload.name}\n`);
+      printTable([
+        ["", ...order],
+        ["req/s", ...order.map((r) => fmt(mean(r, (x) => x.rps)))],
+        ["CPU per request us, the proxy process", ...order.map((r) => fmt(mean(r, (x) => x.cpuUs)))],
+        ["errors", ...order.map((r) => String(runs[r].reduce((sum, x) => sum + x.errors, 0)))],
+      ]);
+      const ratio = median(ratios);
+      const total = Object.values(routed).reduce((sum, n) => sum + n, 0);
+      if (total === 0) {
+        console.log(`not measured (${ratio.toFixed(3)}x): the proxy counted no prefix routing (gpu_endpoint_prefix_routed_total), so the index did not run and both endpoints routed by least outstanding`);
+        continue;
+      }
+      console.log(`routed by the index: ${Object.entries(routed).map(([outcome, n]) => `${outcome} ${((100 * n) / total).toFixed(1)}%`).join(", ")} of ${total}`);
+      console.log(`rounds' ratios, lowest to highest: ${ratios.map((r) => r.toFixed(3)).join(", ")}; of the means: ${(mean("prefix", (x) => x.cpuUs) / mean("least_outstanding", (x) => x.cpuUs)).toFixed(3)}x`);
+      console.log(`${workload.verdict ? "target" : "for comparison"}: CPU per request with the prefix index <= 1.05x without it (median of the rounds' ratios): ${ratio.toFixed(3)}x${workload.verdict ? ` ${ratio <= 1.05 ? "met" : "MISSED"}` : ""}`);
     }
-    const mean = (routing: Routing, pick: (r: Throughput & { cpuUs: number }) => number) => runs[routing].reduce((sum, r) => sum + pick(r), 0) / runs[routing].length;
-    const ratios = runs.prefix.map((run, round) => run.cpuUs / runs.least_outstanding[round]!.cpuUs).sort((a, b) => a - b);
-    console.log(`\nthe prefix index: one proxy process, endpoints '${ENDPOINTS.prefix}' (routing: prefix) and '${ENDPOINTS.least_outstanding}' (routing: least_outstanding) over the same 4 replicas, one-token chat completions with a ${SYSTEM.length}-character system prompt, ${options.inFlight} in flight, ${options.rounds} rounds of ${options.durationS} s each\n`);
-    printTable([
-      ["", ...order],
-      ["req/s", ...order.map((r) => fmt(mean(r, (x) => x.rps)))],
-      ["CPU per request us, the proxy process", ...order.map((r) => fmt(mean(r, (x) => x.cpuUs)))],
-      ["errors", ...order.map((r) => String(runs[r].reduce((sum, x) => sum + x.errors, 0)))],
-    ]);
-    const ratio = median(ratios);
-    const routed = await prefixRouted(proxy.port);
-    if (routed === 0) {
-      console.log(`target: not measured (${ratio.toFixed(3)}x): the proxy counted no prefix routing (gpu_endpoint_prefix_routed_total), so the index did not run and both endpoints routed by least outstanding`);
-      return;
-    }
-    console.log(`rounds' ratios, lowest to highest: ${ratios.map((r) => r.toFixed(3)).join(", ")}; of the means: ${(mean("prefix", (x) => x.cpuUs) / mean("least_outstanding", (x) => x.cpuUs)).toFixed(3)}x`);
-    console.log(`target: CPU per request with the prefix index <= 1.05x without it (median of the rounds' ratios): ${ratio.toFixed(3)}x ${ratio <= 1.05 ? "met" : "MISSED"} (${routed} requests routed by the index)`);
     console.log("\nreading a prompt's blocks from a body, in this process (median of interleaved rounds)\n");
     printTable([["", "body bytes", "us per KB"], ...measurePromptRead(MODEL, SYSTEM).map((c) => [c.label, String(c.bodyBytes), c.usPerKb.toFixed(2)])]);
   } finally {
@@ -67,13 +84,19 @@ export async function measureIndexCost(load: Load, replica: Part, options: Index
   }
 }
 
-/** The requests the proxy says it routed by prefix on the 'with-index' endpoint, every outcome summed. */
-async function prefixRouted(port: number): Promise<number> {
+/** The requests the proxy says it routed by prefix on the 'with-index' endpoint, by outcome. */
+async function prefixRouted(port: number): Promise<Record<string, number>> {
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } })).text();
-  return text
-    .split("\n")
-    .filter((line) => line.startsWith("gpu_endpoint_prefix_routed_total{") && line.includes(`endpoint="${ENDPOINTS.prefix}"`))
-    .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(" ") + 1)), 0);
+  const routed: Record<string, number> = {};
+  for (const line of text.split("\n")) {
+    if (!line.startsWith("gpu_endpoint_prefix_routed_total{") || !line.includes(`endpoint="${ENDPOINTS.prefix}"`)) continue;
+    routed[/outcome="([^"]+)"/.exec(line)![1]!] = Number(line.slice(line.lastIndexOf(" ") + 1));
+  }
+  return routed;
+}
+
+function subtract(after: Record<string, number>, before: Record<string, number>): Record<string, number> {
+  return Object.fromEntries(Object.entries(after).map(([outcome, n]) => [outcome, n - (before[outcome] ?? 0)]));
 }
 
 function median(sorted: number[]): number {
