@@ -20,6 +20,9 @@ export class ReplicaBlocks {
   /** Towards the more recent slot, and towards the less recent. */
   private newer = new Int32Array(0);
   private older = new Int32Array(0);
+  /** The learn that last placed each slot (learns' count). */
+  private markAt = new Int32Array(0);
+  private learns = 0;
   /** The most and the least recently sent. */
   private head = NONE;
   private tail = NONE;
@@ -39,19 +42,41 @@ export class ReplicaBlocks {
   /**
    * Records `blocks` as sent now, then drops the expired; past maxBlocks the least recent make
    * room. As if each were touched, the last block first: the prompt's blocks become the most
-   * recent, in its order. Those that already are (the prompt's start sent last time: a shared
-   * system prompt, the conversation so far) only have their time set; the rest are placed after them.
+   * recent, in its order, and the others keep theirs. A prompt learned before lies in the list as
+   * a run, its blocks one after the other: a run found is moved whole, one lookup for all of it.
    */
   learn(blocks: BlockHashes, now: number): void {
     // More than maxBlocks: the first ones would push the rest out.
     const n = Math.min(blocks.length, this.maxBlocks);
-    let b = 0;
+    // Slots placed by this learn carry its mark: a block met twice (a collision) is not moved again.
+    const mark = ++this.learns;
     let previous = NONE;
-    for (let slot = this.head; b < n && slot !== NONE && this.hashAt[slot] === blocks[b]; slot = this.older[slot]!, b++) {
-      this.timeAt[slot] = now;
-      previous = slot;
+    let b = 0;
+    while (b < n) {
+      const first = this.slotOf.get(blocks[b]!);
+      if (first === undefined || this.markAt[first] === mark) {
+        if (first === undefined) previous = this.placeNew(blocks[b]!, now, previous);
+        b++;
+        continue;
+      }
+      // The run from `first`: the following blocks, in order, towards the less recent.
+      let last = first;
+      for (b++; b < n; b++) {
+        const next = this.older[last]!;
+        if (next === NONE || this.hashAt[next] !== blocks[b] || this.markAt[next] === mark) break;
+        last = next;
+      }
+      if (this.newer[first] !== previous) {
+        this.unlinkRun(first, last);
+        this.linkRunAfter(first, last, previous);
+      }
+      for (let slot = first; ; slot = this.older[slot]!) {
+        this.markAt[slot] = mark;
+        this.timeAt[slot] = now;
+        if (slot === last) break;
+      }
+      previous = last;
     }
-    for (; b < n; b++) previous = this.place(blocks[b]!, now, previous);
     this.expire(now);
   }
 
@@ -67,9 +92,13 @@ export class ReplicaBlocks {
 
   /** How many of `blocks`' first blocks this replica holds, unexpired. */
   prefixHeld(blocks: BlockHashes, now: number): number {
-    // The largest k with block k-1 held: held blocks form a prefix (see above).
-    let low = 0;
-    let high = blocks.length;
+    // The largest k with block k-1 held: held blocks form a prefix (see above). Most replicas
+    // hold none of a prompt, and its own replica most often all of it: one or two lookups.
+    const n = blocks.length;
+    if (n === 0 || !this.holds(blocks[0]!, now)) return 0;
+    if (this.holds(blocks[n - 1]!, now)) return n;
+    let low = 1;
+    let high = n - 1;
     while (low < high) {
       const mid = (low + high + 1) >>> 1;
       if (this.holds(blocks[mid - 1]!, now)) low = mid;
@@ -84,32 +113,39 @@ export class ReplicaBlocks {
   }
 
   /**
-   * `hash` sent now, placed just less recent than slot `after` (NONE: the most recent); its slot.
+   * A block not held, placed just less recent than slot `after` (NONE: the most recent); its slot.
    * The fewer than maxBlocks slots placed before it in this learn are more recent than any other,
    * so a slot taken from the least recent is never one of them.
    */
-  private place(hash: number, now: number, after: number): number {
-    let slot = this.slotOf.get(hash);
-    if (slot === after && slot !== undefined) {
-      // The same hash twice in a row (a collision): it is where it should be.
-      this.timeAt[slot] = now;
-      return slot;
-    }
-    if (slot !== undefined) this.unlink(slot);
-    else {
-      slot = this.newSlot();
-      this.hashAt[slot] = hash;
-      this.slotOf.set(hash, slot);
-    }
+  private placeNew(hash: number, now: number, after: number): number {
+    const slot = this.newSlot();
+    this.hashAt[slot] = hash;
     this.timeAt[slot] = now;
-    const next = after === NONE ? this.head : this.older[after]!;
-    this.newer[slot] = after;
-    this.older[slot] = next;
-    if (after === NONE) this.head = slot;
-    else this.older[after] = slot;
-    if (next === NONE) this.tail = slot;
-    else this.newer[next] = slot;
+    this.markAt[slot] = this.learns;
+    this.slotOf.set(hash, slot);
+    this.linkRunAfter(slot, slot, after);
     return slot;
+  }
+
+  /** Takes the run of slots `first`..`last` (towards the less recent) out of the list. */
+  private unlinkRun(first: number, last: number): void {
+    const newer = this.newer[first]!;
+    const older = this.older[last]!;
+    if (newer !== NONE) this.older[newer] = older;
+    else this.head = older;
+    if (older !== NONE) this.newer[older] = newer;
+    else this.tail = newer;
+  }
+
+  /** Puts the run `first`..`last` just less recent than slot `after` (NONE: the most recent). */
+  private linkRunAfter(first: number, last: number, after: number): void {
+    const next = after === NONE ? this.head : this.older[after]!;
+    this.newer[first] = after;
+    this.older[last] = next;
+    if (after === NONE) this.head = first;
+    else this.older[after] = first;
+    if (next === NONE) this.tail = last;
+    else this.newer[next] = last;
   }
 
   /** A free slot: one given back, a new one while under maxBlocks, else the least recent's. */
@@ -127,12 +163,7 @@ export class ReplicaBlocks {
   }
 
   private unlink(slot: number): void {
-    const newer = this.newer[slot]!;
-    const older = this.older[slot]!;
-    if (newer !== NONE) this.older[newer] = older;
-    else this.head = older;
-    if (older !== NONE) this.newer[older] = newer;
-    else this.tail = newer;
+    this.unlinkRun(slot, slot);
   }
 
   /** Doubles the slots, up to maxBlocks: a replica sent little takes little. */
@@ -143,5 +174,6 @@ export class ReplicaBlocks {
     this.timeAt = widen(this.timeAt, new Float64Array(size));
     this.newer = widen(this.newer, new Int32Array(size));
     this.older = widen(this.older, new Int32Array(size));
+    this.markAt = widen(this.markAt, new Int32Array(size));
   }
 }
