@@ -22,6 +22,8 @@ export interface PrefixIndexOptions {
 export class PrefixIndex {
   /** Endpoint -> replica -> its blocks. */
   private readonly endpoints = new Map<string, Map<string, ReplicaBlocks>>();
+  /** Endpoint -> the replicas it was last told to retain. */
+  private readonly retained = new Map<string, readonly string[]>();
   private readonly now: () => number;
   private lastSweep: number;
 
@@ -49,8 +51,13 @@ export class PrefixIndex {
     own.learn(blocks, now);
   }
 
-  /** Forgets every replica of `endpoint` but `replicas` (those in routing now): the others' caches are gone or going. */
+  /**
+   * Forgets every replica of `endpoint` but `replicas` (those in routing now): the others' caches
+   * are gone or going. The same list (the same array) as last time changes nothing.
+   */
   retain(endpoint: string, replicas: readonly string[]): void {
+    if (this.retained.get(endpoint) === replicas) return;
+    this.retained.set(endpoint, replicas);
     const known = this.endpoints.get(endpoint);
     if (known === undefined) return;
     for (const replica of known.keys()) if (!replicas.includes(replica)) known.delete(replica);
@@ -73,5 +80,6 @@ export class PrefixIndex {
       }
       if (replicas.size === 0) this.endpoints.delete(endpoint);
     }
+    for (const endpoint of this.retained.keys()) if (!this.endpoints.has(endpoint)) this.retained.delete(endpoint);
   }
 }

@@ -16,6 +16,11 @@ export class ReplicaChoice {
   private readonly index: PrefixIndex;
   /** The most blocks of a prompt worth hashing: a replica keeps no more. */
   readonly maxBlocks: number;
+  /**
+   * The index's names of a directory answer's targets. The directory keeps an answer about a
+   * second, so most requests share it: the same names (their hashes kept by V8) and no retain.
+   */
+  private readonly keysOf = new WeakMap<readonly RouteTarget[], string[]>();
 
   constructor(
     private readonly balancer: ReplicaBalancer,
@@ -30,7 +35,8 @@ export class ReplicaChoice {
   first(name: string, route: EndpointRoute, blocks: BlockHashes | undefined): RouteTarget {
     const { targets, endpointId } = route;
     if (route.routing !== "prefix" || blocks === undefined) return this.balancer.pick(targets)!;
-    const keys = targets.map(targetKey);
+    let keys = this.keysOf.get(targets);
+    if (keys === undefined) this.keysOf.set(targets, (keys = targets.map(targetKey)));
     this.index.retain(endpointId, keys);
     const held = this.index.held(endpointId, keys, blocks);
     const choice = choosePrefix(targets.map((target, i) => ({ held: held[i]!, load: this.balancer.load(target) })));
