@@ -29,6 +29,7 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 /** The index's few microseconds a request need more rounds, and shorter ones (paired closer in time), than the proxies' differences. */
 const INDEX_ROUNDS = Number(process.env.BENCH_INDEX_ROUNDS ?? 15);
 const INDEX_DURATION_S = Number(process.env.BENCH_INDEX_DURATION_S ?? 3);
+const INDEX_RATE = process.env.BENCH_INDEX_RATE === undefined ? undefined : Number(process.env.BENCH_INDEX_RATE);
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 1000);
 
 const TARGETS = ["direct", "nginx", "floor-http", "floor-undici", "proxy"] as const;
@@ -101,7 +102,7 @@ async function indexOnly(): Promise<void> {
   const replica = await spawnPart("sse-replica");
   const load = await startLoad();
   try {
-    await measureIndexCost(load, replica, { inFlight: IN_FLIGHT, durationS: INDEX_DURATION_S, rounds: INDEX_ROUNDS });
+    await measureIndexCost(load, replica, { inFlight: IN_FLIGHT, durationS: INDEX_DURATION_S, rounds: INDEX_ROUNDS, rate: INDEX_RATE });
   } finally {
     for (const part of [load.part, replica]) part.child.kill("SIGTERM");
   }
@@ -135,7 +136,7 @@ async function main(): Promise<void> {
     console.log(`${IN_FLIGHT} in flight, ${ROUNDS} rounds of ${DURATION_S} s each (${TARGETS.join(", ")} in rotated order), then ${SEQUENTIAL} requests one at a time on each`);
     report("one-token chat completions", await measure(load, routes, cpu, ONE_TOKEN), 1);
     report(`streamed chat completions (stream: true), ${STREAM_CHUNKS} events each, whole answer timed`, await measure(load, routes, cpu, STREAMED_64), STREAM_CHUNKS);
-    await measureIndexCost(load, replica, { inFlight: IN_FLIGHT, durationS: INDEX_DURATION_S, rounds: INDEX_ROUNDS });
+    await measureIndexCost(load, replica, { inFlight: IN_FLIGHT, durationS: INDEX_DURATION_S, rounds: INDEX_ROUNDS, rate: INDEX_RATE });
   } finally {
     for (const part of [load.part, proxy, floorHttp, floorUndici, replica]) part.child.kill("SIGTERM");
     nginx.stop();

@@ -36,6 +36,8 @@ export interface IndexCostOptions {
   inFlight: number;
   durationS: number;
   rounds: number;
+  /** Requests a second, at most; undefined: as many as the proxy answers. */
+  rate?: number;
 }
 
 export async function measureIndexCost(load: Load, replica: Part, options: IndexCostOptions): Promise<void> {
@@ -48,12 +50,12 @@ export async function measureIndexCost(load: Load, replica: Part, options: Index
     console.log(`\nthe prefix index: one proxy process, endpoints '${ENDPOINTS.prefix}' (routing: prefix) and '${ENDPOINTS.least_outstanding}' (routing: least_outstanding) over the same 4 replicas, one-token chat completions with a ${SYSTEM.length}-character system prompt, ${options.inFlight} in flight, ${options.rounds} rounds of ${options.durationS} s each`);
     for (const workload of WORKLOADS) {
       const routedBefore = await prefixRouted(proxy.port);
-      for (const routing of order) await load.throughput(route(routing), workload.bodies, options.inFlight, options.durationS);
+      for (const routing of order) await load.throughput(route(routing), workload.bodies, options.inFlight, options.durationS, options.rate);
       const runs: Record<Routing, Run[]> = { prefix: [], least_outstanding: [] };
       for (let round = 0; round < options.rounds; round++) {
         for (const routing of round % 2 === 0 ? order : [...order].reverse()) {
           const before = cpu();
-          const run = await load.throughput(route(routing), workload.bodies, options.inFlight, options.durationS);
+          const run = await load.throughput(route(routing), workload.bodies, options.inFlight, options.durationS, options.rate);
           runs[routing].push({ ...run, cpuUs: ((cpu() - before) / Math.max(1, run.total)) * 1e6 });
         }
       }
