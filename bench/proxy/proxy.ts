@@ -29,7 +29,12 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 /** The index's few microseconds a request need more rounds, and shorter ones (paired closer in time), than the proxies' differences. */
 const INDEX_ROUNDS = Number(process.env.BENCH_INDEX_ROUNDS ?? 15);
 const INDEX_DURATION_S = Number(process.env.BENCH_INDEX_DURATION_S ?? 3);
-const INDEX_RATE = process.env.BENCH_INDEX_RATE === undefined ? undefined : Number(process.env.BENCH_INDEX_RATE);
+/**
+ * The index's rounds run at this many requests a second (0: as many as the proxy answers). Below
+ * what the proxy can answer both endpoints do the same work each second, and the rounds' ratios
+ * spread half as wide as at saturation, where the CPU's share decides how requests batch.
+ */
+const INDEX_RATE = Number(process.env.BENCH_INDEX_RATE ?? 2500) || undefined;
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 1000);
 
 const TARGETS = ["direct", "nginx", "floor-http", "floor-undici", "proxy"] as const;

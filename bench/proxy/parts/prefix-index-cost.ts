@@ -8,10 +8,10 @@
 // alone (every request to the one replica holding it until it is too busy: what the routing
 // itself costs when it concentrates the load, beyond the index's work).
 //
-// The index costs a few microseconds of about 170, less than the proxy's figure drifts on a
-// shared machine from one round to the next: each round runs both endpoints back to back (in
-// alternating order), and the verdict is the median of the rounds' ratios, their spread printed
-// beside it. (Two proxy processes loaded at the same time are no fairer: the one with more work per
+// The index costs microseconds of about 170, less than the proxy's figure drifts on a shared
+// machine from one round to the next: each round runs both endpoints back to back (in alternating
+// order), at a fixed rate the proxy can keep (bench:proxy's BENCH_INDEX_RATE), and the verdict is
+// the median of the rounds' ratios, their spread printed beside it. (Two proxy processes loaded at the same time are no fairer: the one with more work per
 // request gets the same share of the CPU, so fewer requests, each with more of the process's fixed
 // costs.) The proxy's own counter of prefix routing (gpu_endpoint_prefix_routed_total) shows how
 // the index routed, and whether it ran at all.
@@ -47,7 +47,7 @@ export async function measureIndexCost(load: Load, replica: Part, options: Index
     const route = (routing: Routing): Route => ({ port: proxy.port, path: `/endpoints/${ENDPOINTS[routing]}/v1/chat/completions`, headers: { authorization: `Bearer ${TOKEN}` } });
     const cpu = () => processCpuSeconds(proxy.child.pid!);
     const order: Routing[] = ["prefix", "least_outstanding"];
-    console.log(`\nthe prefix index: one proxy process, endpoints '${ENDPOINTS.prefix}' (routing: prefix) and '${ENDPOINTS.least_outstanding}' (routing: least_outstanding) over the same 4 replicas, one-token chat completions with a ${SYSTEM.length}-character system prompt, ${options.inFlight} in flight, ${options.rounds} rounds of ${options.durationS} s each`);
+    console.log(`\nthe prefix index: one proxy process, endpoints '${ENDPOINTS.prefix}' (routing: prefix) and '${ENDPOINTS.least_outstanding}' (routing: least_outstanding) over the same 4 replicas, one-token chat completions with a ${SYSTEM.length}-character system prompt, ${options.inFlight} in flight${options.rate === undefined ? "" : ` at ${options.rate} requests a second`}, ${options.rounds} rounds of ${options.durationS} s each`);
     for (const workload of WORKLOADS) {
       const routedBefore = await prefixRouted(proxy.port);
       for (const routing of order) await load.throughput(route(routing), workload.bodies, options.inFlight, options.durationS, options.rate);
