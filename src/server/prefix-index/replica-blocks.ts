@@ -49,7 +49,8 @@ export class ReplicaBlocks {
     // More than maxBlocks: the first ones would push the rest out.
     const n = Math.min(blocks.length, this.maxBlocks);
     // Slots placed by this learn carry its mark: a block met twice (a collision) is not moved again.
-    const mark = ++this.learns;
+    // (An int32 that wraps round as the marks kept do.)
+    const mark = (this.learns = (this.learns + 1) | 0);
     let previous = NONE;
     let b = 0;
     while (b < n) {
