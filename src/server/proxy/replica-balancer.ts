@@ -99,9 +99,10 @@ export class ReplicaBalancer {
     return best;
   }
 
-  /** `target`'s requests in flight from this process, a shunned replica's raised past any other's. */
-  load(target: RouteTarget): number {
-    return this.loadAt(target, Date.now());
+  /** Each of `targets`' requests in flight from this process, a shunned replica's raised past any other's. */
+  loads(targets: readonly RouteTarget[]): number[] {
+    const now = Date.now();
+    return targets.map((target) => this.loadAt(target, now));
   }
 
   private loadAt(target: RouteTarget, now: number): number {
@@ -153,7 +154,15 @@ export class ReplicaBalancer {
   }
 }
 
+/**
+ * Each target's key, made once: the directory keeps an answer (its targets) about a second, and
+ * every request looks its replicas up by key, a few times over.
+ */
+const keys = new WeakMap<RouteTarget, string>();
+
 /** A replica is its instance at its address: a machine that came back on another port is another pool, and another cache. */
 export function targetKey(target: RouteTarget): string {
-  return `${target.instanceId} ${target.url}`;
+  let key = keys.get(target);
+  if (key === undefined) keys.set(target, (key = `${target.instanceId} ${target.url}`));
+  return key;
 }

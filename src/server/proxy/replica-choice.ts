@@ -39,7 +39,8 @@ export class ReplicaChoice {
     if (keys === undefined) this.keysOf.set(targets, (keys = targets.map(targetKey)));
     this.index.retain(endpointId, keys);
     const held = this.index.held(endpointId, keys, blocks);
-    const choice = choosePrefix(targets.map((target, i) => ({ held: held[i]!, load: this.balancer.load(target) })));
+    const loads = this.balancer.loads(targets);
+    const choice = choosePrefix(held.map((blocksHeld, i) => ({ held: blocksHeld, load: loads[i]! })));
     const chosen = choice.outcome === "hit" ? choice.index : targets.indexOf(this.balancer.pick(targets)!);
     this.index.learn(endpointId, keys[chosen]!, blocks);
     this.metrics.prefixRouted(name, choice.outcome, blocks.length > 0 ? held[chosen]! / blocks.length : undefined);
