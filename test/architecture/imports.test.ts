@@ -17,7 +17,7 @@ const BOTTOM = [
   /^src\/gpu\/(gpu-context|update-mask)\.ts$/, // what the GPU service's parts share, and a PATCH's update_mask
   /^src\/gpu\/marketplace\/(port|offer-filter|lost-create)\.ts$/, // the adapters' interface, their shared offer filter and lost-create policy
   /^src\/indexing\/(indexing-error|indexing-metrics|job-lock|kst-timestamp)\.ts$/,
-  /^src\/server\/(node-http|service-registration|client-gone|metric-children)\.ts$/, // metric-children: the request metrics of the app and the proxy
+  /^src\/server\/(node-http|service-registration|client-gone|counted-metrics)\.ts$/, // counted-metrics: the request metrics of the app and the proxy
 ];
 
 describe("the imports of src/", () => {

@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
-import { keptChildren } from "../metric-children.js";
+import { CountedCounter, CountedHistogram } from "../counted-metrics.js";
 import type { PrefixOutcome } from "../prefix-index/prefix-choice.js";
 import type { KeptBytes } from "./kept-body.js";
 
@@ -45,13 +45,14 @@ const HOLD_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600
 
 /** The proxy's metrics; `kept` is read at scrape time for gpu_endpoint_kept_body_bytes. */
 export function createProxyMetrics(registry: Registry, kept: KeptBytes): ProxyMetrics {
-  const requests = new Counter({
+  // Counted once or twice per request: counted-metrics.ts.
+  const requests = new CountedCounter({
     name: "gpu_endpoint_requests_total",
     help: "Requests through the endpoint proxy by endpoint and the HTTP status the caller got (499: caller left before the end; 502 also when the replica cut an answer off)",
     labelNames: ["endpoint", "code"],
     registers: [registry],
   });
-  const firstByte = new Histogram({
+  const firstByte = new CountedHistogram({
     name: "gpu_endpoint_first_byte_seconds",
     help: "Time from a request's arrival at the proxy to its replica's answer headers (a streamed completion: to its first event)",
     labelNames: ["endpoint"],
@@ -104,38 +105,33 @@ export function createProxyMetrics(registry: Registry, kept: KeptBytes): ProxyMe
     buckets: FIRST_BYTE_BUCKETS,
     registers: [registry],
   });
-  const prefixRouted = new Counter({
+  const prefixRouted = new CountedCounter({
     name: "gpu_endpoint_prefix_routed_total",
     help: "Requests of endpoints routed by prefix, by how their replica was chosen: hit (the longest prefix of the prompt), miss (no replica held any: least outstanding), balanced (the holder was too busy: least outstanding)",
     labelNames: ["endpoint", "outcome"],
     registers: [registry],
   });
-  const prefixFound = new Histogram({
+  const prefixFound = new CountedHistogram({
     name: "gpu_endpoint_prefix_found_ratio",
     help: "Share of each prompt's blocks found in the prefix index of the replica it was sent to (endpoints routed by prefix)",
     labelNames: ["endpoint"],
     buckets: FOUND_BUCKETS,
     registers: [registry],
   });
-  const prefixRoutedOf = keptChildren((...values) => prefixRouted.labels(...values));
-  const prefixFoundOf = keptChildren((...values) => prefixFound.labels(...values));
-  const requestsOf = keptChildren((...values) => requests.labels(...values));
-  const firstByteOf = keptChildren((...values) => firstByte.labels(...values));
   return {
     resumed: (endpoint, seconds) => {
       resumed.inc({ endpoint });
       resume.observe({ endpoint }, seconds);
     },
     streamCut: (endpoint, reason) => cut.inc({ endpoint, reason }),
-    // Once or twice per request: their label sets' children kept.
-    answered: (endpoint, code) => requestsOf(endpoint, String(code)).inc(),
-    firstByte: (endpoint, seconds) => firstByteOf(endpoint).observe(seconds),
+    answered: (endpoint, code) => requests.labels(endpoint, String(code)).inc(),
+    firstByte: (endpoint, seconds) => firstByte.labels(endpoint).observe(seconds),
     retried: (endpoint) => retries.inc({ endpoint }),
     refused: (endpoint, reason) => refusals.inc({ endpoint, reason }),
     held: (endpoint, seconds) => hold.observe({ endpoint }, seconds),
     prefixRouted: (endpoint, outcome, found) => {
-      prefixRoutedOf(endpoint, outcome).inc();
-      if (found !== undefined) prefixFoundOf(endpoint).observe(found);
+      prefixRouted.labels(endpoint, outcome).inc();
+      if (found !== undefined) prefixFound.labels(endpoint).observe(found);
     },
   };
 }
