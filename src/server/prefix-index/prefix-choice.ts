@@ -26,13 +26,14 @@ export type PrefixChoice = { outcome: "hit"; index: number } | { outcome: "miss"
 export function choosePrefix(candidates: readonly PrefixCandidate[]): PrefixChoice {
   let best = -1;
   let least = Infinity;
-  candidates.forEach((candidate, i) => {
+  for (let i = 0; i < candidates.length; i++) {
+    const candidate = candidates[i]!;
     least = Math.min(least, candidate.load);
-    if (candidate.held === 0) return;
+    if (candidate.held === 0) continue;
     const holder = candidates[best];
     // The longest prefix; of equal ones, the less loaded.
     if (holder === undefined || candidate.held > holder.held || (candidate.held === holder.held && candidate.load < holder.load)) best = i;
-  });
+  }
   if (best < 0) return { outcome: "miss" };
   const load = candidates[best]!.load;
   if (load > least + BALANCE_ABSOLUTE && load > least * BALANCE_RELATIVE) return { outcome: "balanced" };

@@ -60,21 +60,21 @@ export class ReplicaBlocks {
         b++;
         continue;
       }
-      // The run from `first`: the following blocks, in order, towards the less recent.
+      // The run from `first`: the following blocks, in order, towards the less recent; each
+      // marked and sent now as it is found.
       let last = first;
+      this.markAt[first] = mark;
+      this.timeAt[first] = now;
       for (b++; b < n; b++) {
         const next = this.older[last]!;
         if (next === NONE || this.hashAt[next] !== blocks[b] || this.markAt[next] === mark) break;
+        this.markAt[next] = mark;
+        this.timeAt[next] = now;
         last = next;
       }
       if (this.newer[first] !== previous) {
         this.unlinkRun(first, last);
         this.linkRunAfter(first, last, previous);
-      }
-      for (let slot = first; ; slot = this.older[slot]!) {
-        this.markAt[slot] = mark;
-        this.timeAt[slot] = now;
-        if (slot === last) break;
       }
       previous = last;
     }
