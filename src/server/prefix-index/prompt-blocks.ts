@@ -116,6 +116,8 @@ export class BlockHasher {
   private carried = 0;
   private count = 0;
   private readonly out: number[] = [];
+  private viewed: Uint8Array | undefined;
+  private view: DataView | undefined;
 
   constructor(private readonly maxBlocks = Infinity) {}
 
@@ -173,7 +175,7 @@ export class BlockHasher {
     const left0 = this.left;
     const count0 = this.count;
     const carried0 = this.carried;
-    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const view = this.viewOf(bytes);
     let at = from;
     let bad = 0;
     for (; this.carried > 0 && at < to; at++) {
@@ -245,6 +247,15 @@ export class BlockHasher {
     // Past `count`: blocks of bytes given back (addAscii).
     this.out.length = this.count;
     return this.out;
+  }
+
+  /** A DataView of `bytes`, made once for all the strings of a body. */
+  private viewOf(bytes: Uint8Array): DataView {
+    if (this.viewed !== bytes) {
+      this.viewed = bytes;
+      this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    }
+    return this.view!;
   }
 
   /** One more unit: a step once there are four. */
