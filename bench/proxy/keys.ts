@@ -11,7 +11,7 @@
 // 1. CPU per request: a key with every limit (rpm_limit, tpm_limit, max_parallel_requests,
 //    max_budget) set too high to refuse anything, against a static token (AUTH_TOKENS), on the same
 //    service process, endpoint and replica, at BENCH_IN_FLIGHT in flight, BENCH_ROUNDS rounds of
-//    BENCH_DURATION_S in alternating order after a warm-up of each; CPU from /proc/<pid>/stat of the
+//    BENCH_DURATION_S in alternating order after a warm-up of each; CPU from the scheduler's count of the
 //    service process. Goal: the key at most 1.10x the static token.
 // 2. Statements a second: the statements the service sends PostgreSQL (each simple query and each
 //    Execute, begin and commit included; PostgreSQL 15 without pg_stat_statements cannot say it), by

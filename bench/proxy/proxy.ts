@@ -10,7 +10,7 @@
 // flight, direct to the replica, through nginx and through the proxy, in rounds whose order
 // rotates so that each sees the same conditions; latency at that load and one request at a time,
 // and what each proxy adds over direct; the CPU per request (and per streamed chunk) of each proxy
-// process alone, from /proc/<pid>/stat. Last, the prefix index's cost: the proxy's CPU per request
+// process alone, from the scheduler's count (bench/shared/support.ts). Last, the prefix index's cost: the proxy's CPU per request
 // with `routing: prefix` against `least_outstanding` (parts/prefix-index-cost.ts; BENCH_ONLY=index
 // runs only that). The machine may be shared: read the ratios, taken within the run, rather than
 // the absolute figures.

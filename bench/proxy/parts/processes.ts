@@ -1,6 +1,6 @@
 // The processes of the proxy benches (bench:endpoint, bench:proxy). The proxy, each replica and
 // the load run in a process of their own, so that no part shares an event loop with another and
-// each part's CPU can be read alone (/proc/<pid>/stat). This side starts them; what runs in each is
+// each part's CPU can be read alone (the scheduler's count, bench/shared/support.ts). This side starts them; what runs in each is
 // process-main.ts (`--child <role> ...`), which prints one JSON line (its port) when it listens.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
