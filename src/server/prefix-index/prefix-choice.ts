@@ -13,29 +13,28 @@ export const BALANCE_RELATIVE = 2;
 /** How a request was routed: to the longest prefix (`hit`), by load because none held any (`miss`) or because the holder was too busy (`balanced`). */
 export type PrefixOutcome = "hit" | "miss" | "balanced";
 
-export interface PrefixCandidate {
-  /** Blocks of the prompt it holds. */
-  held: number;
-  /** Its answers in flight. */
-  load: number;
-}
-
 export type PrefixChoice = { outcome: "hit"; index: number } | { outcome: "miss" | "balanced" };
 
-/** The candidate to send to (`hit`), or why load alone decides. */
-export function choosePrefix(candidates: readonly PrefixCandidate[]): PrefixChoice {
+const MISS: PrefixChoice = { outcome: "miss" };
+const BALANCED: PrefixChoice = { outcome: "balanced" };
+
+/**
+ * The candidate to send to (`hit`), or why load alone decides. Candidate i holds `held[i]` blocks
+ * of the prompt and has `loads[i]` answers in flight (two arrays, as the index and the balancer
+ * give them: no object per candidate on a request's way).
+ */
+export function choosePrefix(held: readonly number[], loads: readonly number[]): PrefixChoice {
   let best = -1;
   let least = Infinity;
-  for (let i = 0; i < candidates.length; i++) {
-    const candidate = candidates[i]!;
-    least = Math.min(least, candidate.load);
-    if (candidate.held === 0) continue;
-    const holder = candidates[best];
+  for (let i = 0; i < held.length; i++) {
+    const load = loads[i]!;
+    least = Math.min(least, load);
+    if (held[i] === 0) continue;
     // The longest prefix; of equal ones, the less loaded.
-    if (holder === undefined || candidate.held > holder.held || (candidate.held === holder.held && candidate.load < holder.load)) best = i;
+    if (best < 0 || held[i]! > held[best]! || (held[i] === held[best] && load < loads[best]!)) best = i;
   }
-  if (best < 0) return { outcome: "miss" };
-  const load = candidates[best]!.load;
-  if (load > least + BALANCE_ABSOLUTE && load > least * BALANCE_RELATIVE) return { outcome: "balanced" };
+  if (best < 0) return MISS;
+  const load = loads[best]!;
+  if (load > least + BALANCE_ABSOLUTE && load > least * BALANCE_RELATIVE) return BALANCED;
   return { outcome: "hit", index: best };
 }

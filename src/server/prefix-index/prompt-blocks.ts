@@ -115,11 +115,20 @@ export class BlockHasher {
   private readonly units = [0, 0, 0];
   private carried = 0;
   private count = 0;
-  private readonly out: number[] = [];
+  private readonly out: number[];
   private viewed: Uint8Array | undefined;
   private view: DataView | undefined;
 
-  constructor(private readonly maxBlocks = Infinity) {}
+  /**
+   * `expected`: about how many blocks will be fed, so that their array is made once at its size
+   * rather than grown as they come (more are still taken).
+   */
+  constructor(
+    private readonly maxBlocks = Infinity,
+    expected = 0,
+  ) {
+    this.out = expected > 0 ? new Array<number>(Math.min(expected, maxBlocks)) : [];
+  }
 
   /** Whether no more blocks are wanted: the rest of the prompt need not be read. */
   get full(): boolean {

@@ -1,5 +1,5 @@
 import { isAscii } from "node:buffer";
-import { BlockHasher, MESSAGE_END, ROLE_END, type BlockHashes, type PromptKind } from "./prompt-blocks.js";
+import { BLOCK_CHARS, BlockHasher, MESSAGE_END, ROLE_END, type BlockHashes, type PromptKind } from "./prompt-blocks.js";
 
 // A prompt's blocks read from a request's raw JSON body, without parsing it (SPEC.md section 2,
 // "Requests that share a prompt go where it is cached"): the same blocks as promptBlocks() of the
@@ -14,21 +14,17 @@ export const UNREAD = Symbol("unread");
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
+/** Bytes of a string searched for its closing quote one by one, before indexOf takes over. */
+const SHORT_STRING = 32;
 const NAMES = { messages: Buffer.from("messages"), prompt: Buffer.from("prompt"), role: Buffer.from("role"), content: Buffer.from("content") };
 
 class GiveUp extends Error {}
 
-/** A string in the body: its bytes between its quotes, and whether any is an escape. */
-interface Span {
-  start: number;
-  end: number;
-  escaped: boolean;
-}
-
 /** blockHashes(promptOf(kind, JSON.parse(bytes))) up to maxBlocks, undefined when it has no prompt, or UNREAD. */
 export function rawPromptBlocks(kind: PromptKind, bytes: Buffer, maxBlocks = Infinity): BlockHashes | undefined | typeof UNREAD {
   try {
-    return new RawBody(bytes).prompt(kind, new BlockHasher(maxBlocks));
+    // A byte is at most one unit of the prompt: no more blocks than the body has BLOCK_CHARS bytes.
+    return new RawBody(bytes).prompt(kind, new BlockHasher(maxBlocks, Math.floor(bytes.length / BLOCK_CHARS)));
   } catch (err) {
     // A body too deep for the stack is parsed too.
     if (err instanceof GiveUp || err instanceof RangeError || err instanceof SyntaxError) return UNREAD;
@@ -45,6 +41,11 @@ class RawBody {
   /** Whether the whole body is ASCII: then no string of it needs that check of its own. */
   private readonly ascii: boolean;
 
+  /** The last string read (string()): its bytes between its quotes, and whether any is an escape. Fields, not an object a string: a body has many. */
+  private start = 0;
+  private end = 0;
+  private escaped = false;
+
   constructor(private readonly bytes: Buffer) {
     this.ascii = isAscii(bytes);
   }
@@ -55,9 +56,10 @@ class RawBody {
     this.expect(0x7b);
     if (!this.eat(0x7d)) {
       do {
-        const key = this.key();
+        this.key();
+        const isWanted = this.named(wanted);
         this.expect(0x3a);
-        if (this.named(key, wanted)) {
+        if (isWanted) {
           if (found) throw new GiveUp();
           found = true;
           if (kind === "chat") this.messages(hasher);
@@ -76,22 +78,37 @@ class RawBody {
     this.expect(0x5b);
     if (this.eat(0x5d)) return;
     do {
-      let role: Span | undefined;
-      let content: Span | undefined;
+      // Each one's string as read: its bounds, -1 when absent; escaped or not.
+      let roleStart = -1;
+      let roleEnd = -1;
+      let roleEscaped = false;
+      let contentStart = -1;
+      let contentEnd = -1;
+      let contentEscaped = false;
       this.expect(0x7b);
       if (!this.eat(0x7d)) {
         do {
-          const key = this.key();
+          this.key();
+          const isRole = this.named(NAMES.role);
+          const isContent = !isRole && this.named(NAMES.content);
           this.expect(0x3a);
-          if (this.named(key, NAMES.role)) role = this.string();
-          else if (this.named(key, NAMES.content)) content = this.string();
-          else this.skipValue();
+          if (isRole) {
+            this.string();
+            roleStart = this.start;
+            roleEnd = this.end;
+            roleEscaped = this.escaped;
+          } else if (isContent) {
+            this.string();
+            contentStart = this.start;
+            contentEnd = this.end;
+            contentEscaped = this.escaped;
+          } else this.skipValue();
         } while (this.eat(0x2c));
         this.expect(0x7d);
       }
-      if (role !== undefined) this.feed(hasher, role);
+      if (roleStart >= 0) this.feed(hasher, roleStart, roleEnd, roleEscaped);
       hasher.addString(ROLE_END);
-      if (content !== undefined) this.feed(hasher, content);
+      if (contentStart >= 0) this.feed(hasher, contentStart, contentEnd, contentEscaped);
       else hasher.addString("null");
       hasher.addString(MESSAGE_END);
     } while (this.eat(0x2c));
@@ -99,35 +116,39 @@ class RawBody {
   }
 
   private feedString(hasher: BlockHasher): void {
-    this.feed(hasher, this.string());
+    this.string();
+    this.feed(hasher, this.start, this.end, this.escaped);
   }
 
-  /** A string's characters into the hasher. */
-  private feed(hasher: BlockHasher, span: Span): void {
-    if (hasher.full) return this.check(span);
-    const { start, end, escaped } = span;
+  /** A string's characters (bytes `start`..`end`) into the hasher. */
+  private feed(hasher: BlockHasher, start: number, end: number, escaped: boolean): void {
+    if (hasher.full) return this.check(start, end, escaped);
     // Non-ASCII text is found natively first, rather than by a hashing pass given up at its end.
-    if (escaped || (!this.ascii && !isAscii(this.bytes.subarray(start, end))) || !hasher.addAscii(this.bytes, start, end)) hasher.addString(this.decode(span));
+    if (escaped || (!this.ascii && !isAscii(this.bytes.subarray(start, end))) || !hasher.addAscii(this.bytes, start, end)) hasher.addString(this.decode(start, end));
   }
 
   /** A string's value: JSON.parse decodes it (escapes, UTF-8) and checks it (no control characters). */
-  private decode({ start, end }: Span): string {
+  private decode(start: number, end: number): string {
     return JSON.parse(this.bytes.toString("utf8", start - 1, end + 1)) as string;
   }
 
   /** Throws where JSON.parse would on the string: an escape or a character below 0x20 it refuses. */
-  private check(span: Span): void {
-    if (span.escaped) this.decode(span);
-    else for (let i = span.start; i < span.end; i++) if (this.bytes[i]! < 0x20) throw new GiveUp();
+  private check(start: number, end: number, escaped: boolean): void {
+    if (escaped) this.decode(start, end);
+    else for (let i = start; i < end; i++) if (this.bytes[i]! < 0x20) throw new GiveUp();
   }
 
-  /** A string value: its bytes' bounds, quotes excluded, and whether it has escapes. */
-  private string(): Span {
+  /** The last string read, checked. */
+  private checkString(): void {
+    this.check(this.start, this.end, this.escaped);
+  }
+
+  /** A string value: sets its bytes' bounds, quotes excluded, and whether it has escapes. */
+  private string(): void {
     this.space();
     if (this.bytes[this.at] !== QUOTE) throw new GiveUp();
     const start = this.at + 1;
-    let end = this.bytes.indexOf(QUOTE, start);
-    if (end < 0) throw new GiveUp();
+    let end = this.closingQuote(start);
     if (this.backslash < start) this.backslash = this.nextBackslash(start);
     const escaped = this.backslash < end;
     if (escaped) {
@@ -143,7 +164,22 @@ class RawBody {
       this.backslash = this.nextBackslash(end + 1);
     }
     this.at = end + 1;
-    return { start, end, escaped };
+    this.start = start;
+    this.end = end;
+    this.escaped = escaped;
+  }
+
+  /**
+   * The first quote from `from`. Most of a body's strings are short (keys, roles, a model's name),
+   * found sooner by a few compares here than by a call into indexOf; a long one by indexOf.
+   */
+  private closingQuote(from: number): number {
+    const bytes = this.bytes;
+    const near = Math.min(from + SHORT_STRING, bytes.length);
+    for (let i = from; i < near; i++) if (bytes[i] === QUOTE) return i;
+    const end = bytes.indexOf(QUOTE, near);
+    if (end < 0) throw new GiveUp();
+    return end;
   }
 
   private nextBackslash(from: number): number {
@@ -152,15 +188,16 @@ class RawBody {
   }
 
   /** An object's key: an escaped one is not compared (GiveUp). */
-  private key(): Span {
-    const key = this.string();
-    if (key.escaped) throw new GiveUp();
-    this.check(key);
-    return key;
+  private key(): void {
+    this.string();
+    if (this.escaped) throw new GiveUp();
+    this.checkString();
   }
 
-  private named({ start, end }: Span, name: Buffer): boolean {
+  /** Whether the last string read is `name`. */
+  private named(name: Buffer): boolean {
     // Compared here: a few bytes, fewer than a call to Buffer.compare costs.
+    const { start, end } = this;
     if (end - start !== name.length) return false;
     for (let i = 0; i < name.length; i++) if (this.bytes[start + i] !== name[i]) return false;
     return true;
@@ -170,14 +207,18 @@ class RawBody {
   private skipValue(): void {
     this.space();
     const b = this.bytes[this.at];
-    if (b === QUOTE) this.check(this.string());
+    if (b === QUOTE) {
+      this.string();
+      this.checkString();
+    }
     else if (b === 0x7b || b === 0x5b) {
       const close = b + 2;
       this.at++;
       if (this.eat(close)) return;
       do {
         if (b === 0x7b) {
-          this.check(this.string());
+          this.string();
+          this.checkString();
           this.expect(0x3a);
         }
         this.skipValue();

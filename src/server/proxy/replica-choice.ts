@@ -39,8 +39,7 @@ export class ReplicaChoice {
     if (keys === undefined) this.keysOf.set(targets, (keys = targets.map(targetKey)));
     this.index.retain(endpointId, keys);
     const held = this.index.held(endpointId, keys, blocks);
-    const loads = this.balancer.loads(targets);
-    const choice = choosePrefix(held.map((blocksHeld, i) => ({ held: blocksHeld, load: loads[i]! })));
+    const choice = choosePrefix(held, this.balancer.loads(targets));
     const chosen = choice.outcome === "hit" ? choice.index : targets.indexOf(this.balancer.pick(targets)!);
     this.index.learn(endpointId, keys[chosen]!, blocks);
     this.metrics.prefixRouted(name, choice.outcome, blocks.length > 0 ? held[chosen]! / blocks.length : undefined);

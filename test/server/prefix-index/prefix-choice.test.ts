@@ -2,6 +2,13 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { BALANCE_ABSOLUTE, BALANCE_RELATIVE, choosePrefix } from "../../../src/server/prefix-index/prefix-choice.js";
 
+/** The choice of candidates given as (blocks held, load) pairs. */
+const choose = (candidates: ReadonlyArray<{ held: number; load: number }>) =>
+  choosePrefix(
+    candidates.map((c) => c.held),
+    candidates.map((c) => c.load),
+  );
+
 describe("the prefix choice", () => {
   it.each([
     ["no replica holds any of the prompt: load decides", [{ held: 0, load: 3 }, { held: 0, load: 1 }], { outcome: "miss" }],
@@ -14,7 +21,7 @@ describe("the prefix choice", () => {
     ["twice the least but only 2 more: still the prefix", [{ held: 5, load: 4 }, { held: 0, load: 2 }], { outcome: "hit", index: 0 }],
     ["a single replica", [{ held: 3, load: 50 }], { outcome: "hit", index: 0 }],
   ] as const)("%s", (_, candidates, choice) => {
-    expect(choosePrefix(candidates)).toEqual(choice);
+    expect(choose(candidates)).toEqual(choice);
   });
 
   it("sends to a holder no busier than the thresholds allow, and to the longest prefix among equally loaded ones", () => {
@@ -22,7 +29,7 @@ describe("the prefix choice", () => {
       fc.property(fc.array(fc.record({ held: fc.nat(20), load: fc.nat(40) }), { minLength: 1, maxLength: 8 }), (candidates) => {
         const least = Math.min(...candidates.map((c) => c.load));
         const longest = Math.max(...candidates.map((c) => c.held));
-        const choice = choosePrefix(candidates);
+        const choice = choose(candidates);
         if (longest === 0) expect(choice.outcome).toBe("miss");
         else if (choice.outcome === "hit") {
           const chosen = candidates[choice.index]!;
