@@ -41,7 +41,10 @@ class RawBody {
   /** Whether the whole body is ASCII: then no string of it needs that check of its own. */
   private readonly ascii: boolean;
 
-  /** The last string read (string()): its bytes between its quotes, and whether any is an escape. Fields, not an object a string: a body has many. */
+  /**
+   * The last string read (string()): its bytes between its quotes, and whether any is an escape.
+   * Kept in fields rather than returned as an object: a body has many strings.
+   */
   private start = 0;
   private end = 0;
   private escaped = false;
