@@ -32,12 +32,16 @@ let db: TestDatabase;
 let market: SimulatedMarketplace;
 let server: TestServer;
 let browser: Browser;
+/** Chromium's launch, begun first in beforeAll: it starts while the service and the data are made. */
+let launching: Promise<Browser> | undefined;
 /** The history this test wrote for endpoint `chat`: 30 minutes, its target moving from 1 to 2. */
 const samples: HistorySample[] = [];
 /** A machine the fleet test ends. */
 let ended: string;
 
 beforeAll(async () => {
+  launching = puppeteer.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
+  launching.catch(() => undefined); // awaited at the end of this hook, which a failed launch fails
   mkdirSync(ARTIFACTS, { recursive: true });
   db = await createTestDatabase();
   market = createSimulatedMarketplace({ creatingMs: 100, loadingMs: 100, modelServerStartMs: 100 });
@@ -73,11 +77,12 @@ beforeAll(async () => {
   // The service's own sampler may have sampled the last minute already: this test's samples replace it.
   await db.knex("gpu_endpoint_history").where({ endpoint_id: endpoint.id }).delete();
   expect(await KnexHistoryStore.create({ knex: db.knex }).record(samples)).toBe(samples.length);
-  browser = await puppeteer.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
+  browser = await launching;
 }, 90_000);
 
 afterAll(async () => {
-  await browser?.close();
+  // The browser launched even when the hook failed before it took it.
+  await (browser ?? (await launching?.catch(() => undefined)))?.close();
   await server?.close();
   await market?.close();
   await db?.drop();
@@ -114,8 +119,8 @@ async function seedKeys(): Promise<void> {
   // The service's sampler sets the machine cost of each ended minute of the last ten again, from
   // the instance records (chat's replicas bill). The rows written here lie before those minutes or
   // in the current one, which it reaches only once the minute has ended: the pages are read well
-  // before, with at least 45 s of the minute left when the rows are written.
-  if (Date.now() % MINUTE > MINUTE - 45_000) await new Promise((resolve) => setTimeout(resolve, MINUTE - (Date.now() % MINUTE) + 100));
+  // before (a few seconds), with at least 25 s of the minute left when the rows are written.
+  if (Date.now() % MINUTE > MINUTE - 25_000) await new Promise((resolve) => setTimeout(resolve, MINUTE - (Date.now() % MINUTE) + 100));
   const now = Math.floor(Date.now() / MINUTE) * MINUTE;
   usageMinute = now;
   const row = (key: string, endpoint: string, ago: number, process: string, requests: number, prompt: number, completion: number, spend: number, machine: number, refused = {}) => ({

@@ -7,8 +7,9 @@ import { waitFor } from "../helpers.js";
 import { createEndpoint, eventsOf, FAST_ENDPOINT_ENV, getEndpoint, liveMachines, waitForEndpoint, watchMachines, type EventJson } from "./helpers.js";
 
 // Endpoints that follow their load, end to end on the real service: the simulated marketplace's
-// model servers (each answer 12 tokens, 400 ms apart: streams of about five seconds), the real
-// proxy holding and routing, the load published through PostgreSQL, the controller scaling on it.
+// model servers (each answer 12 tokens, 400 ms apart: streams of about five seconds; the wake's
+// answer one token), the real proxy holding and routing, the load published through PostgreSQL,
+// the controller scaling on it.
 
 const ENV = { ...FAST_ENDPOINT_ENV, GPU_ENDPOINT_HOLD_MS: "5000", GPU_ENDPOINT_HOLD_MAX: "4" };
 const AUTOSCALE = { min_replicas: 0, max_replicas: 3, target_in_flight: 3, scale_up_after_s: 1, scale_down_after_s: 30 };
@@ -41,12 +42,12 @@ interface Answer {
   at: number;
 }
 
-/** A streamed chat completion through the proxy of `via`, read to its end. */
-async function stream(via: TestServer, name: string): Promise<Answer> {
+/** A streamed chat completion of `maxTokens` tokens through the proxy of `via`, read to its end. */
+async function stream(via: TestServer, name: string, maxTokens = 12): Promise<Answer> {
   const res = await fetch(`${via.url}/endpoints/${name}/v1/chat/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify({ messages: [{ role: "user", content: "hi" }], max_tokens: 12, stream: true }),
+    body: JSON.stringify({ messages: [{ role: "user", content: "hi" }], max_tokens: maxTokens, stream: true }),
   });
   const text = await res.text();
   return { status: res.status, retryAfter: res.headers.get("retry-after"), complete: text.endsWith("data: [DONE]\n\n"), at: Date.now() };
@@ -62,8 +63,9 @@ describe("endpoints that follow their load", () => {
     expect(await liveMachines(db.knex, "follows")).toEqual([]);
     const watch = watchMachines(db.knex, "follows");
 
-    // One request wakes it: held through the cold start, then answered, never a 503.
-    const first = await stream(server, "follows");
+    // One request wakes it: held through the cold start, then answered, never a 503 (one token: its
+    // answer comes at once, no 400 ms between tokens).
+    const first = await stream(server, "follows", 1);
     expect(first).toMatchObject({ status: 200, complete: true });
     expect(kinds(await eventsOf(server.url, "follows"))).toEqual(expect.arrayContaining(["woke", "launched", "ready"]));
 

@@ -64,12 +64,14 @@ describe("interruptible replicas on vast.ai", () => {
 
 describe("interruptible replicas on vast.ai under streaming load", () => {
   // The status sync every 5 s: a preemption seen within a second was seen by the failed probe's own status read.
+  // A look for a cheaper bid every 0.5 s (GPU_ENDPOINT_MIX_RECHECK_MS).
+  const RECHECK_MS = 500;
   let loaded: VastService;
 
   beforeAll(async () => {
     loaded = await startVastService(
       { apiKey: "vast-bids-load-0123456789", provisioningMs: 100, loadingMs: 100 },
-      { ...FAST_ENDPOINT_ENV, VAST_MIN_INTERVAL_MS: "0", GPU_STATUS_SYNC_MS: "5000" },
+      { ...FAST_ENDPOINT_ENV, VAST_MIN_INTERVAL_MS: "0", GPU_STATUS_SYNC_MS: "5000", GPU_ENDPOINT_MIX_RECHECK_MS: String(RECHECK_MS) },
     );
   });
 
@@ -126,7 +128,7 @@ describe("interruptible replicas on vast.ai under streaming load", () => {
     // first, then drained the cheaper fallback) over several rechecks, and writes no new event.
     const dearerAt = Date.now();
     for (const ask of loaded.vast.asks) ask.min_bid = 0.32;
-    await sleep(4 * Number(FAST_ENDPOINT_ENV.GPU_ENDPOINT_MIX_RECHECK_MS));
+    await sleep(4 * RECHECK_MS);
     const sinceDearer = (await eventsOf(url, "loaded")).filter((e) => Date.parse(e.at) >= dearerAt);
     expect(sinceDearer.filter((e) => e.kind === "launched" || e.kind === "launch_failed")).toEqual([]);
     expect(await waits()).toHaveLength(1);

@@ -15,21 +15,17 @@ import {
 } from "./helpers.js";
 
 // Interruptible replicas with on-demand fallback, end to end on the real service and the simulated
-// marketplace (bids at half the on-demand price, preempted on demand). The status sync runs every
-// 5 s here, so a preemption seen within a second was seen by the failed probe's own status read.
+// marketplace (bids at half the on-demand price, preempted on demand). The first test's service
+// runs the status sync every 5 s, so a preemption seen within a second was seen by the failed
+// probe's own status read; the others share a service that syncs every 100 ms and looks for a
+// cheaper bid every 0.5 s (GPU_ENDPOINT_MIX_RECHECK_MS).
 
 const BUDGET = 5;
 const CAPACITY = { interruptible: true, on_demand_base: 0, fallback: true, bid_margin: 0.25 };
+const RECHECK_MS = 500;
 
+/** The service of the tests after the first (started by their describe). */
 let svc: SimulatedService;
-
-beforeAll(async () => {
-  svc = await startSimulatedService({ tokenDelayMs: 100 }, { GPU_STATUS_SYNC_MS: "5000" });
-});
-
-afterAll(async () => {
-  await svc?.close();
-});
 
 type Instance = NonNullable<EndpointJson["instances"]>[number] & { interruptible?: boolean };
 const instancesOf = (e: EndpointJson) => (e.instances ?? []) as Instance[];
@@ -38,34 +34,54 @@ const kinds = (events: EventJson[]) => events.map((e) => e.kind);
 const instanceSequence = async () => Number(((await svc.db.knex.raw("select last_value from gpu_instance_id_seq")) as { rows: Array<{ last_value: string }> }).rows[0]!.last_value);
 const controlRow = async (name: string) =>
   (await svc.db.knex("gpu_endpoints").where({ name }).whereNot({ phase: "deleted" }).first()) as { mix_failures: number; launch_failures: number; next_mix_at: Date | null; mix_wait_since: Date | null };
-const marketIdOf = async (instanceId: string) =>
-  ((await svc.db.knex("gpu_instances").where({ instance_id: instanceId }).first()) as { market_instance_id: string }).market_instance_id;
+const marketIdOf = async (instanceId: string, on: SimulatedService = svc) =>
+  ((await on.db.knex("gpu_instances").where({ instance_id: instanceId }).first()) as { market_instance_id: string }).market_instance_id;
 
-describe("interruptible replicas", () => {
+describe("interruptible replicas, the status sync every 5 s", () => {
+  let slow: SimulatedService;
+
+  beforeAll(async () => {
+    slow = await startSimulatedService({ tokenDelayMs: 100 }, { GPU_STATUS_SYNC_MS: "5000" });
+  });
+
+  afterAll(async () => {
+    await slow?.close();
+  });
+
   it("replaces a replica outbid under streaming load at once, failing no request that had not started", async () => {
-    await createEndpoint(svc.server.url, { name: "outbid", template_name: "budget", replicas: 2, max_cost_per_hour: BUDGET, capacity: CAPACITY });
-    const ready = await waitForEndpoint(svc.server.url, "outbid", "two bids ready", (e) => readyBids(e).length === 2, 30_000);
+    await createEndpoint(slow.server.url, { name: "outbid", template_name: "budget", replicas: 2, max_cost_per_hour: BUDGET, capacity: CAPACITY });
+    const ready = await waitForEndpoint(slow.server.url, "outbid", "two bids ready", (e) => readyBids(e).length === 2, 30_000);
     expect(ready).toMatchObject({ interruptible_replicas: 2, on_demand_replicas: 0 });
-    const stop = streamLoad(svc.server.url, "outbid", 6);
+    const stop = streamLoad(slow.server.url, "outbid", 6);
     await new Promise((resolve) => setTimeout(resolve, 1000));
     const victim = readyBids(ready)[0]!.instance_id;
     const preemptedAt = Date.now();
-    await svc.market.preempt(await marketIdOf(victim));
-    const event = await waitFor("the preempted event", async () => (await eventsOf(svc.server.url, "outbid")).find((e) => e.kind === "preempted" && e.instance_id === victim), 10_000);
+    await slow.market.preempt(await marketIdOf(victim, slow));
+    const event = await waitFor("the preempted event", async () => (await eventsOf(slow.server.url, "outbid")).find((e) => e.kind === "preempted" && e.instance_id === victim), 10_000);
     // Seen by the failed probe's own status read, not by the 5 s status sync.
     expect(Date.parse(event.at) - preemptedAt).toBeLessThan(2000);
-    const healed = await waitForEndpoint(svc.server.url, "outbid", "two bids ready again", (e) => readyBids(e).length === 2 && !readyBids(e).some((i) => i.instance_id === victim), 30_000);
+    const healed = await waitForEndpoint(slow.server.url, "outbid", "two bids ready again", (e) => readyBids(e).length === 2 && !readyBids(e).some((i) => i.instance_id === victim), 30_000);
     await new Promise((resolve) => setTimeout(resolve, 1000));
     const tally = await stop();
     expect(tally.failedBeforeStart).toBe(0);
     expect(tally.complete).toBeGreaterThan(10);
     expect(readyBids(healed)).toHaveLength(2);
-    const events = await eventsOf(svc.server.url, "outbid");
+    const events = await eventsOf(slow.server.url, "outbid");
     // The probe saw it first (not_ready), then its status read (preempted).
     expect(kinds(events.filter((e) => e.instance_id === victim))).toEqual(["launched", "ready", "not_ready", "preempted"]);
     expect(kinds(events)).not.toContain("launch_failed");
-    await deleteAndWait(svc.server.url, "outbid", svc.db.knex);
+    await deleteAndWait(slow.server.url, "outbid", slow.db.knex);
   }, 60_000);
+});
+
+describe("interruptible replicas", () => {
+  beforeAll(async () => {
+    svc = await startSimulatedService({ tokenDelayMs: 100 }, { GPU_STATUS_SYNC_MS: "100", GPU_ENDPOINT_MIX_RECHECK_MS: String(RECHECK_MS) });
+  });
+
+  afterAll(async () => {
+    await svc?.close();
+  });
 
   it("falls back to on-demand when every replica is outbid at once, and returns to bids when they fit, never fewer ready replicas on the way back", async () => {
     await createEndpoint(svc.server.url, { name: "falls-back", template_name: "budget", replicas: 2, max_cost_per_hour: BUDGET, capacity: CAPACITY });
@@ -122,13 +138,13 @@ describe("interruptible replicas", () => {
       const fallbacks = await waitForEndpoint(url, "apart", "two fallbacks ready", (e) => e.ready_replicas === 2, 30_000);
       await waitFor("the wait for a bid", async () => ((await eventsOf(url, "apart")).some((e) => e.detail.includes("stays until a bid takes its place")) ? true : undefined), 10_000);
       const sequence = await instanceSequence();
-      // Ten rechecks (GPU_ENDPOINT_MIX_RECHECK_MS 1000 here: ten minutes at the default): each one
+      // Ten rechecks (GPU_ENDPOINT_MIX_RECHECK_MS 500 here: ten minutes at the default): each one
       // rents nothing, takes no instance id, writes nothing but the next look, never past the recheck.
       const looks = new Set<number>();
-      const until = Date.now() + 10_000;
+      const until = Date.now() + 10 * RECHECK_MS;
       while (Date.now() < until) {
         const row = await controlRow("apart");
-        expect(row.next_mix_at!.getTime() - Date.now()).toBeLessThanOrEqual(1000);
+        expect(row.next_mix_at!.getTime() - Date.now()).toBeLessThanOrEqual(RECHECK_MS);
         expect(row).toMatchObject({ mix_failures: 0, launch_failures: 0 });
         looks.add(row.next_mix_at!.getTime());
         await new Promise((resolve) => setTimeout(resolve, 100));

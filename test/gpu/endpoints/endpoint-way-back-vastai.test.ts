@@ -7,20 +7,23 @@ import { createEndpoint, deleteAndWait, eventsOf, FAST_ENDPOINT_ENV, waitForEndp
 
 // The way back from an on-demand fallback on vast.ai's wire format (the emulator), SPEC.md "Back
 // from fallback": while no bid costs at most 90% of the fallback, the return waits (nothing
-// rented, no failure, one event), looked at again every GPU_ENDPOINT_MIX_RECHECK_MS (1 s here, a
+// rented, no failure, one event), looked at again every GPU_ENDPOINT_MIX_RECHECK_MS (0.5 s here, a
 // minute by default: the figures below scale with it); once bids turn cheap, the return starts
 // within one recheck. A market run dry (no offer at all) is waited out the same way. Only a rental that fails backs off; a PATCH of capacity and a converged mix
 // start that backoff over. A returned bid that dies before it is ready counts against the moves'
 // backoff, never against the launches that fill a gap.
 
-const RECHECK_MS = Number(FAST_ENDPOINT_ENV.GPU_ENDPOINT_MIX_RECHECK_MS);
+const RECHECK_MS = 500;
 const BID_MARGIN = 0.25;
 const CAPACITY = { interruptible: true, on_demand_base: 0, fallback: true, bid_margin: BID_MARGIN };
 
 let svc: VastService;
 
 beforeAll(async () => {
-  svc = await startVastService({ apiKey: "vast-way-back-0123456789", provisioningMs: 100, loadingMs: 100 }, { ...FAST_ENDPOINT_ENV, VAST_MIN_INTERVAL_MS: "0", GPU_STATUS_SYNC_MS: "100" });
+  svc = await startVastService(
+    { apiKey: "vast-way-back-0123456789", provisioningMs: 100, loadingMs: 100 },
+    { ...FAST_ENDPOINT_ENV, VAST_MIN_INTERVAL_MS: "0", GPU_STATUS_SYNC_MS: "100", GPU_ENDPOINT_MIX_RECHECK_MS: String(RECHECK_MS) },
+  );
 });
 
 afterAll(async () => {
