@@ -19,10 +19,13 @@ import { fmt, type Route, type Throughput } from "./http-timing.js";
 import type { Load } from "./load-process.js";
 import { MODEL, spawnPart, targetOf, TOKEN, type Part } from "./processes.js";
 import { measurePromptRead } from "./prompt-read-cost.js";
+import { mulberry32 } from "../../shared/random.js";
 import { printTable, processCpuSeconds } from "../../shared/support.js";
 
 const ENDPOINTS = { prefix: "with-index", least_outstanding: "without-index" } as const;
 type Routing = keyof typeof ENDPOINTS;
+/** The issue's goal: the proxy's CPU per request with the index at most this many times without it. */
+const GOAL = 1.05;
 const SYSTEM = `You are a support assistant for a shop; answer in two sentences. ${"Keep to the policy. ".repeat(196)}`;
 const chat = (system: string) => JSON.stringify({ model: MODEL, messages: [{ role: "system", content: system }, { role: "user", content: "Where is my order?" }], max_tokens: 1 });
 const WORKLOADS = [
@@ -77,7 +80,8 @@ export async function measureIndexCost(load: Load, replica: Part, options: Index
       }
       console.log(`routed by the index: ${Object.entries(routed).map(([outcome, n]) => `${outcome} ${((100 * n) / total).toFixed(1)}%`).join(", ")} of ${total}`);
       console.log(`rounds' ratios, lowest to highest: ${ratios.map((r) => r.toFixed(3)).join(", ")}; of the means: ${(mean("prefix", (x) => x.cpuUs) / mean("least_outstanding", (x) => x.cpuUs)).toFixed(3)}x`);
-      console.log(`${workload.verdict ? "target" : "for comparison"}: CPU per request with the prefix index <= 1.05x without it (median of the rounds' ratios): ${ratio.toFixed(3)}x${workload.verdict ? ` ${ratio <= 1.05 ? "met" : "MISSED"}` : ""}`);
+      const [low, high] = medianInterval(ratios);
+      console.log(`${workload.verdict ? "target" : "for comparison"}: CPU per request with the prefix index <= ${GOAL}x without it (median of the rounds' ratios): ${ratio.toFixed(3)}x, 95% interval ${low.toFixed(3)} to ${high.toFixed(3)}${workload.verdict ? ` ${verdict(low, high)}` : ""}`);
     }
     console.log("\nreading a prompt's blocks from a body, in this process (median of interleaved rounds)\n");
     printTable([["", "body bytes", "us per KB"], ...measurePromptRead(MODEL, SYSTEM).map((c) => [c.label, String(c.bodyBytes), c.usPerKb.toFixed(2)])]);
@@ -99,6 +103,23 @@ async function prefixRouted(port: number): Promise<Record<string, number>> {
 
 function subtract(after: Record<string, number>, before: Record<string, number>): Record<string, number> {
   return Object.fromEntries(Object.entries(after).map(([outcome, n]) => [outcome, n - (before[outcome] ?? 0)]));
+}
+
+/**
+ * The median's 95% interval, by resampling the rounds (a seeded bootstrap): on a machine whose
+ * rounds spread wider than the index's cost, one run's median can land either side of the goal.
+ */
+function medianInterval(ratios: readonly number[], resamples = 2000): [number, number] {
+  const random = mulberry32(65);
+  const medians = Array.from({ length: resamples }, () => median(Array.from(ratios, () => ratios[Math.floor(random() * ratios.length)]!).sort((a, b) => a - b))).sort((a, b) => a - b);
+  return [medians[Math.floor(resamples * 0.025)]!, medians[Math.ceil(resamples * 0.975) - 1]!];
+}
+
+/** met only when the whole interval is within the goal, MISSED when all of it is past it. */
+function verdict(low: number, high: number): string {
+  if (high <= GOAL) return "met";
+  if (low > GOAL) return "MISSED";
+  return "not settled: the interval straddles the goal (more rounds: BENCH_INDEX_ROUNDS)";
 }
 
 function median(sorted: number[]): number {
