@@ -8,7 +8,7 @@
 // alone (every request to the one replica holding it until it is too busy: what the routing
 // itself costs when it concentrates the load, beyond the index's work).
 //
-// The index costs microseconds of 120 to 150, less than the proxy's figure drifts on a shared
+// The index costs a few microseconds of a request's 120 to 150, less than the proxy's figure drifts on a shared
 // machine from one round to the next: each round runs both endpoints back to back (in alternating
 // order), at a fixed rate the proxy can keep (bench:proxy's BENCH_INDEX_RATE), and the verdict is
 // the median of the rounds' ratios, their spread printed beside it. (Two proxy processes loaded at the same time are no fairer: the one with more work per

@@ -36,9 +36,7 @@ export class PrefixIndex {
   held(endpoint: string, replicas: readonly string[], blocks: BlockHashes): number[] {
     const known = this.endpoints.get(endpoint);
     const now = this.now();
-    const held = new Array<number>(replicas.length).fill(0);
-    if (known !== undefined) for (let i = 0; i < replicas.length; i++) held[i] = known.get(replicas[i]!)?.prefixHeld(blocks, now) ?? 0;
-    return held;
+    return replicas.map((replica) => known?.get(replica)?.prefixHeld(blocks, now) ?? 0);
   }
 
   /** `blocks` were sent to `replica`: it holds them from now on. */

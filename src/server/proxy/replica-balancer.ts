@@ -102,9 +102,7 @@ export class ReplicaBalancer {
   /** Each of `targets`' requests in flight from this process, a shunned replica's raised past any other's. */
   loads(targets: readonly RouteTarget[]): number[] {
     const now = Date.now();
-    const loads = new Array<number>(targets.length);
-    for (let i = 0; i < targets.length; i++) loads[i] = this.loadAt(targets[i]!, now);
-    return loads;
+    return targets.map((target) => this.loadAt(target, now));
   }
 
   private loadAt(target: RouteTarget, now: number): number {
