@@ -24,18 +24,21 @@ export interface CompletionWants {
 
 const NOTHING: CompletionBody = { plan: undefined, blocks: undefined };
 const STREAM_KEY = Buffer.from('"stream"');
+const STREAM_NAME = Buffer.from("stream");
 
 export function readCompletion(path: CompletionPath, bytes: Buffer, wants: CompletionWants = {}): CompletionBody {
   const maxBlocks = wants.promptBlocks;
   const wantMaxTokens = wants.maxTokens === true;
-  // Most completions are not streamed: a body that never names "stream" is parsed only for its
-  // prompt or max_tokens. (A key spelled with JSON escapes is missed, and that answer is passed on untouched.)
-  const streamed = bytes.includes(STREAM_KEY);
-  if (maxBlocks === undefined && !wantMaxTokens && !streamed) return NOTHING;
-  // Only the prompt wanted: read from the bytes as they are, unless the reader gives up on them.
-  if (maxBlocks !== undefined && !wantMaxTokens && !streamed) {
-    const blocks = rawPromptBlocks(path, bytes, maxBlocks);
-    if (blocks !== UNREAD) return { plan: undefined, blocks };
+  if (!wantMaxTokens) {
+    // Only the prompt wanted: read from the bytes as they are, unless the reader gives up on them,
+    // as it does on a body naming "stream" at its top level (streamed: its plan needs it parsed).
+    if (maxBlocks !== undefined) {
+      const blocks = rawPromptBlocks(path, bytes, maxBlocks, STREAM_NAME);
+      if (blocks !== UNREAD) return { plan: undefined, blocks };
+    }
+    // Most completions are not streamed: a body that never names "stream" is not parsed. (A key
+    // spelled with JSON escapes is missed, and that answer is passed on untouched.)
+    else if (!bytes.includes(STREAM_KEY)) return NOTHING;
   }
   let json: unknown;
   try {

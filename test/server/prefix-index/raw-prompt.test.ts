@@ -53,6 +53,19 @@ describe("a prompt's blocks read from the raw body", () => {
     expect(other.slice(0, 3)).toEqual((plain as number[]).slice(0, 3));
   });
 
+  it("are given up on when the body's top level has the key its caller needs parsed, and only then", () => {
+    const messages = [{ role: "user", content: long }];
+    const stream = Buffer.from("stream");
+    expect(rawPromptBlocks("chat", Buffer.from(JSON.stringify({ messages, stream: true })), Infinity, stream)).toBe(UNREAD);
+    expect(rawPromptBlocks("chat", Buffer.from(JSON.stringify({ stream: false, messages })), Infinity, stream)).toBe(UNREAD);
+    // Named deeper, or as a value, or not asked about: read.
+    for (const [body, parsedFor] of [
+      [{ messages: [{ role: "user", content: long, stream: true }], metadata: { stream: 1 } }, stream],
+      [{ messages, model: "stream" }, stream],
+      [{ messages, stream: true }, undefined],
+    ] as const) expect(rawPromptBlocks("chat", Buffer.from(JSON.stringify(body)), Infinity, parsedFor)).toEqual(parsedBlocks("chat", JSON.stringify(body)));
+  });
+
   it("are those of the parsed body when its text is not valid UTF-8", () => {
     const prompt = "안녕하세요 ".repeat(20);
     for (const bad of [[0xe2, 0x82], [0xff], [0xc3], [0xed, 0xa0, 0x80], [0xf0, 0x9f, 0x8e]]) {

@@ -18,6 +18,12 @@ describe("a completion's body", () => {
     expect(read.blocks).toEqual(blockHashes(promptOf("chat", { messages })!));
   });
 
+  it("reads one that names stream only below its top level as not streamed, its prompt from the raw bytes", () => {
+    const body = { messages: [{ role: "user", content: "once upon a time ".repeat(20), stream: true }], model: "stream" };
+    expect(readCompletion("chat", bytes(body), { promptBlocks: 100 })).toEqual({ plan: undefined, blocks: blockHashes(promptOf("chat", body)!) });
+    expect(readCompletion("chat", bytes({ ...body, stream: false }), { promptBlocks: 100 })).toEqual({ plan: undefined, blocks: blockHashes(promptOf("chat", body)!) });
+  });
+
   it("gives the prompt of one not streamed, when asked for it", () => {
     const prompt = "once upon a time ".repeat(20);
     expect(readCompletion("completions", bytes({ prompt }), { promptBlocks: 100 })).toEqual({ plan: undefined, blocks: blockHashes(prompt) });
