@@ -7,8 +7,9 @@ import { BLOCK_CHARS, BlockHasher, MESSAGE_END, ROLE_END, type BlockHashes, type
 // bytes are hashed where they lie. The body is still checked whole as JSON would be; a string with
 // escapes or non-ASCII characters is decoded by JSON.parse alone. What this reader does not take
 // on (a message's content as parts, a key spelled with escapes, a repeated key, anything not JSON)
-// it gives up on, and the caller parses the body as before. So does a body whose top level has the
-// key the caller names as needing the parsed body (the proxy's "stream": a streamed answer's plan).
+// it gives up on, and the caller parses the body as before. It also says whether the body's top
+// level has a key the caller asks about (the proxy's "stream": a streamed answer's plan needs the
+// parsed body, but not its prompt read again).
 
 /** The reader gave up: parse the body. */
 export const UNREAD = Symbol("unread");
@@ -21,14 +22,26 @@ const NAMES = { messages: Buffer.from("messages"), prompt: Buffer.from("prompt")
 
 class GiveUp extends Error {}
 
-/**
- * blockHashes(promptOf(kind, JSON.parse(bytes))) up to maxBlocks, undefined when it has no prompt,
- * or UNREAD (also when its top level has the key `parsedFor`).
- */
-export function rawPromptBlocks(kind: PromptKind, bytes: Buffer, maxBlocks = Infinity, parsedFor?: Buffer): BlockHashes | undefined | typeof UNREAD {
+/** blockHashes(promptOf(kind, JSON.parse(bytes))) up to maxBlocks, undefined when it has no prompt, or UNREAD. */
+export function rawPromptBlocks(kind: PromptKind, bytes: Buffer, maxBlocks = Infinity): BlockHashes | undefined | typeof UNREAD {
+  const read = readRawPrompt(kind, bytes, maxBlocks);
+  return read === UNREAD ? UNREAD : read.blocks;
+}
+
+export interface RawPrompt {
+  /** As rawPromptBlocks. */
+  blocks: BlockHashes | undefined;
+  /** Whether the body's top level has the key asked about. */
+  keyFound: boolean;
+}
+
+/** rawPromptBlocks, and whether the body's top level has the key `keyAsked`; or UNREAD. */
+export function readRawPrompt(kind: PromptKind, bytes: Buffer, maxBlocks = Infinity, keyAsked?: Buffer): RawPrompt | typeof UNREAD {
   try {
+    const body = new RawBody(bytes, keyAsked);
     // A byte is at most one unit of the prompt: no more blocks than the body has BLOCK_CHARS bytes.
-    return new RawBody(bytes, parsedFor).prompt(kind, new BlockHasher(maxBlocks, Math.floor(bytes.length / BLOCK_CHARS)));
+    const blocks = body.prompt(kind, new BlockHasher(maxBlocks, Math.floor(bytes.length / BLOCK_CHARS)));
+    return { blocks, keyFound: body.keyFound };
   } catch (err) {
     // A body too deep for the stack is parsed too.
     if (err instanceof GiveUp || err instanceof RangeError || err instanceof SyntaxError) return UNREAD;
@@ -53,10 +66,12 @@ class RawBody {
   private end = 0;
   private escaped = false;
 
+  /** Whether the top level has the key asked about. */
+  keyFound = false;
+
   constructor(
     private readonly bytes: Buffer,
-    /** A top-level key that makes the reader give up. */
-    private readonly parsedFor?: Buffer,
+    private readonly keyAsked?: Buffer,
   ) {
     this.ascii = isAscii(bytes);
   }
@@ -69,7 +84,7 @@ class RawBody {
       do {
         this.key();
         const isWanted = this.named(wanted);
-        if (!isWanted && this.parsedFor !== undefined && this.named(this.parsedFor)) throw new GiveUp();
+        if (!isWanted && this.keyAsked !== undefined && this.named(this.keyAsked)) this.keyFound = true;
         this.expect(0x3a);
         if (isWanted) {
           if (found) throw new GiveUp();

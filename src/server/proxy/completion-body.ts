@@ -1,10 +1,11 @@
 import { promptBlocks, type BlockHashes } from "../prefix-index/prompt-blocks.js";
-import { rawPromptBlocks, UNREAD } from "../prefix-index/raw-prompt.js";
+import { readRawPrompt, UNREAD } from "../prefix-index/raw-prompt.js";
 import type { CompletionPath } from "./continuation/continuation-request.js";
 import { streamPlanOf, type StreamPlan } from "./streamed-answer.js";
 
 // A completion's body as the proxy reads it, parsed at most once: whether it is streamed (its
-// plan, streamed-answer.ts) and, for an endpoint routed by prefix, its prompt's blocks. A body that
+// plan, streamed-answer.ts) and, for an endpoint routed by prefix, its prompt's blocks (read from
+// the raw bytes where raw-prompt.ts can, streamed or not). A body that
 // is not a JSON object is neither: it is passed on untouched, to the least busy replica.
 
 export interface CompletionBody {
@@ -29,12 +30,16 @@ const STREAM_NAME = Buffer.from("stream");
 export function readCompletion(path: CompletionPath, bytes: Buffer, wants: CompletionWants = {}): CompletionBody {
   const maxBlocks = wants.promptBlocks;
   const wantMaxTokens = wants.maxTokens === true;
+  // The prompt's blocks read from the bytes as they are (raw-prompt.ts), unless the reader gives up on them.
+  let rawBlocks: BlockHashes | undefined | typeof UNREAD = UNREAD;
   if (!wantMaxTokens) {
-    // Only the prompt wanted: read from the bytes as they are, unless the reader gives up on them,
-    // as it does on a body naming "stream" at its top level (streamed: its plan needs it parsed).
     if (maxBlocks !== undefined) {
-      const blocks = rawPromptBlocks(path, bytes, maxBlocks, STREAM_NAME);
-      if (blocks !== UNREAD) return { plan: undefined, blocks };
+      const raw = readRawPrompt(path, bytes, maxBlocks, STREAM_NAME);
+      if (raw !== UNREAD) {
+        // Not streamed: nothing else is wanted. Streamed: parsed for its plan, the prompt not read again.
+        if (!raw.keyFound) return { plan: undefined, blocks: raw.blocks };
+        rawBlocks = raw.blocks;
+      }
     }
     // Most completions are not streamed: a body that never names "stream" is not parsed. (A key
     // spelled with JSON escapes is missed, and that answer is passed on untouched.)
@@ -48,7 +53,7 @@ export function readCompletion(path: CompletionPath, bytes: Buffer, wants: Compl
   }
   if (typeof json !== "object" || json === null || Array.isArray(json)) return NOTHING;
   const body = json as Record<string, unknown>;
-  const read: CompletionBody = { plan: streamPlanOf(path, body), blocks: maxBlocks === undefined ? undefined : promptBlocks(path, body, maxBlocks) };
+  const read: CompletionBody = { plan: streamPlanOf(path, body), blocks: rawBlocks !== UNREAD ? rawBlocks : maxBlocks === undefined ? undefined : promptBlocks(path, body, maxBlocks) };
   const maxTokens = [body.max_tokens, body.max_completion_tokens].find((v) => Number.isSafeInteger(v) && (v as number) > 0);
   if (wantMaxTokens && maxTokens !== undefined) read.maxTokens = maxTokens as number;
   return read;

@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { BLOCK_CHARS, blockHashes, promptBlocks, promptOf, type PromptKind } from "../../../src/server/prefix-index/prompt-blocks.js";
-import { rawPromptBlocks, UNREAD } from "../../../src/server/prefix-index/raw-prompt.js";
+import { rawPromptBlocks, readRawPrompt, UNREAD } from "../../../src/server/prefix-index/raw-prompt.js";
 
 // The prompt's blocks read from the raw body must be those of the parsed body, whatever its
 // spelling: escapes, non-ASCII text, key order, white space. Where the reader gives up, the proxy
@@ -53,17 +53,16 @@ describe("a prompt's blocks read from the raw body", () => {
     expect(other.slice(0, 3)).toEqual((plain as number[]).slice(0, 3));
   });
 
-  it("are given up on when the body's top level has the key its caller needs parsed, and only then", () => {
+  it("come with whether the body's top level has the key asked about, and only its top level", () => {
     const messages = [{ role: "user", content: long }];
     const stream = Buffer.from("stream");
-    expect(rawPromptBlocks("chat", Buffer.from(JSON.stringify({ messages, stream: true })), Infinity, stream)).toBe(UNREAD);
-    expect(rawPromptBlocks("chat", Buffer.from(JSON.stringify({ stream: false, messages })), Infinity, stream)).toBe(UNREAD);
-    // Named deeper, or as a value, or not asked about: read.
-    for (const [body, parsedFor] of [
-      [{ messages: [{ role: "user", content: long, stream: true }], metadata: { stream: 1 } }, stream],
-      [{ messages, model: "stream" }, stream],
-      [{ messages, stream: true }, undefined],
-    ] as const) expect(rawPromptBlocks("chat", Buffer.from(JSON.stringify(body)), Infinity, parsedFor)).toEqual(parsedBlocks("chat", JSON.stringify(body)));
+    const read = (body: unknown) => readRawPrompt("chat", Buffer.from(JSON.stringify(body)), Infinity, stream);
+    const blocks = parsedBlocks("chat", JSON.stringify({ messages }));
+    expect(read({ messages, stream: true })).toEqual({ blocks, keyFound: true });
+    expect(read({ stream: false, messages })).toEqual({ blocks, keyFound: true });
+    // Named deeper, or as a value, or not asked about: not found.
+    expect(read({ messages, metadata: { stream: 1 }, model: "stream" })).toEqual({ blocks, keyFound: false });
+    expect(readRawPrompt("chat", Buffer.from(JSON.stringify({ messages, stream: true })))).toEqual({ blocks, keyFound: false });
   });
 
   it("are those of the parsed body when its text is not valid UTF-8", () => {

@@ -18,6 +18,14 @@ describe("a completion's body", () => {
     expect(read.blocks).toEqual(blockHashes(promptOf("chat", { messages })!));
   });
 
+  it("gives the plan and the prompt of a streamed one whose prompt is long, its blocks as parsed", () => {
+    const long = [{ role: "system", content: "Keep to the policy. ".repeat(50) }, ...messages];
+    const read = readCompletion("chat", bytes({ model: "m", messages: long, stream: true, max_tokens: 9 }), { promptBlocks: 100 });
+    expect(read.plan?.first.body).toMatchObject({ messages: long, stream: true });
+    expect(read.blocks).toEqual(blockHashes(promptOf("chat", { messages: long })!));
+    expect(read.blocks!.length).toBeGreaterThan(10);
+  });
+
   it("reads one that names stream only below its top level as not streamed, its prompt from the raw bytes", () => {
     const body = { messages: [{ role: "user", content: "once upon a time ".repeat(20), stream: true }], model: "stream" };
     expect(readCompletion("chat", bytes(body), { promptBlocks: 100 })).toEqual({ plan: undefined, blocks: blockHashes(promptOf("chat", body)!) });
