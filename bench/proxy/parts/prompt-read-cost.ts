@@ -1,8 +1,9 @@
 // bench:proxy's micro-bench of reading a prompt's blocks (SPEC.md section 2, "Requests that share a
 // prompt go where it is cached"), in the bench's own process: microseconds per KB of body, median
 // of interleaved rounds, for what the proxy does per request routed by prefix. From the raw bytes
-// (raw-prompt.ts: a body not streamed, no key's admission) and by parsing it (a streamed body, or
-// one the raw reader gives up on), for an ASCII prompt and for one of Korean text.
+// (raw-prompt.ts: no key's admission; a streamed body is parsed for its plan besides) and by
+// parsing it (a key's admission, or a body the raw reader gives up on), for an ASCII prompt and
+// for one of Korean text.
 import { readCompletion } from "../../../src/server/proxy/completion-body.js";
 
 const ROUNDS = 9;
@@ -20,7 +21,7 @@ export function measurePromptRead(model: string, system: string): PromptReadCost
   const body = (content: string, extra: object = {}) => Buffer.from(JSON.stringify({ model, messages: [{ role: "system", content }, { role: "user", content: "Where is my order?" }], max_tokens: 1, ...extra }));
   const cases = [
     { label: "ASCII prompt, from the raw bytes", bytes: body(system), maxTokens: false },
-    { label: "ASCII prompt, parsed (streamed, or a key's admission)", bytes: body(system), maxTokens: true },
+    { label: "ASCII prompt, parsed (a key's admission)", bytes: body(system), maxTokens: true },
     { label: "Korean prompt, from the raw bytes", bytes: body(korean), maxTokens: false },
     { label: "Korean prompt, parsed", bytes: body(korean), maxTokens: true },
   ];
