@@ -5,7 +5,7 @@ import { GpuService } from "../../gen/gpu/v1/gpu_service_pb.js";
 import type { ConnectionTimeouts } from "../../src/config.js";
 import { listTemplates } from "../../src/gpu/creation/templates.js";
 import { startModelServer, type ModelServer, type ModelServerOptions } from "../../src/gpu/marketplace/simulated/model-server.js";
-import type { EndpointDirectory, EndpointRoute, ProxyLoad, RouteTarget } from "../../src/module.js";
+import type { EndpointDirectory, EndpointRoute, EndpointRouting, ProxyLoad, RouteTarget } from "../../src/module.js";
 import { createAppHandler } from "../../src/server/app.js";
 import { createTokenSource } from "../../src/server/auth/token-source.js";
 import { listen, type RunningServer } from "../../src/server/listen.js";
@@ -26,6 +26,8 @@ export interface ProxyUnderTest {
   readonly endpoints: Map<string, RouteTarget[]>;
   /** Endpoint name -> whether a replica is coming (held requests wait) and why not; absent: none coming. */
   readonly coming: Map<string, Pick<EndpointRoute, "coming" | "refusal">>;
+  /** Endpoint name -> its routing; absent: none said (least outstanding, as an endpoint's route without one). */
+  readonly routings: Map<string, EndpointRouting>;
   /** The proxy's counts (endpoint ids are the names here). */
   readonly load: ProxyLoad;
   /** The bytes of bodies the proxy keeps, and their bound. */
@@ -57,13 +59,14 @@ export interface ProxyOptions {
 export async function startProxy(options: ProxyOptions = {}): Promise<ProxyUnderTest> {
   const endpoints = new Map<string, RouteTarget[]>();
   const coming = new Map<string, Pick<EndpointRoute, "coming" | "refusal">>();
+  const routings = new Map<string, EndpointRouting>();
   const { holdLookup } = options;
   const directory: EndpointDirectory = {
     route: async (name) => {
       if (holdLookup !== undefined) await holdLookup(name);
       const targets = endpoints.get(name);
       // A copy, as the real directory's answers are.
-      return targets === undefined ? undefined : { endpointId: name, targets: [...targets], coming: false, ...coming.get(name) };
+      return targets === undefined ? undefined : { endpointId: name, targets: [...targets], coming: false, routing: routings.get(name), ...coming.get(name) };
     },
   };
   const load = options.load ?? createProxyLoad();
@@ -90,6 +93,7 @@ export async function startProxy(options: ProxyOptions = {}): Promise<ProxyUnder
     url: server.url,
     endpoints,
     coming,
+    routings,
     load,
     kept,
     close: () => {

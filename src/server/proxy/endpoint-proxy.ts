@@ -218,6 +218,8 @@ class Exchange {
   private timer: NodeJS.Timeout | undefined;
   /** A streamed completion: what it asks, sent in place of the caller's body. */
   private plan: StreamPlan | undefined;
+  /** Its prompt's blocks, on an endpoint routed by prefix: a replica it is retried or continued on learns them too. */
+  private blocks: BlockHashes | undefined;
   private streamed: StreamedAnswer | undefined;
   /** Bytes of the kept request counted while a streamed answer may be continued. */
   private keptForStream = 0;
@@ -252,7 +254,10 @@ class Exchange {
   }
 
   start(): void {
-    const first = (blocks?: BlockHashes) => this.send(this.shared.choice.first(this.name, this.route, blocks));
+    const first = (blocks?: BlockHashes) => {
+      this.blocks = blocks;
+      this.send(this.shared.choice.first(this.name, this.route, blocks));
+    };
     const path = completionPathOf(this.req.method, this.path);
     // Only a completion is read: its body decides whether it streams, and its prompt where it goes.
     if (path === undefined || !this.body.replayable) return this.admitted({ bodyBytes: 0, completion: false }, () => first());
@@ -427,6 +432,7 @@ class Exchange {
       firstByteMs: options.firstByteMs,
       bodyBytes: this.body.received,
       allowance: this.allowance,
+      continuedOn: (target) => this.shared.choice.resent(this.route, target, this.blocks),
       onEnd: (status, usage) => {
         this.settled = true;
         this.releaseStreamKept();
@@ -530,6 +536,7 @@ class Exchange {
   private retryTo(next: RouteTarget | undefined): boolean {
     if (next === undefined) return false;
     this.shared.options.metrics.retried(this.name);
+    this.shared.choice.resent(this.route, next, this.blocks);
     this.body.detach();
     // Abandoned before its answer: its error is no longer this exchange's.
     const abandoned = this.attempt;

@@ -10,7 +10,9 @@ import { targetKey, type ReplicaBalancer } from "./replica-balancer.js";
 // its prompt unless it is too busy (prefix-choice.ts), and the index learns that the prompt went
 // there; the replicas no longer in routing are forgotten as the route says so. Otherwise, and for a
 // request whose prompt cannot be read: the least outstanding (replica-balancer.ts). Retries and
-// continuations, which pass over the replicas that failed, ask the balancer alone, as before.
+// continuations, which pass over the replicas that failed, ask the balancer alone, as before; the
+// replica a request is retried or continued on learns its prompt too (the index is of the prompts
+// sent there: a continuation's begins with its request's).
 
 export class ReplicaChoice {
   private readonly index: PrefixIndex;
@@ -44,5 +46,10 @@ export class ReplicaChoice {
     this.index.learn(endpointId, keys[chosen]!, blocks);
     this.metrics.prefixRouted(name, choice.outcome, blocks.length > 0 ? held[chosen]! / blocks.length : undefined);
     return targets[chosen]!;
+  }
+
+  /** A request of `route` whose prompt has `blocks` was sent again, to `target`: a retry before its answer, or its answer's continuation. */
+  resent(route: EndpointRoute, target: RouteTarget, blocks: BlockHashes | undefined): void {
+    if (route.routing === "prefix" && blocks !== undefined) this.index.learn(route.endpointId, targetKey(target), blocks);
   }
 }

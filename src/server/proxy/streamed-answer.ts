@@ -72,6 +72,8 @@ export interface StreamedAnswerOptions {
   bodyBytes: number;
   /** Its caller's limits, admitted: told what the answer used at each event past its hold, and may end it. */
   allowance?: Pick<CallerAllowance, "used" | "signal">;
+  /** A continuation was sent to `target` (replica-choice.ts: that replica holds the prompt now). */
+  continuedOn?: (target: RouteTarget) => void;
   /** The caller's answer is over: its status for the request metric (200 whole, 502 ended with an error, 429 its limit), and what it used. */
   onEnd(status: number, usage: AnswerUsage): void;
 }
@@ -301,6 +303,7 @@ export class StreamedAnswer {
   }
 
   private send(target: RouteTarget, body: Buffer): void {
+    this.o.continuedOn?.(target);
     const headers = upstreamHeaders(this.o.callerHeaders, target.apiKey);
     delete headers["accept-encoding"];
     headers["content-length"] = String(body.length);

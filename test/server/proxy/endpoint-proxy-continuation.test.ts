@@ -32,6 +32,7 @@ afterEach(async () => {
   for (const item of opened.splice(0)) await item.close();
   proxy.endpoints.clear();
   proxy.coming.clear();
+  proxy.routings.clear();
 });
 
 afterAll(async () => {
@@ -118,6 +119,30 @@ describe("a streamed answer whose replica's connection is reset mid-answer", () 
     const usage = (kind: string) => metricValue(proxy, "gpu_endpoint_key_tokens_total", `endpoint="${name}",key="AUTH_TOKENS#1",kind="${kind}"`);
     const uncutUsage = sseChunks(uncut).at(-1)!.usage!;
     expect([await usage("prompt"), await usage("completion")]).toEqual([uncutUsage.prompt_tokens, 40]);
+  });
+});
+
+describe("a streamed answer continued on an endpoint routed by prefix", () => {
+  it("teaches the index that the replica it was continued on holds its prompt: the conversation's next turn is a hit there", async () => {
+    const name = "prefix-continued";
+    proxy.routings.set(name, "prefix");
+    const [a, b, c] = [await replica("gpu-a"), await replica("gpu-b"), await replica("gpu-c")];
+    const messages = [{ role: "system", content: "You answer questions about ships. ".repeat(20) }, { role: "user", content: "hi" }];
+    const routed = (outcome: string) => metricValue(proxy, "gpu_endpoint_prefix_routed_total", `endpoint="${name}",outcome="${outcome}"`);
+    const caller = await streamThrough(proxy, name, "chat", { ...CHAT, messages }, a.target, [b.target]);
+    await waitFor(() => caller.events() >= 8, "8 events to the caller", 5000);
+    await a.server.close();
+    await caller.whole;
+    expect([a.server.stats.abandoned, b.server.stats.completions]).toEqual([1, 1]);
+
+    // Its next turn, with the replica that was cut gone from routing and another beside b: a hit on b.
+    proxy.endpoints.set(name, [c.target, b.target]);
+    const hits = await routed("hit");
+    const res = await callEndpoint(proxy, `/endpoints/${name}/v1/chat/completions`, { ...CHAT, messages: [...messages, { role: "assistant", content: "Hello" }, { role: "user", content: "more" }] });
+    await res.text();
+    expect(res.headers.get("x-endpoint-instance")).toBe("gpu-b");
+    expect(await routed("hit")).toBe(hits + 1);
+    expect(await routed("miss")).toBe(1);
   });
 });
 

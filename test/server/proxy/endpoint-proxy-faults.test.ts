@@ -40,6 +40,7 @@ beforeAll(async () => {
 afterEach(async () => {
   for (const item of opened.splice(0)) await item.close();
   proxy.endpoints.clear();
+  proxy.routings.clear();
 });
 
 afterAll(async () => {
@@ -137,6 +138,44 @@ describe("endpoint proxy under faults", () => {
     expect(live.server.stats.completions).toBe(6);
     // Taking turns, the dead replica would have been tried three times; shunned, it was tried once.
     expect(await metricValue(proxy, "gpu_endpoint_retries_total", 'endpoint="fa"')).toBe(retries + 1);
+  });
+
+  it("learns a prompt on the replica it was retried on: on an endpoint routed by prefix, the conversation's next turn is a hit there", async () => {
+    const replicas = [await replica("gpu-pa"), await replica("gpu-pb"), await replica("gpu-pc")];
+    proxy.endpoints.set("fp", replicas.map((r) => r.target));
+    proxy.routings.set("fp", "prefix");
+    const messages = [
+      { role: "system", content: "You answer questions about ships. ".repeat(20) },
+      { role: "user", content: "Question 1?" },
+    ];
+    const ask = async () => {
+      const res = await callEndpoint(proxy, "/endpoints/fp/v1/chat/completions", { model: MODEL, messages, max_tokens: 1 });
+      expect(res.status).toBe(200);
+      await res.text();
+      messages.push({ role: "assistant", content: "Hello" }, { role: "user", content: `Question ${messages.length}?` });
+      return res.headers.get("x-endpoint-instance")!;
+    };
+    const routed = (outcome: string) => metricValue(proxy, "gpu_endpoint_prefix_routed_total", `endpoint="fp",outcome="${outcome}"`);
+    const retried = () => metricValue(proxy, "gpu_endpoint_retries_total", 'endpoint="fp"');
+
+    const first = await ask();
+    // The replica holding the conversation goes away while the directory still lists it.
+    const holder = replicas.find((r) => r.target.instanceId === first)!;
+    await holder.server.close();
+    opened.splice(opened.indexOf(holder.server), 1);
+    // Its idle connection's close seen: the next request opens a new one, which is refused.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const [hits, retries] = [await routed("hit"), await retried()];
+    // A hit on the holder, refused, retried on another replica.
+    const second = await ask();
+    expect(second).not.toBe(first);
+    expect(await retried()).toBe(retries + 1);
+    expect(await routed("hit")).toBe(hits + 1);
+    // That replica holds the whole of the turn it answered: the next turn is a hit there (the
+    // holder, passed over for its refusal, holds as much; untaught, the index would find only it).
+    expect(await ask()).toBe(second);
+    expect(await routed("hit")).toBe(hits + 2);
+    expect(await routed("balanced")).toBe(0);
   });
 
   it("retries a 503 from a replica on another one, with the same body", async () => {
