@@ -22,20 +22,14 @@ const NAMES = { messages: Buffer.from("messages"), prompt: Buffer.from("prompt")
 
 class GiveUp extends Error {}
 
-/** blockHashes(promptOf(kind, JSON.parse(bytes))) up to maxBlocks, undefined when it has no prompt, or UNREAD. */
-export function rawPromptBlocks(kind: PromptKind, bytes: Buffer, maxBlocks = Infinity): BlockHashes | undefined | typeof UNREAD {
-  const read = readRawPrompt(kind, bytes, maxBlocks);
-  return read === UNREAD ? UNREAD : read.blocks;
-}
-
 export interface RawPrompt {
-  /** As rawPromptBlocks. */
+  /** blockHashes(promptOf(kind, JSON.parse(bytes))) up to maxBlocks; undefined when it has no prompt. */
   blocks: BlockHashes | undefined;
   /** Whether the body's top level has the key asked about. */
   keyFound: boolean;
 }
 
-/** rawPromptBlocks, and whether the body's top level has the key `keyAsked`; or UNREAD. */
+/** The prompt's blocks, and whether the body's top level has the key `keyAsked`; or UNREAD. */
 export function readRawPrompt(kind: PromptKind, bytes: Buffer, maxBlocks = Infinity, keyAsked?: Buffer): RawPrompt | typeof UNREAD {
   try {
     const body = new RawBody(bytes, keyAsked);

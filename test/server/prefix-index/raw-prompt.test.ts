@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { BLOCK_CHARS, blockHashes, promptBlocks, promptOf, type PromptKind } from "../../../src/server/prefix-index/prompt-blocks.js";
-import { rawPromptBlocks, readRawPrompt, UNREAD } from "../../../src/server/prefix-index/raw-prompt.js";
+import { readRawPrompt, UNREAD } from "../../../src/server/prefix-index/raw-prompt.js";
 
 // The prompt's blocks read from the raw body must be those of the parsed body, whatever its
 // spelling: escapes, non-ASCII text, key order, white space. Where the reader gives up, the proxy
@@ -11,6 +11,11 @@ import { rawPromptBlocks, readRawPrompt, UNREAD } from "../../../src/server/pref
 const parsedBlocks = (kind: PromptKind, text: string, maxBlocks = Infinity) => {
   const prompt = promptOf(kind, JSON.parse(text) as Record<string, unknown>);
   return prompt === undefined ? undefined : blockHashes(prompt, maxBlocks);
+};
+/** The raw reader's blocks of a body, or UNREAD. */
+const rawPromptBlocks = (kind: PromptKind, bytes: Buffer, maxBlocks = Infinity) => {
+  const read = readRawPrompt(kind, bytes, maxBlocks);
+  return read === UNREAD ? UNREAD : read.blocks;
 };
 const raw = (kind: PromptKind, text: string, maxBlocks = Infinity) => rawPromptBlocks(kind, Buffer.from(text), maxBlocks);
 
