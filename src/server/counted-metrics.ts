@@ -34,7 +34,12 @@ abstract class CountedMetric<Child> {
   readonly help: string;
   abstract readonly type: string;
   readonly aggregator = "sum";
-  protected readonly children = new Map<string, { labels: Record<string, string>; child: Child }>();
+  protected readonly children: Array<{ labels: Record<string, string>; child: Child }> = [];
+  /**
+   * The children by their label values, a map per label: the first value's map holds the second
+   * value's, and so on. Found without making a key of the values (a string per call, hashed anew).
+   */
+  private readonly byValues = new Map<string, unknown>();
 
   constructor(private readonly config: CountedConfig) {
     this.name = config.name;
@@ -44,26 +49,34 @@ abstract class CountedMetric<Child> {
 
   /** The child of the label set with these values, in labelNames' order. */
   labels(...values: string[]): Child {
-    const key = values.length === 1 ? values[0]! : values.join("\u0000");
-    let kept = this.children.get(key);
-    if (kept === undefined) {
-      if (values.length !== this.config.labelNames.length) throw new Error(`${this.name}: ${this.config.labelNames.length} label values expected, ${values.length} given`);
-      const labels = Object.fromEntries(this.config.labelNames.map((name, i) => [name, values[i]!]));
-      kept = { labels, child: this.child() };
-      this.children.set(key, kept);
+    if (values.length !== this.config.labelNames.length) throw new Error(`${this.name}: ${this.config.labelNames.length} label values expected, ${values.length} given`);
+    let level = this.byValues;
+    const last = values.length - 1;
+    for (let i = 0; i < last; i++) {
+      let next = level.get(values[i]!) as Map<string, unknown> | undefined;
+      if (next === undefined) level.set(values[i]!, (next = new Map()));
+      level = next;
     }
-    return kept.child;
+    let child = level.get(values[last]!) as Child | undefined;
+    if (child === undefined) {
+      const labels = Object.fromEntries(this.config.labelNames.map((name, i) => [name, values[i]!]));
+      child = this.child();
+      this.children.push({ labels, child });
+      level.set(values[last]!, child);
+    }
+    return child;
   }
 
   async get(): Promise<Collected> {
     const values: Sample[] = [];
-    for (const { labels, child } of this.children.values()) this.samples(labels, child, values);
+    for (const { labels, child } of this.children) this.samples(labels, child, values);
     return { name: this.name, help: this.help, type: this.type, aggregator: this.aggregator, values };
   }
 
   /** Forgets every label set (the registry's resetMetrics). */
   reset(): void {
-    this.children.clear();
+    this.children.length = 0;
+    this.byValues.clear();
   }
 
   protected abstract child(): Child;

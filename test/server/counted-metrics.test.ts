@@ -52,9 +52,27 @@ describe("counted metrics", () => {
     expect(await ours.metrics()).toBe(await theirs.metrics());
   });
 
+  it("forget every label set on the registry's reset, and count anew after it, as prom-client does", async () => {
+    const { theirs, ours, counters } = both();
+    for (const counter of counters) {
+      counter.labels("a", "200").inc();
+      counter.labels("a", "500").inc();
+    }
+    theirs.resetMetrics();
+    ours.resetMetrics();
+    expect(await ours.metrics()).toBe(await theirs.metrics());
+    for (const counter of counters) counter.labels("a", "500").inc();
+    expect(await ours.metrics()).toBe(await theirs.metrics());
+    expect(await ours.metrics()).toContain('things_total{kind="a",code="500"} 1');
+  });
+
   it("refuse a label set of the wrong size and a value that is not a finite number, as prom-client does", () => {
     const { histograms, counters } = both();
     expect(() => counters[1].labels("a")).toThrow(/2 label values expected, 1 given/);
+    // Also once a label set beginning with the same value is counted.
+    counters[1].labels("a", "200").inc();
+    expect(() => counters[1].labels("a")).toThrow(/2 label values expected, 1 given/);
+    expect(() => counters[1].labels("a", "200", "x")).toThrow(/2 label values expected, 3 given/);
     expect(() => histograms[1].labels("a").observe(Number.NaN)).toThrow(TypeError);
     expect(() => histograms[0].labels("a").observe(Number.NaN)).toThrow();
   });
