@@ -63,13 +63,14 @@ export class ReplicaBlocks {
       // The run from `first`: the following blocks, in order, towards the less recent; each
       // marked and sent now as it is found.
       let last = first;
-      this.markAt[first] = mark;
-      this.timeAt[first] = now;
+      const { older, hashAt, markAt, timeAt } = this;
+      markAt[first] = mark;
+      timeAt[first] = now;
       for (b++; b < n; b++) {
-        const next = this.older[last]!;
-        if (next === NONE || this.hashAt[next] !== blocks[b] || this.markAt[next] === mark) break;
-        this.markAt[next] = mark;
-        this.timeAt[next] = now;
+        const next = older[last]!;
+        if (next === NONE || hashAt[next] !== blocks[b] || markAt[next] === mark) break;
+        markAt[next] = mark;
+        timeAt[next] = now;
         last = next;
       }
       if (this.newer[first] !== previous) {
