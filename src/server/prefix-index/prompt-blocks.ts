@@ -114,6 +114,9 @@ const notText = (word: number): number => (word - 0x20202020) | word;
 /** The same for one byte. */
 const notTextByte = (byte: number): number => (byte - 0x20) | byte;
 
+/** How many numbers BlockHasher.saveState() writes. */
+export const HASHER_STATE = 5 + UNITS_A_STEP - 1;
+
 /**
  * One running hash over a prompt's code units fed in order, in pieces (strings, or runs of ASCII
  * bytes of a raw body, each byte one unit), read at each block's end: a block's hash names its
@@ -129,7 +132,7 @@ export class BlockHasher {
   private readonly units = [0, 0, 0, 0, 0, 0, 0];
   private carried = 0;
   private count = 0;
-  private readonly out: number[];
+  private out: number[];
   private viewed: Uint8Array | undefined;
   private view: DataView | undefined;
 
@@ -267,6 +270,31 @@ export class BlockHasher {
     this.addString(ROLE_END);
     this.addString(content);
     this.addString(MESSAGE_END);
+  }
+
+  /** Appends the hasher's state (HASHER_STATE numbers) to `to`, to be taken up again by restoreState(). */
+  saveState(to: number[]): void {
+    to.push(this.even, this.odd, this.left, this.carried, this.count);
+    for (let i = 0; i < this.units.length; i++) to.push(this.units[i]!);
+  }
+
+  /** How many blocks a hasher had in the state saved at `states[at]`. */
+  static blocksOfState(states: readonly number[], at: number): number {
+    return states[at + 4]!;
+  }
+
+  /**
+   * Takes up the state saved at `states[at]` by a hasher fed the same units, whose blocks were
+   * `blocks` (its first `count` are this one's now): as if this one had been fed those units.
+   */
+  restoreState(states: readonly number[], at: number, blocks: BlockHashes): void {
+    this.even = states[at]!;
+    this.odd = states[at + 1]!;
+    this.left = states[at + 2]!;
+    this.carried = states[at + 3]!;
+    this.count = states[at + 4]!;
+    for (let i = 0; i < this.units.length; i++) this.units[i] = states[at + 5 + i]!;
+    this.out = blocks.slice(0, this.count);
   }
 
   /** The hashes of the whole blocks fed. */

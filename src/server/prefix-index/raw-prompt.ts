@@ -1,5 +1,6 @@
 import { isAscii } from "node:buffer";
 import { BLOCK_CHARS, BlockHasher, MESSAGE_END, ROLE_END, type BlockHashes, type PromptKind } from "./prompt-blocks.js";
+import type { MessagesTrace, RecentMessages } from "./recent-messages.js";
 
 // A prompt's blocks read from a request's raw JSON body, without parsing it (SPEC.md section 2,
 // "Requests that share a prompt go where it is cached"): the same blocks as promptBlocks() of the
@@ -9,7 +10,8 @@ import { BLOCK_CHARS, BlockHasher, MESSAGE_END, ROLE_END, type BlockHashes, type
 // on (a message's content as parts, a key spelled with escapes, a repeated key, anything not JSON)
 // it gives up on, and the caller parses the body as before. It also says whether the body's top
 // level has a key the caller asks about (the proxy's "stream": a streamed answer's plan needs the
-// parsed body, but not its prompt read again).
+// parsed body, but not its prompt read again). Given the recent messages (recent-messages.ts), a
+// chat's messages that begin as a recent body's are taken up from there rather than read again.
 
 /** The reader gave up: parse the body. */
 export const UNREAD = Symbol("unread");
@@ -29,10 +31,13 @@ export interface RawPrompt {
   keyFound: boolean;
 }
 
-/** The prompt's blocks, and whether the body's top level has the key `keyAsked`; or UNREAD. */
-export function readRawPrompt(kind: PromptKind, bytes: Buffer, maxBlocks = Infinity, keyAsked?: Buffer): RawPrompt | typeof UNREAD {
+/**
+ * The prompt's blocks, and whether the body's top level has the key `keyAsked`; or UNREAD.
+ * `recent`: the messages of recent bodies, read with the same maxBlocks (else not used).
+ */
+export function readRawPrompt(kind: PromptKind, bytes: Buffer, maxBlocks = Infinity, keyAsked?: Buffer, recent?: RecentMessages): RawPrompt | typeof UNREAD {
   try {
-    const body = new RawBody(bytes, keyAsked);
+    const body = new RawBody(bytes, keyAsked, recent?.maxBlocks === maxBlocks ? recent : undefined);
     // A byte is at most one unit of the prompt: no more blocks than the body has BLOCK_CHARS bytes.
     const blocks = body.prompt(kind, new BlockHasher(maxBlocks, Math.floor(bytes.length / BLOCK_CHARS)));
     return { blocks, keyFound: body.keyFound };
@@ -49,8 +54,11 @@ class RawBody {
   /** The next backslash at or after `at`, or the body's length: a string before it has no escapes. */
   private backslash = -1;
 
-  /** Whether the whole body is ASCII: then no string of it needs that check of its own. */
-  private readonly ascii: boolean;
+  /** Whether the whole body is ASCII (then no string of it needs that check of its own); undefined until a string is fed. */
+  private ascii: boolean | undefined;
+
+  /** The reading of a chat's messages, given the recent messages: what it took up, what it read. */
+  private trace: MessagesTrace | undefined;
 
   /**
    * The last string read (string()): its bytes between its quotes, and whether any is an escape.
@@ -66,9 +74,8 @@ class RawBody {
   constructor(
     private readonly bytes: Buffer,
     private readonly keyAsked?: Buffer,
-  ) {
-    this.ascii = isAscii(bytes);
-  }
+    private readonly recent?: RecentMessages,
+  ) {}
 
   prompt(kind: PromptKind, hasher: BlockHasher): BlockHashes | undefined {
     const wanted = kind === "chat" ? NAMES.messages : NAMES.prompt;
@@ -91,49 +98,64 @@ class RawBody {
     }
     this.space();
     if (this.at !== this.bytes.length) throw new GiveUp();
-    return found ? hasher.blocks() : undefined;
+    if (!found) return undefined;
+    const blocks = hasher.blocks();
+    if (this.trace !== undefined) this.recent!.remember(this.bytes, this.trace, blocks);
+    return blocks;
   }
 
-  /** A chat's messages: objects whose role and content are strings (else GiveUp), role first whatever their order. */
+  /** A chat's messages, those a recent body began with taken up from there (recent-messages.ts). */
   private messages(hasher: BlockHasher): void {
     this.expect(0x5b);
-    if (this.eat(0x5d)) return;
-    do {
-      // Each one's string as read: its bounds, -1 when absent; escaped or not.
-      let roleStart = -1;
-      let roleEnd = -1;
-      let roleEscaped = false;
-      let contentStart = -1;
-      let contentEnd = -1;
-      let contentEscaped = false;
-      this.expect(0x7b);
-      if (!this.eat(0x7d)) {
-        do {
-          this.key();
-          const isRole = this.named(NAMES.role);
-          const isContent = !isRole && this.named(NAMES.content);
-          this.expect(0x3a);
-          if (isRole) {
-            this.string();
-            roleStart = this.start;
-            roleEnd = this.end;
-            roleEscaped = this.escaped;
-          } else if (isContent) {
-            this.string();
-            contentStart = this.start;
-            contentEnd = this.end;
-            contentEscaped = this.escaped;
-          } else this.skipValue();
-        } while (this.eat(0x2c));
-        this.expect(0x7d);
-      }
-      if (roleStart >= 0) this.feed(hasher, roleStart, roleEnd, roleEscaped);
-      hasher.addString(ROLE_END);
-      if (contentStart >= 0) this.feed(hasher, contentStart, contentEnd, contentEscaped);
-      else hasher.addString("null");
-      hasher.addString(MESSAGE_END);
-    } while (this.eat(0x2c));
+    const trace = (this.trace = this.recent?.recall(this.bytes, this.at, hasher));
+    if (trace !== undefined && trace.taken > 0) this.at = trace.at;
+    else {
+      if (this.eat(0x5d)) return;
+      this.message(hasher);
+      trace?.ended(this.at, hasher);
+    }
+    while (this.eat(0x2c)) {
+      this.message(hasher);
+      trace?.ended(this.at, hasher);
+    }
     this.expect(0x5d);
+  }
+
+  /** A chat's message: an object whose role and content are strings (else GiveUp), role first whatever their order. */
+  private message(hasher: BlockHasher): void {
+    // Each one's string as read: its bounds, -1 when absent; escaped or not.
+    let roleStart = -1;
+    let roleEnd = -1;
+    let roleEscaped = false;
+    let contentStart = -1;
+    let contentEnd = -1;
+    let contentEscaped = false;
+    this.expect(0x7b);
+    if (!this.eat(0x7d)) {
+      do {
+        this.key();
+        const isRole = this.named(NAMES.role);
+        const isContent = !isRole && this.named(NAMES.content);
+        this.expect(0x3a);
+        if (isRole) {
+          this.string();
+          roleStart = this.start;
+          roleEnd = this.end;
+          roleEscaped = this.escaped;
+        } else if (isContent) {
+          this.string();
+          contentStart = this.start;
+          contentEnd = this.end;
+          contentEscaped = this.escaped;
+        } else this.skipValue();
+      } while (this.eat(0x2c));
+      this.expect(0x7d);
+    }
+    if (roleStart >= 0) this.feed(hasher, roleStart, roleEnd, roleEscaped);
+    hasher.addString(ROLE_END);
+    if (contentStart >= 0) this.feed(hasher, contentStart, contentEnd, contentEscaped);
+    else hasher.addString("null");
+    hasher.addString(MESSAGE_END);
   }
 
   private feedString(hasher: BlockHasher): void {
@@ -145,6 +167,7 @@ class RawBody {
   private feed(hasher: BlockHasher, start: number, end: number, escaped: boolean): void {
     if (hasher.full) return this.check(start, end, escaped);
     // Non-ASCII text is found natively first, rather than by a hashing pass given up at its end.
+    this.ascii ??= isAscii(this.bytes);
     if (escaped || (!this.ascii && !isAscii(this.bytes.subarray(start, end))) || !hasher.addAscii(this.bytes, start, end)) hasher.addString(this.decode(start, end));
   }
 

@@ -1,5 +1,6 @@
 import { promptBlocks, type BlockHashes } from "../prefix-index/prompt-blocks.js";
 import { readRawPrompt, UNREAD } from "../prefix-index/raw-prompt.js";
+import type { RecentMessages } from "../prefix-index/recent-messages.js";
 import type { CompletionPath } from "./continuation/continuation-request.js";
 import { streamPlanOf, type StreamPlan } from "./streamed-answer.js";
 
@@ -19,6 +20,8 @@ export interface CompletionBody {
 export interface CompletionWants {
   /** Its prompt's blocks, at most this many (an endpoint routed by prefix). */
   promptBlocks?: number;
+  /** The messages of recent bodies, to take a chat's prompt up from (recent-messages.ts). */
+  recentMessages?: RecentMessages;
   /** Its max_tokens (a key's admission). */
   maxTokens?: boolean;
 }
@@ -34,7 +37,7 @@ export function readCompletion(path: CompletionPath, bytes: Buffer, wants: Compl
   let rawBlocks: BlockHashes | undefined | typeof UNREAD = UNREAD;
   if (!wantMaxTokens) {
     if (maxBlocks !== undefined) {
-      const raw = readRawPrompt(path, bytes, maxBlocks, STREAM_NAME);
+      const raw = readRawPrompt(path, bytes, maxBlocks, STREAM_NAME, wants.recentMessages);
       if (raw !== UNREAD) {
         // Not streamed: nothing else is wanted. Streamed: parsed for its plan, the prompt not read again.
         if (!raw.keyFound) return { plan: undefined, blocks: raw.blocks };

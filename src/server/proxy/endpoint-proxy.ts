@@ -268,7 +268,9 @@ class Exchange {
       this.body.onUnkept = undefined;
       if (this.settled || this.body.overflowed) return;
       if (bytes === undefined) return this.refuseUnkept();
-      const completion = readCompletion(path, bytes, { promptBlocks: this.route.routing === "prefix" ? this.shared.choice.maxBlocks : undefined, maxTokens: this.allowance !== undefined });
+      const prefix = this.route.routing === "prefix";
+      const { choice } = this.shared;
+      const completion = readCompletion(path, bytes, { promptBlocks: prefix ? choice.maxBlocks : undefined, recentMessages: prefix ? choice.recentMessages : undefined, maxTokens: this.allowance !== undefined });
       this.plan = completion.plan;
       this.admitted({ bodyBytes: bytes.length, maxTokens: completion.maxTokens, completion: true }, () => first(completion.blocks));
     });

@@ -2,6 +2,7 @@ import type { EndpointRoute, RouteTarget } from "../../module.js";
 import { choosePrefix } from "../prefix-index/prefix-choice.js";
 import { PrefixIndex, type PrefixIndexOptions } from "../prefix-index/prefix-index.js";
 import type { BlockHashes } from "../prefix-index/prompt-blocks.js";
+import { RecentMessages } from "../prefix-index/recent-messages.js";
 import type { ProxyMetrics } from "./proxy-metrics.js";
 import { targetKey, type ReplicaBalancer } from "./replica-balancer.js";
 
@@ -18,6 +19,8 @@ export class ReplicaChoice {
   private readonly index: PrefixIndex;
   /** The most blocks of a prompt worth hashing: a replica keeps no more. */
   readonly maxBlocks: number;
+  /** The messages of recent chat bodies, for reading a prompt's blocks (completion-body.ts): most were read a moment before. */
+  readonly recentMessages: RecentMessages;
   /**
    * The index's names of a directory answer's targets. The directory keeps an answer about a
    * second, so most requests share it: the same names (their hashes kept by V8) and no retain.
@@ -31,6 +34,7 @@ export class ReplicaChoice {
   ) {
     this.index = new PrefixIndex(index);
     this.maxBlocks = index.maxBlocks;
+    this.recentMessages = new RecentMessages(index.maxBlocks);
   }
 
   /** Where a request of endpoint `name` goes first, given its prompt's blocks (completion-body.ts); `route` has at least one ready replica. */

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { readCompletion } from "../../../src/server/proxy/completion-body.js";
-import { blockHashes, promptOf } from "../../../src/server/prefix-index/prompt-blocks.js";
+import { BlockHasher, blockHashes, promptOf } from "../../../src/server/prefix-index/prompt-blocks.js";
+import { RecentMessages } from "../../../src/server/prefix-index/recent-messages.js";
 
 // A completion's body read once for both things the proxy wants of it: whether it streams, and
 // (for an endpoint routed by prefix) its prompt's blocks.
@@ -30,6 +31,16 @@ describe("a completion's body", () => {
     const body = { messages: [{ role: "user", content: "once upon a time ".repeat(20), stream: true }], model: "stream" };
     expect(readCompletion("chat", bytes(body), { promptBlocks: 100 })).toEqual({ plan: undefined, blocks: blockHashes(promptOf("chat", body)!) });
     expect(readCompletion("chat", bytes({ ...body, stream: false }), { promptBlocks: 100 })).toEqual({ plan: undefined, blocks: blockHashes(promptOf("chat", body)!) });
+  });
+
+  it("reads a chat's messages with the recent messages it is given, and leaves them there for the next turn", () => {
+    const recent = new RecentMessages(100);
+    const turn = [{ role: "system", content: "Keep to the policy. ".repeat(50) }, ...messages];
+    for (const stream of [false, true]) {
+      const body = bytes({ model: "m", messages: turn, stream });
+      expect(readCompletion("chat", body, { promptBlocks: 100, recentMessages: recent }).blocks).toEqual(blockHashes(promptOf("chat", { messages: turn })!).slice(0, 100));
+      expect(recent.recall(body, body.indexOf("[") + 1, new BlockHasher(100))?.taken).toBe(turn.length);
+    }
   });
 
   it("gives the prompt of one not streamed, when asked for it", () => {

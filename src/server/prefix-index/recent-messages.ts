@@ -1,0 +1,123 @@
+import { BlockHasher, HASHER_STATE, type BlockHashes } from "./prompt-blocks.js";
+
+// The messages of recent chat bodies, byte for byte, with the prompt hasher's state after each
+// message (raw-prompt.ts reads them): a body whose messages begin with the same bytes as a
+// remembered body's takes up the hasher where that body's state was saved after them, rather than
+// hashing them again. A chat resends its whole conversation each turn, and apps put one system
+// prompt in front of every request: most of a prompt's bytes were read a moment before.
+//
+// Exact: the reader's state after a message depends only on the bytes from the messages' `[` on,
+// so the same bytes give the same state and the same blocks; and a body is remembered only once
+// it was read whole (checked as JSON). Bounded: SLOTS bodies, each at most KEPT_BYTES of its
+// messages, a body's slot named by a hash of its messages' first KEY_BYTES (a body with fewer is
+// not remembered). A body replaces the one in its slot unless it has no message past those it
+// shares with it: the latest turn of a conversation is kept, and the next turn takes it up.
+
+const SLOTS = 256;
+/** Bytes that name a body's slot: a chat's first message, most often its system prompt, begins there. */
+const KEY_BYTES = 64;
+/** Bytes of a body's messages kept at most: the messages ending past it are read as before. */
+export const KEPT_BYTES = 64 * 1024;
+
+interface Remembered {
+  /** A body's messages from just after their `[` to the end of the last message kept. */
+  bytes: Buffer;
+  /** Each message's end, an offset in `bytes`; the hasher's state after message i at states[i * HASHER_STATE]. */
+  ends: readonly number[];
+  states: readonly number[];
+  /** The body's blocks: at least those of every state. */
+  blocks: BlockHashes;
+}
+
+/** One body's reading: the messages taken up from memory, and the ends and states of those read after them. */
+export class MessagesTrace {
+  readonly ends: number[] = [];
+  readonly states: number[] = [];
+
+  constructor(
+    /** Where the body's messages begin: just after their `[`. */
+    readonly from: number,
+    readonly slot: number,
+    /** The body remembered in its slot, if any, and how many of its messages this body begins with. */
+    readonly kept: Remembered | undefined,
+    readonly taken: number,
+  ) {}
+
+  /** Where reading goes on: after the messages taken up, or `from`. */
+  get at(): number {
+    return this.taken === 0 ? this.from : this.from + this.kept!.ends[this.taken - 1]!;
+  }
+
+  /** A message of the body was read up to `at`, leaving `hasher` in its state. */
+  ended(at: number, hasher: BlockHasher): void {
+    if (at - this.from > KEPT_BYTES) return;
+    this.ends.push(at - this.from);
+    hasher.saveState(this.states);
+  }
+}
+
+export class RecentMessages {
+  private readonly slots: Array<Remembered | undefined> = new Array<Remembered | undefined>(SLOTS).fill(undefined);
+
+  /** The hasher's block limit: a state saved under one limit is no use under another. */
+  constructor(readonly maxBlocks: number) {}
+
+  /**
+   * The messages of `bytes` beginning at `from` (just after their `[`): `hasher` (fed nothing yet)
+   * takes up the state after the longest run of a remembered body's messages they begin with;
+   * undefined when the body is too short to be remembered.
+   */
+  recall(bytes: Buffer, from: number, hasher: BlockHasher): MessagesTrace | undefined {
+    if (from + KEY_BYTES > bytes.length) return undefined;
+    const slot = slotOf(bytes, from);
+    const kept = this.slots[slot];
+    const taken = kept === undefined ? 0 : sharedMessages(kept, bytes, from);
+    if (taken > 0) hasher.restoreState(kept!.states, (taken - 1) * HASHER_STATE, kept!.blocks);
+    return new MessagesTrace(from, slot, kept, taken);
+  }
+
+  /** The body `bytes`, read whole to `blocks` as `trace` says: kept, unless it has no message past those it took up. */
+  remember(bytes: Buffer, trace: MessagesTrace, blocks: BlockHashes): void {
+    if (trace.ends.length === 0) return;
+    const { kept, taken } = trace;
+    const ends = taken === 0 ? trace.ends : [...kept!.ends.slice(0, taken), ...trace.ends];
+    const states = taken === 0 ? trace.states : [...kept!.states.slice(0, taken * HASHER_STATE), ...trace.states];
+    // Copies: neither the request's buffer nor the blocks of its messages past KEPT_BYTES are held.
+    const blocksKept = BlockHasher.blocksOfState(states, states.length - HASHER_STATE);
+    this.slots[trace.slot] = {
+      bytes: Buffer.from(bytes.subarray(trace.from, trace.from + ends[ends.length - 1]!)),
+      ends,
+      states,
+      blocks: blocks.length > blocksKept ? blocks.slice(0, blocksKept) : blocks,
+    };
+  }
+}
+
+/** The slot of the messages beginning at `from`: a hash of their first KEY_BYTES, four bytes a step. */
+function slotOf(bytes: Buffer, from: number): number {
+  let hash = 0x811c9dc5 | 0;
+  for (let i = from; i < from + KEY_BYTES; i += 4) hash = Math.imul(hash ^ (bytes[i]! | (bytes[i + 1]! << 8) | (bytes[i + 2]! << 16) | (bytes[i + 3]! << 24)), 0x01000193);
+  return (hash ^ (hash >>> 16)) & (SLOTS - 1);
+}
+
+/** How many of `kept`'s messages the bytes from `from` begin with, byte for byte. */
+function sharedMessages(kept: Remembered, bytes: Buffer, from: number): number {
+  const count = kept.ends.length;
+  // Most often all of them (the same prompt again, or its conversation's previous turn).
+  if (sameMessages(kept, count, bytes, from)) return count;
+  // The most, fewer than all, that are the same: a shared run is a prefix.
+  let low = 0;
+  let high = count - 1;
+  while (low < high) {
+    const mid = (low + high + 1) >>> 1;
+    if (sameMessages(kept, mid, bytes, from)) low = mid;
+    else high = mid - 1;
+  }
+  return low;
+}
+
+/** Whether the bytes from `from` begin with `kept`'s first `messages` messages (compared natively). */
+function sameMessages(kept: Remembered, messages: number, bytes: Buffer, from: number): boolean {
+  const end = kept.ends[messages - 1]!;
+  return from + end <= bytes.length && bytes.compare(kept.bytes, 0, end, from, from + end) === 0;
+}
