@@ -8,9 +8,10 @@ import { BlockHasher, HASHER_STATE, type BlockHashes } from "./prompt-blocks.js"
 //
 // Exact: the reader's state after a message depends only on the bytes from the messages' `[` on,
 // so the same bytes give the same state and the same blocks; and a body is remembered only once
-// it was read whole (checked as JSON). Bounded: SLOTS bodies, each at most KEPT_BYTES of its
-// messages, a body's slot named by a hash of its messages' first KEY_BYTES (a body with fewer is
-// not remembered). A body replaces the one in its slot unless it has no message past those it
+// it was read whole (checked as JSON). Bounded: SLOTS bodies, each at most KEPT_BYTES and
+// KEPT_MESSAGES of its messages (with their states and blocks, about 85 KiB: about 22 MiB in
+// all), a body's slot named by a hash of its messages' first KEY_BYTES (a body with fewer is not
+// remembered). A body replaces the one in its slot unless it has no message past those it
 // shares with it: the latest turn of a conversation is kept, and the next turn takes it up.
 
 const SLOTS = 256;
@@ -18,6 +19,8 @@ const SLOTS = 256;
 const KEY_BYTES = 64;
 /** Bytes of a body's messages kept at most: the messages ending past it are read as before. */
 export const KEPT_BYTES = 64 * 1024;
+/** A body's messages kept at most, each with its hasher's state: the rest are read as before. */
+export const KEPT_MESSAGES = 128;
 
 interface Remembered {
   /** A body's messages from just after their `[` to the end of the last message kept. */
@@ -50,7 +53,7 @@ export class MessagesTrace {
 
   /** A message of the body was read up to `at`, leaving `hasher` in its state. */
   ended(at: number, hasher: BlockHasher): void {
-    if (at - this.from > KEPT_BYTES) return;
+    if (at - this.from > KEPT_BYTES || this.taken + this.ends.length >= KEPT_MESSAGES) return;
     this.ends.push(at - this.from);
     hasher.saveState(this.states);
   }

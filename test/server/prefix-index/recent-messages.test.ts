@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { BLOCK_CHARS, BlockHasher, blockHashes, promptOf } from "../../../src/server/prefix-index/prompt-blocks.js";
 import { readRawPrompt, UNREAD } from "../../../src/server/prefix-index/raw-prompt.js";
-import { KEPT_BYTES, RecentMessages } from "../../../src/server/prefix-index/recent-messages.js";
+import { KEPT_BYTES, KEPT_MESSAGES, RecentMessages } from "../../../src/server/prefix-index/recent-messages.js";
 
 // A body read with the recent messages takes up what an earlier body shared with it, byte for
 // byte: its blocks must be those of the parsed body whatever was read before it, and the memory
@@ -74,6 +74,16 @@ describe("a prompt read with the recent messages", () => {
     expect(taken(recent, chat(other))).toBe(2);
     expect(taken(recent, chat(turn2))).toBe(1);
     expect(readWith(recent, chat(turn2))).toEqual(parsedBlocks(chat(turn2)));
+  });
+
+  it("keeps no more than KEPT_MESSAGES of a body's messages, and reads the rest", () => {
+    const recent = new RecentMessages(Infinity);
+    const messages = Array.from({ length: KEPT_MESSAGES + 10 }, (_, i) => ({ role: i === 0 ? "system" : "user", content: i === 0 ? system : `turn ${i}` }));
+    readWith(recent, chat(messages.slice(0, 100)));
+    expect(taken(recent, chat(messages))).toBe(100);
+    readWith(recent, chat(messages));
+    expect(taken(recent, chat(messages))).toBe(KEPT_MESSAGES);
+    expect(readWith(recent, chat(messages))).toEqual(parsedBlocks(chat(messages)));
   });
 
   it("keeps no more than KEPT_BYTES of a body's messages, and reads the rest", () => {
