@@ -279,7 +279,7 @@ export class BlockHasher {
   }
 
   /** How many blocks a hasher had in the state saved at `states[at]`. */
-  static blocksOfState(states: readonly number[], at: number): number {
+  static blocksOfState(states: ArrayLike<number>, at: number): number {
     return states[at + 4]!;
   }
 
@@ -287,7 +287,7 @@ export class BlockHasher {
    * Takes up the state saved at `states[at]` by a hasher fed the same units, whose blocks were
    * `blocks` (its first `count` are this one's now): as if this one had been fed those units.
    */
-  restoreState(states: readonly number[], at: number, blocks: BlockHashes): void {
+  restoreState(states: ArrayLike<number>, at: number, blocks: BlockHashes): void {
     this.even = states[at]!;
     this.odd = states[at + 1]!;
     this.left = states[at + 2]!;

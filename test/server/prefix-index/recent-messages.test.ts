@@ -76,6 +76,18 @@ describe("a prompt read with the recent messages", () => {
     expect(readWith(recent, chat(turn2))).toEqual(parsedBlocks(chat(turn2)));
   });
 
+  it("keeps conversations whose keys share a set, each taken up on its next turn", () => {
+    // Sixteen conversations, each with a system prompt of its own: two of them share a set (a
+    // slot of their own each would have made them push each other out on every turn).
+    const recent = new RecentMessages(Infinity);
+    const turns = Array.from({ length: 16 }, (_, i) => [
+      { role: "system", content: `Conversation ${i + 1}. ${system}` },
+      { role: "user", content: "Where is my order?" },
+    ]);
+    for (const turn of turns) readWith(recent, chat(turn));
+    for (const turn of turns) expect(taken(recent, chat([...turn, { role: "assistant", content: "On its way." }]))).toBe(2);
+  });
+
   it("keeps no more than KEPT_MESSAGES of a body's messages, and reads the rest", () => {
     const recent = new RecentMessages(Infinity);
     const messages = Array.from({ length: KEPT_MESSAGES + 10 }, (_, i) => ({ role: i === 0 ? "system" : "user", content: i === 0 ? system : `turn ${i}` }));
