@@ -18,7 +18,7 @@ import { BlockHasher, HASHER_STATE, type BlockHashes } from "./prompt-blocks.js"
 
 /** 128 sets of two slots: a set is the top SET_BITS of a key. */
 const SET_BITS = 7;
-/** Bytes that name a body's slot: a chat's first message, most often its system prompt, begins there. */
+/** Bytes that make a body's key: a chat's first message, most often its system prompt, begins there. */
 const KEY_BYTES = 64;
 /** Bytes of a body's messages kept at most: the messages ending past it are read as before. */
 export const KEPT_BYTES = 64 * 1024;
