@@ -132,7 +132,11 @@ export class BlockHasher {
   private readonly units = [0, 0, 0, 0, 0, 0, 0];
   private carried = 0;
   private count = 0;
-  private out: number[];
+  /** The blocks written, made when the first piece is fed (at `expected` blocks). */
+  private out: number[] | undefined;
+  /** The blocks restoreState took up: shared with whoever kept them until a piece is fed (then copied to `out`). */
+  private taken: BlockHashes | undefined;
+  private readonly expected: number;
   private viewed: Uint8Array | undefined;
   private view: DataView | undefined;
 
@@ -144,7 +148,7 @@ export class BlockHasher {
     private readonly maxBlocks = Infinity,
     expected = 0,
   ) {
-    this.out = expected > 0 ? new Array<number>(Math.min(expected, maxBlocks)) : [];
+    this.expected = Math.min(expected, maxBlocks);
   }
 
   /** Whether no more blocks are wanted: the rest of the prompt need not be read. */
@@ -153,6 +157,7 @@ export class BlockHasher {
   }
 
   addString(text: string, from = 0, to = text.length): void {
+    const out = this.written();
     let at = from;
     while (this.carried > 0 && at < to) this.unit(text.charCodeAt(at++));
     let even = this.even;
@@ -180,7 +185,7 @@ export class BlockHasher {
       if (left > 0) break;
       even = mix(even, odd);
       odd = ~even;
-      this.out[count++] = even;
+      out[count++] = even;
       left = STEPS_A_BLOCK;
     }
     this.even = even;
@@ -202,6 +207,7 @@ export class BlockHasher {
     const count0 = this.count;
     const carried0 = this.carried;
     const view = this.viewOf(bytes);
+    const out = this.written();
     let at = from;
     let bad = 0;
     for (; this.carried > 0 && at < to; at++) {
@@ -243,7 +249,7 @@ export class BlockHasher {
       if (left > 0) break;
       even = mix(even, odd);
       odd = ~even;
-      this.out[count++] = even;
+      out[count++] = even;
       left = STEPS_A_BLOCK;
     }
     for (let i = at; i < to; i++) bad |= notTextByte(bytes[i]!);
@@ -294,13 +300,25 @@ export class BlockHasher {
     this.carried = states[at + 3]!;
     this.count = states[at + 4]!;
     for (let i = 0; i < this.units.length; i++) this.units[i] = states[at + 5 + i]!;
-    this.out = blocks.slice(0, this.count);
+    // Not copied: a prompt repeated whole (a retry, a prompt sent again) feeds nothing more.
+    this.taken = blocks;
+    this.out = undefined;
   }
 
   /** The hashes of the whole blocks fed. */
   blocks(): BlockHashes {
+    if (this.out === undefined) return this.taken === undefined ? [] : this.taken.length === this.count ? this.taken : this.taken.slice(0, this.count);
     // Past `count`: blocks of bytes given back (addAscii).
     this.out.length = this.count;
+    return this.out;
+  }
+
+  /** The array blocks are written to: the blocks taken up, copied, or a new one. */
+  private written(): number[] {
+    if (this.out === undefined) {
+      this.out = this.taken !== undefined ? this.taken.slice(0, this.count) : this.expected > 0 ? new Array<number>(this.expected) : [];
+      this.taken = undefined;
+    }
     return this.out;
   }
 
@@ -327,7 +345,7 @@ export class BlockHasher {
     if (--this.left === 0) {
       this.even = mix(this.even, this.odd);
       this.odd = ~this.even;
-      this.out[this.count++] = this.even;
+      this.out![this.count++] = this.even;
       this.left = STEPS_A_BLOCK;
     }
   }
