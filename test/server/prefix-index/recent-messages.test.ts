@@ -76,6 +76,24 @@ describe("a prompt read with the recent messages", () => {
     expect(readWith(recent, chat(turn2))).toEqual(parsedBlocks(chat(turn2)));
   });
 
+  it("gives a body read again whole the kept blocks themselves, and writes no block into them", () => {
+    // A repeated body feeds the hasher nothing: its blocks are the kept ones, not a copy. A body
+    // that goes on past them copies them first, so the kept blocks stay as they were.
+    const recent = new RecentMessages(Infinity);
+    const turn1 = [
+      { role: "system", content: system },
+      { role: "user", content: "Where is my order?" },
+    ];
+    readWith(recent, chat(turn1));
+    const again = readWith(recent, chat(turn1));
+    expect(readWith(recent, chat(turn1))).toBe(again);
+    const kept = [...(again as number[])];
+    const turn2 = [...turn1, { role: "assistant", content: "On its way." }, { role: "user", content: `When will it come? ${"Soon, I hope. ".repeat(20)}` }];
+    expect(readWith(recent, chat(turn2))).toEqual(parsedBlocks(chat(turn2)));
+    expect(again).toEqual(kept);
+    expect(again).toEqual(parsedBlocks(chat(turn1)));
+  });
+
   it("keeps conversations whose keys share a set, each taken up on its next turn", () => {
     // Sixteen conversations, each with a system prompt of its own: two of them share a set (a
     // slot of their own each would have made them push each other out on every turn).
