@@ -68,8 +68,14 @@ export function sharedPrefixChats(options: ChatWorkloadOptions): Conversation[] 
   }));
 }
 
-/** Single-turn prompts of `chars` characters, no two alike from their first character on. */
-export function unsharedPrompts(seed: number, count: number, chars: number): string[] {
+/** A single-turn prompt, sent after a pause as a turn is (see Turn): callers in step meet the same replica's prefill each time. */
+export interface Prompt {
+  text: string;
+  pauseMs: number;
+}
+
+/** Single-turn prompts of `chars` characters, no two alike from their first character on, each after a pause of up to `maxPauseMs`. */
+export function unsharedPrompts(seed: number, count: number, chars: number, maxPauseMs: number): Prompt[] {
   const random = mulberry32(seed);
-  return Array.from({ length: count }, (_, i) => text(random, `${i.toString(36)}-${Math.floor(random() * 1e9).toString(36)}`, chars));
+  return Array.from({ length: count }, (_, i) => ({ text: text(random, `${i.toString(36)}-${Math.floor(random() * 1e9).toString(36)}`, chars), pauseMs: Math.floor(random() * maxPauseMs) }));
 }
