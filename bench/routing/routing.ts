@@ -82,19 +82,19 @@ async function main(): Promise<void> {
     console.log(`two endpoints of ${REPLICAS} replicas (${ROUTINGS.join(", ")}), ${IN_FLIGHT} callers each at once, streamed answers`);
 
     const chats = sharedPrefixChats(CHATS);
-    await readLoopDelay(service.url);
-    const shared = await side(ROUTINGS, urls, (routing) => chatPhase(port, NAMES[routing], chats));
-    const sharedDelay = await readLoopDelay(service.url);
-    printPhase(
+    const shared = await side(
       `(a) ${CHATS.conversations} conversations of ${CHATS.turns} turns (${CHATS.turnChars} characters each, after a pause of up to ${CHATS.maxPauseMs} ms, answered in ${CHATS.answerTokens.min} to ${CHATS.answerTokens.max} tokens) over ${CHATS.systemPrompts} system prompts of ${CHATS.systemChars} characters, the whole conversation resent each turn`,
-      shared,
+      service.url,
+      urls,
+      (routing) => chatPhase(port, NAMES[routing], chats),
     );
-    console.log(describeLoopDelay(sharedDelay));
     const prompts = unsharedPrompts(SEED + 1, UNSHARED.count, UNSHARED.chars, CHATS.maxPauseMs);
-    const unshared = await side(ROUTINGS, urls, (routing) => promptPhase(port, NAMES[routing], prompts));
-    const unsharedDelay = await readLoopDelay(service.url);
-    printPhase(`(b) ${UNSHARED.count} prompts of ${UNSHARED.chars} characters that share nothing, each after a pause of up to ${CHATS.maxPauseMs} ms, answered in ${UNSHARED_TOKENS} tokens`, unshared);
-    console.log(describeLoopDelay(unsharedDelay));
+    const unshared = await side(
+      `(b) ${UNSHARED.count} prompts of ${UNSHARED.chars} characters that share nothing, each after a pause of up to ${CHATS.maxPauseMs} ms, answered in ${UNSHARED_TOKENS} tokens`,
+      service.url,
+      urls,
+      (routing) => promptPhase(port, NAMES[routing], prompts),
+    );
     console.log("");
     console.log(sharedPrefixVerdict(shared));
     console.log(unsharedVerdict(unshared));
@@ -121,16 +121,25 @@ async function untilReady(api: ReturnType<typeof apiOf>, name: string): Promise<
   }
 }
 
-/** The same phase on every endpoint at once, with each one's replicas' hit rate over it. */
-async function side(routings: Routing[], urls: (r: Routing) => string[], phase: (r: Routing) => Promise<Omit<PhaseFigures, "hitRate">>): Promise<Record<Routing, PhaseFigures>> {
+/**
+ * The same phase on every endpoint at once, with each one's replicas' hit rate over it; printed
+ * under `title`, with the service's event-loop delay over the phase.
+ */
+async function side(title: string, serviceUrl: string, urls: (r: Routing) => string[], phase: (r: Routing) => Promise<Omit<PhaseFigures, "hitRate">>): Promise<Record<Routing, PhaseFigures>> {
+  // A reading restarts the delay's monitor: the one after the phase covers the phase alone.
+  await readLoopDelay(serviceUrl);
   const results = await Promise.all(
-    routings.map(async (routing) => {
+    ROUTINGS.map(async (routing) => {
       const before = await readCounters(urls(routing));
       const figures = await phase(routing);
       return [routing, { ...figures, hitRate: hitRate(before, await readCounters(urls(routing))) }] as const;
     }),
   );
-  return Object.fromEntries(results) as Record<Routing, PhaseFigures>;
+  const delay = await readLoopDelay(serviceUrl);
+  const figures = Object.fromEntries(results) as Record<Routing, PhaseFigures>;
+  printPhase(title, figures);
+  console.log(describeLoopDelay(delay));
+  return figures;
 }
 
 /** Each conversation turn by turn, its answers appended to what the next turn resends. */

@@ -57,6 +57,12 @@ export async function createInstances(url: string): Promise<void> {
   }
 }
 
+/** The value of metric `name`'s first sample, whatever its labels, in Prometheus' text format; undefined when it has none. */
+export function metricSample(text: string, name: string): number | undefined {
+  const value = new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, "m").exec(text)?.[1];
+  return value === undefined ? undefined : Number(value);
+}
+
 /** A command-line option that must be a whole number >= 1. */
 export function wholeNumber(value: string | undefined, name: string): number {
   const n = Number(value);

@@ -1,6 +1,7 @@
 // The prefix-cache counters of an endpoint's replicas, read from each model server's /metrics under
 // vLLM's names (prompt tokens asked for, and found cached), so that a phase's hit rate is the
 // difference of two readings.
+import { metricSample } from "../../shared/support.js";
 
 export interface CacheCounters {
   queries: number;
@@ -14,7 +15,7 @@ export async function readCounters(urls: string[]): Promise<CacheCounters> {
 }
 
 function parseCounters(text: string): CacheCounters {
-  const value = (name: string) => Number(new RegExp(`^vllm:${name}_total(?:\\{[^}]*\\})? (\\S+)$`, "m").exec(text)?.[1] ?? 0);
+  const value = (name: string) => metricSample(text, `vllm:${name}_total`) ?? 0;
   return { queries: value("prefix_cache_queries"), hits: value("prefix_cache_hits") };
 }
 

@@ -3,6 +3,7 @@
 // simulated marketplace run in the service's process, so a delayed loop delays every prefill and
 // every token, and adds the same milliseconds to both endpoints' time to first token. A p90 goal
 // that compares milliseconds of prefill is hidden by delays of as many: this says when that is so.
+import { metricSample } from "../../shared/support.js";
 
 /** The sampling interval of prom-client's monitor, which its readings include, s. */
 const RESOLUTION_S = 0.01;
@@ -17,7 +18,7 @@ export interface LoopDelay {
 export async function readLoopDelay(serviceUrl: string): Promise<LoopDelay | undefined> {
   try {
     const text = await (await fetch(`${serviceUrl}/metrics`)).text();
-    const seconds = (name: string) => Number(new RegExp(`^nodejs_eventloop_lag_${name}_seconds (\\S+)$`, "m").exec(text)?.[1] ?? NaN);
+    const seconds = (name: string) => metricSample(text, `nodejs_eventloop_lag_${name}_seconds`) ?? NaN;
     const beyond = (s: number) => Math.max(0, (s - RESOLUTION_S) * 1000);
     const p99 = seconds("p99");
     const max = seconds("max");
