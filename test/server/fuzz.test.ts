@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createTestElasticsearch } from "../support/elasticsearch.js";
+import { createTestElasticsearch, uniqueIndexName } from "../support/elasticsearch.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 import { createTokenFile } from "../support/token-file.js";
@@ -25,6 +25,9 @@ let server: TestServer;
 /** The bearer token every request of the current setup carries; undefined with auth off. */
 let token: string | undefined;
 const es = createTestElasticsearch();
+// Indices of their own: the run's other files write theirs on the same cluster meanwhile.
+const goodsIndex = uniqueIndexName("fuzz_goods");
+const logIndex = uniqueIndexName("fuzz_batch_log");
 let tried = 0;
 const tokenFile = createTokenFile([
   { name: "fuzz-admin", secret: "fuzz-admin-secret", scopes: ["gpu:read", "gpu:write", "endpoints:invoke", "indexing:read", "indexing:run", "ops:read"] },
@@ -207,14 +210,14 @@ async function snapshot() {
       return [table, exists ? (await db.knex(table).count({ n: "*" }).first())?.n : "absent"];
     }),
   );
-  const indices = await es.cat.indices({ format: "json", h: "index,docs.count" });
+  const indices = await es.cat.indices({ index: `${goodsIndex}*,${logIndex}*`, format: "json", h: "index,docs.count" });
   return { counts, indices: indices.map((i) => `${i.index}:${i["docs.count"]}`).sort() };
 }
 
 describe.each(SETUPS)("fuzzing with bad requests, %s", (_setup, env, setupToken, share) => {
   beforeAll(async () => {
     token = setupToken;
-    server = await startTestServer({ knex: db.knex, elasticsearch: es, env: { CRON_ENABLED: "false", ...env } });
+    server = await startTestServer({ knex: db.knex, elasticsearch: es, env: { CRON_ENABLED: "false", GOODS_INDEX: goodsIndex, BATCH_LOG_INDEX: logIndex, ...env } });
   });
 
   afterAll(async () => {
