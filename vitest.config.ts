@@ -10,7 +10,7 @@ export default defineConfig({
     pool: "forks",
     // Two files at a time even on two cores (vitest's own default there is one): most files wait on
     // services, databases and timers rather than compute, and each has its own databases and
-    // indices. On two cores the run takes about 13 minutes instead of 22.
+    // indices. On two cores the run takes 12 to 13 minutes instead of 22.
     maxWorkers: Math.max(2, availableParallelism() - 1),
   },
 });
