@@ -19,26 +19,11 @@ export interface PrefixIndexOptions {
   now?: () => number;
 }
 
-/** A list of replicas' blocks, found once (the same list comes with most requests). */
-interface Resolved {
-  endpoint: string;
-  /** The index's count of replicas added and dropped when it was found. */
-  generation: number;
-  blocks: Array<ReplicaBlocks | undefined>;
-}
-
 export class PrefixIndex {
   /** Endpoint -> replica -> its blocks. */
   private readonly endpoints = new Map<string, Map<string, ReplicaBlocks>>();
   /** Endpoint -> the replicas it was last told to retain. */
   private readonly retained = new Map<string, readonly string[]>();
-  /**
-   * Each list of replicas asked about (held, learnAt) -> their blocks, while no replica is added
-   * or dropped: a request's way finds its replicas without a lookup each, most often from memory
-   * that has left the CPU's caches since the last request.
-   */
-  private readonly resolved = new WeakMap<readonly string[], Resolved>();
-  private generation = 0;
   private readonly now: () => number;
   private lastSweep: number;
 
@@ -49,20 +34,21 @@ export class PrefixIndex {
 
   /** For each of `replicas`, how many of `blocks`' first blocks it holds. */
   held(endpoint: string, replicas: readonly string[], blocks: BlockHashes): number[] {
+    const known = this.endpoints.get(endpoint);
     const now = this.now();
-    return this.blocksOf(endpoint, replicas).map((own) => own?.prefixHeld(blocks, now) ?? 0);
+    return replicas.map((replica) => known?.get(replica)?.prefixHeld(blocks, now) ?? 0);
   }
 
   /** `blocks` were sent to `replica`: it holds them from now on. */
   learn(endpoint: string, replica: string, blocks: BlockHashes): void {
-    const now = this.sweepIfDue();
-    if (blocks.length > 0) this.replicaBlocks(endpoint, replica).learn(blocks, now);
-  }
-
-  /** `blocks` were sent to `replicas[i]` (a list as held() was given). */
-  learnAt(endpoint: string, replicas: readonly string[], i: number, blocks: BlockHashes): void {
-    const now = this.sweepIfDue();
-    if (blocks.length > 0) (this.blocksOf(endpoint, replicas)[i] ?? this.replicaBlocks(endpoint, replicas[i]!)).learn(blocks, now);
+    const now = this.now();
+    if (now - this.lastSweep >= SWEEP_EVERY_MS) this.sweep(now);
+    if (blocks.length === 0) return;
+    let replicas = this.endpoints.get(endpoint);
+    if (replicas === undefined) this.endpoints.set(endpoint, (replicas = new Map()));
+    let own = replicas.get(replica);
+    if (own === undefined) replicas.set(replica, (own = new ReplicaBlocks(this.options.maxBlocks, this.options.ttlMs)));
+    own.learn(blocks, now);
   }
 
   /**
@@ -74,7 +60,7 @@ export class PrefixIndex {
     this.retained.set(endpoint, replicas);
     const known = this.endpoints.get(endpoint);
     if (known === undefined) return;
-    for (const replica of known.keys()) if (!replicas.includes(replica)) this.drop(known, replica);
+    for (const replica of known.keys()) if (!replicas.includes(replica)) known.delete(replica);
     if (known.size === 0) this.endpoints.delete(endpoint);
   }
 
@@ -85,46 +71,12 @@ export class PrefixIndex {
     return blocks;
   }
 
-  private blocksOf(endpoint: string, replicas: readonly string[]): Array<ReplicaBlocks | undefined> {
-    let resolved = this.resolved.get(replicas);
-    if (resolved === undefined || resolved.generation !== this.generation || resolved.endpoint !== endpoint) {
-      const known = this.endpoints.get(endpoint);
-      resolved = { endpoint, generation: this.generation, blocks: replicas.map((replica) => known?.get(replica)) };
-      this.resolved.set(replicas, resolved);
-    }
-    return resolved.blocks;
-  }
-
-  /** `replica`'s blocks, made empty if it has none. */
-  private replicaBlocks(endpoint: string, replica: string): ReplicaBlocks {
-    let replicas = this.endpoints.get(endpoint);
-    if (replicas === undefined) this.endpoints.set(endpoint, (replicas = new Map()));
-    let own = replicas.get(replica);
-    if (own === undefined) {
-      replicas.set(replica, (own = new ReplicaBlocks(this.options.maxBlocks, this.options.ttlMs)));
-      this.generation++;
-    }
-    return own;
-  }
-
-  private drop(replicas: Map<string, ReplicaBlocks>, replica: string): void {
-    replicas.delete(replica);
-    this.generation++;
-  }
-
-  /** Now; past SWEEP_EVERY_MS since the last sweep, after sweeping. */
-  private sweepIfDue(): number {
-    const now = this.now();
-    if (now - this.lastSweep >= SWEEP_EVERY_MS) this.sweep(now);
-    return now;
-  }
-
   private sweep(now: number): void {
     this.lastSweep = now;
     for (const [endpoint, replicas] of this.endpoints) {
       for (const [replica, own] of replicas) {
         own.expire(now);
-        if (own.size === 0) this.drop(replicas, replica);
+        if (own.size === 0) replicas.delete(replica);
       }
       if (replicas.size === 0) this.endpoints.delete(endpoint);
     }

@@ -1,4 +1,3 @@
-import { BlockSlots } from "./block-slots.js";
 import type { BlockHashes } from "./prompt-blocks.js";
 
 // The block hashes one replica was sent, most recently sent first: a bounded LRU with a time to
@@ -8,14 +7,14 @@ import type { BlockHashes } from "./prompt-blocks.js";
 // block before it: eviction and expiry take a prompt's tail before its head, as vLLM evicts a
 // sequence's last blocks first, and the longest prefix held is found by binary search.
 //
-// The recency list is kept in typed arrays (slots linked both ways) beside a table from hash to
-// slot (block-slots.ts): a Map's own insertion order would serve, but its deleted entries stay in
-// place until it rehashes, and reaching its oldest entry walks over all of them.
+// The recency list is kept in typed arrays (slots linked both ways) beside a map from hash to
+// slot: a Map's own insertion order would serve, but its deleted entries stay in place until it
+// rehashes, and reaching its oldest entry walks over all of them.
 
 const NONE = -1;
 
 export class ReplicaBlocks {
-  private readonly slotOf = new BlockSlots(64);
+  private readonly slotOf = new Map<number, number>();
   private hashAt = new Int32Array(0);
   private timeAt = new Float64Array(0);
   /** Towards the more recent slot, and towards the less recent. */
@@ -56,8 +55,8 @@ export class ReplicaBlocks {
     let b = 0;
     while (b < n) {
       const first = this.slotOf.get(blocks[b]!);
-      if (first === NONE || this.markAt[first] === mark) {
-        if (first === NONE) previous = this.placeNew(blocks[b]!, now, previous);
+      if (first === undefined || this.markAt[first] === mark) {
+        if (first === undefined) previous = this.placeNew(blocks[b]!, now, previous);
         b++;
         continue;
       }
@@ -112,7 +111,7 @@ export class ReplicaBlocks {
 
   private holds(hash: number, now: number): boolean {
     const slot = this.slotOf.get(hash);
-    return slot !== NONE && now - this.timeAt[slot]! < this.ttlMs;
+    return slot !== undefined && now - this.timeAt[slot]! < this.ttlMs;
   }
 
   /**

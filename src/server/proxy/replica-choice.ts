@@ -47,7 +47,7 @@ export class ReplicaChoice {
     const held = this.index.held(endpointId, keys, blocks);
     const choice = choosePrefix(held, this.balancer.loads(targets));
     const chosen = choice.outcome === "hit" ? choice.index : targets.indexOf(this.balancer.pick(targets)!);
-    this.index.learnAt(endpointId, keys, chosen, blocks);
+    this.index.learn(endpointId, keys[chosen]!, blocks);
     this.metrics.prefixRouted(name, choice.outcome, blocks.length > 0 ? held[chosen]! / blocks.length : undefined);
     return targets[chosen]!;
   }

@@ -141,29 +141,4 @@ describe("the prefix index", () => {
       ),
     );
   });
-
-  it("answers for a list of replicas asked again (found once) as for a new list, whatever replicas come and go", () => {
-    const lists = [["a", "b"], ["b", "c"], ["a", "b", "c"]];
-    const step = fc.oneof(
-      fc.record({ kind: fc.constant("learnAt" as const), list: fc.nat({ max: 2 }), at: fc.nat({ max: 2 }), seed: fc.nat({ max: 3 }), blocks: fc.integer({ min: 0, max: 6 }) }),
-      fc.record({ kind: fc.constant("learn" as const), replica: fc.constantFrom("a", "b", "c"), seed: fc.nat({ max: 3 }), blocks: fc.integer({ min: 0, max: 6 }) }),
-      fc.record({ kind: fc.constant("retain" as const), list: fc.nat({ max: 2 }) }),
-      fc.record({ kind: fc.constant("pass" as const), ms: fc.constantFrom(500, 30_000, 61_000) }),
-    );
-    fc.assert(
-      fc.property(fc.array(step, { maxLength: 40 }), (steps) => {
-        const time = clock();
-        const index = new PrefixIndex({ maxBlocks: 8, ttlMs: 60_000, now: time.now });
-        for (const s of steps) {
-          if (s.kind === "learnAt") {
-            const list = lists[s.list]!;
-            index.learnAt("e", list, s.at % list.length, prompt(s.seed, s.blocks));
-          } else if (s.kind === "learn") index.learn("e", s.replica, prompt(s.seed, s.blocks));
-          else if (s.kind === "retain") index.retain("e", lists[s.list]!);
-          else time.pass(s.ms);
-          for (const list of lists) for (let seed = 0; seed <= 3; seed++) expect(index.held("e", list, prompt(seed, 6))).toEqual(index.held("e", [...list], prompt(seed, 6)));
-        }
-      }),
-    );
-  });
 });
