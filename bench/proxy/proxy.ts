@@ -35,6 +35,8 @@ const INDEX_DURATION_S = Number(process.env.BENCH_INDEX_DURATION_S ?? 3);
  * spread half as wide as at saturation, where the CPU's share decides how requests batch.
  */
 const INDEX_RATE = Number(process.env.BENCH_INDEX_RATE ?? 2500) || undefined;
+/** The same for the index's streamed workload: a 64-token answer is several times a one-token answer's work. */
+const INDEX_STREAM_RATE = Number(process.env.BENCH_INDEX_STREAM_RATE ?? 500) || undefined;
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 1000);
 
 const TARGETS = ["direct", "nginx", "floor-http", "floor-undici", "proxy"] as const;
@@ -107,7 +109,7 @@ async function indexOnly(): Promise<void> {
   const replica = await spawnPart("sse-replica");
   const load = await startLoad();
   try {
-    await measureIndexCost(load, replica, { inFlight: IN_FLIGHT, durationS: INDEX_DURATION_S, rounds: INDEX_ROUNDS, rate: INDEX_RATE });
+    await measureIndexCost(load, replica, { inFlight: IN_FLIGHT, durationS: INDEX_DURATION_S, rounds: INDEX_ROUNDS, rate: INDEX_RATE, streamRate: INDEX_STREAM_RATE });
   } finally {
     for (const part of [load.part, replica]) part.child.kill("SIGTERM");
   }
@@ -141,7 +143,7 @@ async function main(): Promise<void> {
     console.log(`${IN_FLIGHT} in flight, ${ROUNDS} rounds of ${DURATION_S} s each (${TARGETS.join(", ")} in rotated order), then ${SEQUENTIAL} requests one at a time on each`);
     report("one-token chat completions", await measure(load, routes, cpu, ONE_TOKEN), 1);
     report(`streamed chat completions (stream: true), ${STREAM_CHUNKS} events each, whole answer timed`, await measure(load, routes, cpu, STREAMED_64), STREAM_CHUNKS);
-    await measureIndexCost(load, replica, { inFlight: IN_FLIGHT, durationS: INDEX_DURATION_S, rounds: INDEX_ROUNDS, rate: INDEX_RATE });
+    await measureIndexCost(load, replica, { inFlight: IN_FLIGHT, durationS: INDEX_DURATION_S, rounds: INDEX_ROUNDS, rate: INDEX_RATE, streamRate: INDEX_STREAM_RATE });
   } finally {
     for (const part of [load.part, proxy, floorHttp, floorUndici, replica]) part.child.kill("SIGTERM");
     nginx.stop();

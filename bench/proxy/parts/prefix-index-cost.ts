@@ -6,7 +6,10 @@
 // with a 4,000-character system prompt: 16 conversations, each request one of them at random (so
 // the index sends each conversation to its replica and the load stays spread), and one prompt
 // alone (every request to the one replica holding it until it is too busy: what the routing
-// itself costs when it concentrates the load, beyond the index's work).
+// itself costs when it concentrates the load, beyond the index's work). The goal is judged on the
+// first, with one-token answers: the least work a request gives the proxy besides the index, so
+// the index's share is the largest. Beside it, for comparison, the same 16 conversations streamed
+// (64-token answers, as the product's chats usually are), at a rate of their own.
 //
 // The index costs a few microseconds of a request's 120 to 150, less than the proxy's figure drifts on a shared
 // machine from one round to the next: each round runs both endpoints back to back (in alternating
@@ -19,6 +22,7 @@ import { fmt, type Route, type Throughput } from "./http-timing.js";
 import type { Load } from "./load-process.js";
 import { MODEL, spawnPart, targetOf, TOKEN, type Part } from "./processes.js";
 import { measurePromptRead } from "./prompt-read-cost.js";
+import { STREAM_TOKENS } from "./sse-replica.js";
 import { mulberry32 } from "../../shared/random.js";
 import { printTable, processCpuSeconds } from "../../shared/support.js";
 
@@ -27,10 +31,25 @@ type Routing = keyof typeof ENDPOINTS;
 /** The issue's goal: the proxy's CPU per request with the index at most this many times without it. */
 const GOAL = 1.05;
 const SYSTEM = `You are a support assistant for a shop; answer in two sentences. ${"Keep to the policy. ".repeat(196)}`;
-const chat = (system: string) => JSON.stringify({ model: MODEL, messages: [{ role: "system", content: system }, { role: "user", content: "Where is my order?" }], max_tokens: 1 });
-const WORKLOADS = [
-  { name: "16 conversations, one at random each request", bodies: Array.from({ length: 16 }, (_, i) => chat(`Conversation ${i + 1}. ${SYSTEM}`)), verdict: true },
-  { name: "one prompt, every request", bodies: chat(SYSTEM), verdict: false },
+/** A chat with `system` as its system prompt: a one-token answer, or a streamed one of STREAM_TOKENS. */
+const chat = (system: string, streamed = false) =>
+  JSON.stringify({ model: MODEL, messages: [{ role: "system", content: system }, { role: "user", content: "Where is my order?" }], ...(streamed ? { max_tokens: STREAM_TOKENS, stream: true } : { max_tokens: 1 }) });
+const conversations = (streamed: boolean) => Array.from({ length: 16 }, (_, i) => chat(`Conversation ${i + 1}. ${SYSTEM}`, streamed));
+
+interface Workload {
+  name: string;
+  /** One of them at random each request. */
+  bodies: string | string[];
+  /** Judged against the goal (else printed for comparison). */
+  verdict: boolean;
+  /** Streamed answers: run at IndexCostOptions.streamRate. */
+  streamed: boolean;
+}
+
+const WORKLOADS: Workload[] = [
+  { name: "16 conversations, one at random each request", bodies: conversations(false), verdict: true, streamed: false },
+  { name: "one prompt, every request", bodies: chat(SYSTEM), verdict: false, streamed: false },
+  { name: `16 conversations, streamed (${STREAM_TOKENS}-token answers)`, bodies: conversations(true), verdict: false, streamed: true },
 ];
 
 type Run = Throughput & { cpuUs: number };
@@ -41,6 +60,8 @@ export interface IndexCostOptions {
   rounds: number;
   /** Requests a second, at most; undefined: as many as the proxy answers. */
   rate?: number;
+  /** The same for streamed answers, each a few times a one-token answer's work. */
+  streamRate?: number;
 }
 
 export async function measureIndexCost(load: Load, replica: Part, options: IndexCostOptions): Promise<void> {
@@ -50,22 +71,24 @@ export async function measureIndexCost(load: Load, replica: Part, options: Index
     const route = (routing: Routing): Route => ({ port: proxy.port, path: `/endpoints/${ENDPOINTS[routing]}/v1/chat/completions`, headers: { authorization: `Bearer ${TOKEN}` } });
     const cpu = () => processCpuSeconds(proxy.child.pid!);
     const order: Routing[] = ["prefix", "least_outstanding"];
-    console.log(`\nthe prefix index: one proxy process, endpoints '${ENDPOINTS.prefix}' (routing: prefix) and '${ENDPOINTS.least_outstanding}' (routing: least_outstanding) over the same 4 replicas, one-token chat completions with a ${SYSTEM.length}-character system prompt, ${options.inFlight} in flight${options.rate === undefined ? "" : ` at ${options.rate} requests a second`}, ${options.rounds} rounds of ${options.durationS} s each`);
+    const perSecond = (rate: number | undefined) => (rate === undefined ? "as many as the proxy answers" : `${rate} requests a second`);
+    console.log(`\nthe prefix index: one proxy process, endpoints '${ENDPOINTS.prefix}' (routing: prefix) and '${ENDPOINTS.least_outstanding}' (routing: least_outstanding) over the same 4 replicas, chat completions with a ${SYSTEM.length}-character system prompt, ${options.inFlight} in flight, ${options.rounds} rounds of ${options.durationS} s each`);
     for (const workload of WORKLOADS) {
+      const rate = workload.streamed ? options.streamRate : options.rate;
       const routedBefore = await prefixRouted(proxy.port);
-      for (const routing of order) await load.throughput(route(routing), workload.bodies, options.inFlight, options.durationS, options.rate);
+      for (const routing of order) await load.throughput(route(routing), workload.bodies, options.inFlight, options.durationS, rate);
       const runs: Record<Routing, Run[]> = { prefix: [], least_outstanding: [] };
       for (let round = 0; round < options.rounds; round++) {
         for (const routing of round % 2 === 0 ? order : [...order].reverse()) {
           const before = cpu();
-          const run = await load.throughput(route(routing), workload.bodies, options.inFlight, options.durationS, options.rate);
+          const run = await load.throughput(route(routing), workload.bodies, options.inFlight, options.durationS, rate);
           runs[routing].push({ ...run, cpuUs: ((cpu() - before) / Math.max(1, run.total)) * 1e6 });
         }
       }
       const mean = (routing: Routing, pick: (r: Run) => number) => runs[routing].reduce((sum, r) => sum + pick(r), 0) / runs[routing].length;
       const ratios = runs.prefix.map((run, round) => run.cpuUs / runs.least_outstanding[round]!.cpuUs).sort((a, b) => a - b);
       const routed = subtract(await prefixRouted(proxy.port), routedBefore);
-      console.log(`\n${workload.name}\n`);
+      console.log(`\n${workload.name}, ${perSecond(rate)}\n`);
       printTable([
         ["", ...order],
         ["req/s", ...order.map((r) => fmt(mean(r, (x) => x.rps)))],
