@@ -18,7 +18,8 @@
 // request gets the same share of the CPU, so fewer requests, each with more of the process's fixed
 // costs.) The proxy's own counter of prefix routing (gpu_endpoint_prefix_routed_total) shows how
 // the index routed, and whether it ran at all.
-import { fmt, type Route, type Throughput } from "./http-timing.js";
+import { fmt, signed, type Route, type Throughput } from "./http-timing.js";
+import { measureIndexFloor } from "./index-floor-cost.js";
 import type { Load } from "./load-process.js";
 import { MODEL, spawnPart, targetOf, TOKEN, type Part } from "./processes.js";
 import { measurePromptRead } from "./prompt-read-cost.js";
@@ -106,6 +107,9 @@ export async function measureIndexCost(load: Load, replica: Part, options: Index
       const [low, high] = medianInterval(ratios);
       console.log(`${workload.verdict ? "target" : "for comparison"}: CPU per request with the prefix index <= ${GOAL}x without it (median of the rounds' ratios): ${ratio.toFixed(3)}x, 95% interval ${low.toFixed(3)} to ${high.toFixed(3)}${workload.verdict ? ` ${verdict(low, high)}` : ""}`);
     }
+    console.log("\nthe index's work with cold caches (8 MiB written between two requests), in this process, and its floor: the least an exact index does (median of interleaved rounds)\n");
+    const floor = measureIndexFloor(conversations(false));
+    printTable([["", "us per request", "over the floor, us"], ...floor.map((c) => [c.label, c.us.toFixed(2), signed(c.us - floor[floor.length - 1]!.us)])]);
     console.log("\nreading a prompt's blocks from a body, in this process (median of interleaved rounds)\n");
     printTable([["", "body bytes", "us per KB"], ...measurePromptRead(MODEL, SYSTEM).map((c) => [c.label, String(c.bodyBytes), c.usPerKb.toFixed(2)])]);
   } finally {
