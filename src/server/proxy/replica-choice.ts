@@ -1,6 +1,6 @@
 import type { EndpointRoute, RouteTarget } from "../../module.js";
 import { choosePrefix } from "../prefix-index/prefix-choice.js";
-import { PrefixIndex, type PrefixIndexOptions } from "../prefix-index/prefix-index.js";
+import { PrefixIndex, type IndexedReplicas, type PrefixIndexOptions } from "../prefix-index/prefix-index.js";
 import type { BlockHashes } from "../prefix-index/prompt-blocks.js";
 import { RecentMessages } from "../prefix-index/recent-messages.js";
 import type { ProxyMetrics } from "./proxy-metrics.js";
@@ -22,10 +22,10 @@ export class ReplicaChoice {
   /** The messages of recent chat bodies, for reading a prompt's blocks (completion-body.ts): most were read a moment before. */
   readonly recentMessages: RecentMessages;
   /**
-   * The index's names of a directory answer's targets. The directory keeps an answer about a
-   * second, so most requests share it: the same names (their hashes kept by V8) and no retain.
+   * The index's replicas of a directory answer's targets. The directory keeps an answer about a
+   * second, so most requests share it: their blocks found by name once.
    */
-  private readonly keysOf = new WeakMap<readonly RouteTarget[], string[]>();
+  private readonly indexedOf = new WeakMap<readonly RouteTarget[], IndexedReplicas>();
 
   constructor(
     private readonly balancer: ReplicaBalancer,
@@ -39,21 +39,34 @@ export class ReplicaChoice {
 
   /** Where a request of endpoint `name` goes first, given its prompt's blocks (completion-body.ts); `route` has at least one ready replica. */
   first(name: string, route: EndpointRoute, blocks: BlockHashes | undefined): RouteTarget {
-    const { targets, endpointId } = route;
+    const { targets } = route;
     if (route.routing !== "prefix" || blocks === undefined) return this.balancer.pick(targets)!;
-    let keys = this.keysOf.get(targets);
-    if (keys === undefined) this.keysOf.set(targets, (keys = targets.map(targetKey)));
-    this.index.retain(endpointId, keys);
-    const held = this.index.held(endpointId, keys, blocks);
+    const replicas = this.indexed(route);
+    const held = this.index.held(replicas, blocks);
     const choice = choosePrefix(held, this.balancer.loads(targets));
     const chosen = choice.outcome === "hit" ? choice.index : targets.indexOf(this.balancer.pick(targets)!);
-    this.index.learn(endpointId, keys[chosen]!, blocks);
+    this.index.learn(replicas, chosen, blocks);
     this.metrics.prefixRouted(name, choice.outcome, blocks.length > 0 ? held[chosen]! / blocks.length : undefined);
     return targets[chosen]!;
   }
 
   /** A request of `route` whose prompt has `blocks` was sent again, to `target`: a retry before its answer, or its answer's continuation. */
   resent(route: EndpointRoute, target: RouteTarget, blocks: BlockHashes | undefined): void {
-    if (route.routing === "prefix" && blocks !== undefined) this.index.learn(route.endpointId, targetKey(target), blocks);
+    if (route.routing !== "prefix" || blocks === undefined) return;
+    const replicas = this.indexed(route);
+    const name = targetKey(target);
+    const at = replicas.names.indexOf(name);
+    if (at >= 0) return this.index.learn(replicas, at, blocks);
+    // A continuation on a replica that came into routing after the request's route was read: the
+    // index retains it with the route's replicas.
+    this.index.learn(this.index.replicas(route.endpointId, [...replicas.names, name]), replicas.names.length, blocks);
+  }
+
+  /** The index's replicas of `route`'s targets, found once per directory answer while the index keeps them. */
+  private indexed(route: EndpointRoute): IndexedReplicas {
+    const known = this.indexedOf.get(route.targets);
+    const replicas = this.index.replicas(route.endpointId, known?.names ?? route.targets.map(targetKey), known);
+    if (replicas !== known) this.indexedOf.set(route.targets, replicas);
+    return replicas;
   }
 }

@@ -13,58 +13,83 @@ function clock() {
 describe("the prefix index", () => {
   it("answers how much of a prompt each replica holds: the longest prefix it was sent", () => {
     const index = new PrefixIndex({ maxBlocks: 100, ttlMs: 60_000 });
+    const replicas = index.replicas("e", ["a", "b", "c"]);
     const conversation = prompt(1, 10);
-    index.learn("e", "a", conversation.slice(0, 4));
-    index.learn("e", "b", conversation.slice(0, 7));
-    expect(index.held("e", ["a", "b", "c"], conversation)).toEqual([4, 7, 0]);
-    expect(index.held("e", ["a", "b"], prompt(2, 10))).toEqual([0, 0]);
-    expect(index.held("other", ["a", "b"], conversation)).toEqual([0, 0]);
+    index.learn(replicas, 0, conversation.slice(0, 4));
+    index.learn(replicas, 1, conversation.slice(0, 7));
+    expect(index.held(replicas, conversation)).toEqual([4, 7, 0]);
+    expect(index.held(replicas, prompt(2, 10))).toEqual([0, 0, 0]);
+    expect(index.held(index.replicas("other", ["a", "b"]), conversation)).toEqual([0, 0]);
   });
 
   it("keeps each endpoint's replicas apart", () => {
     const index = new PrefixIndex({ maxBlocks: 100, ttlMs: 60_000 });
-    index.learn("e1", "a", prompt(1, 3));
-    expect(index.held("e2", ["a"], prompt(1, 3))).toEqual([0]);
+    index.learn(index.replicas("e1", ["a"]), 0, prompt(1, 3));
+    expect(index.held(index.replicas("e2", ["a"]), prompt(1, 3))).toEqual([0]);
   });
 
   it("evicts the least recently sent blocks past maxBlocks, a prompt's tail before its head", () => {
     const index = new PrefixIndex({ maxBlocks: 10, ttlMs: 60_000 });
-    index.learn("e", "a", prompt(1, 6));
-    index.learn("e", "a", prompt(2, 6));
+    const a = index.replicas("e", ["a"]);
+    index.learn(a, 0, prompt(1, 6));
+    index.learn(a, 0, prompt(2, 6));
     // 12 sent, 10 kept: the first prompt lost its last two blocks, not its first two.
     expect(index.size).toBe(10);
-    expect(index.held("e", ["a"], prompt(1, 6))).toEqual([4]);
-    expect(index.held("e", ["a"], prompt(2, 6))).toEqual([6]);
+    expect(index.held(a, prompt(1, 6))).toEqual([4]);
+    expect(index.held(a, prompt(2, 6))).toEqual([6]);
     // Sent again, a prompt is the most recent.
-    index.learn("e", "a", prompt(1, 6));
-    expect(index.held("e", ["a"], prompt(2, 6))).toEqual([4]);
+    index.learn(a, 0, prompt(1, 6));
+    expect(index.held(a, prompt(2, 6))).toEqual([4]);
   });
 
   it("forgets a block not sent again within its time to live", () => {
     const time = clock();
     const index = new PrefixIndex({ maxBlocks: 100, ttlMs: 1_000, now: time.now });
-    index.learn("e", "a", prompt(1, 4));
+    const a = index.replicas("e", ["a"]);
+    index.learn(a, 0, prompt(1, 4));
     time.pass(600);
-    index.learn("e", "a", prompt(1, 2));
+    index.learn(a, 0, prompt(1, 2));
     time.pass(600);
-    expect(index.held("e", ["a"], prompt(1, 4))).toEqual([2]);
+    expect(index.held(a, prompt(1, 4))).toEqual([2]);
     time.pass(400);
-    expect(index.held("e", ["a"], prompt(1, 4))).toEqual([0]);
+    expect(index.held(a, prompt(1, 4))).toEqual([0]);
   });
 
   it("drops what it holds for replicas that left routing, and endpoints nothing routes to", () => {
     const time = clock();
     const index = new PrefixIndex({ maxBlocks: 100, ttlMs: 1_000, now: time.now });
-    index.learn("e", "a", prompt(1, 4));
-    index.learn("e", "b", prompt(1, 4));
-    index.retain("e", ["b", "c"]);
-    expect(index.held("e", ["a", "b"], prompt(1, 4))).toEqual([0, 4]);
+    const before = index.replicas("e", ["a", "b"]);
+    index.learn(before, 0, prompt(1, 4));
+    index.learn(before, 1, prompt(1, 4));
+    // The next directory answer: a left routing, c came in.
+    const after = index.replicas("e", ["b", "c"]);
+    expect(index.held(after, prompt(1, 4))).toEqual([4, 0]);
     expect(index.size).toBe(4);
-    index.learn("gone", "x", prompt(3, 5));
-    // Past the time to live and the sweep's period, any learning sweeps what expired everywhere.
+    // The earlier answer's replicas are found again, not given back: a is forgotten.
+    const again = index.replicas("e", before.names, before);
+    expect(again).not.toBe(before);
+    expect(index.held(again, prompt(1, 4))).toEqual([0, 4]);
+    index.learn(index.replicas("gone", ["x"]), 0, prompt(3, 5));
+    // Past the time to live and the sweep's period, any request sweeps what expired everywhere.
     time.pass(61_000);
-    index.learn("e", "b", prompt(2, 1));
+    const later = index.replicas("e", ["b", "c"], after);
+    expect(later).not.toBe(after);
+    index.learn(later, 0, prompt(2, 1));
     expect(index.size).toBe(1);
+  });
+
+  it("gives a directory answer's replicas back while the index keeps all of them", () => {
+    const time = clock();
+    const index = new PrefixIndex({ maxBlocks: 100, ttlMs: 100_000, now: time.now });
+    const replicas = index.replicas("e", ["a", "b"]);
+    index.learn(replicas, 0, prompt(1, 4));
+    index.learn(replicas, 1, prompt(2, 4));
+    // Another endpoint's answers, one of them a replica more, and a sweep that drops nothing.
+    index.learn(index.replicas("f", ["a"]), 0, prompt(3, 4));
+    time.pass(61_000);
+    index.learn(index.replicas("f", ["a", "b"]), 1, prompt(3, 4));
+    expect(index.replicas("e", replicas.names, replicas)).toBe(replicas);
+    expect(index.held(replicas, prompt(1, 4))).toEqual([4, 0]);
   });
 
   it("holds at most maxBlocks per replica for any traffic", () => {
@@ -74,11 +99,13 @@ describe("the prefix index", () => {
         fc.array(fc.record({ replica: fc.constantFrom("a", "b", "c"), seed: fc.integer({ min: 0, max: 20 }), blocks: fc.integer({ min: 0, max: 80 }) }), { maxLength: 60 }),
         (maxBlocks, sends) => {
           const index = new PrefixIndex({ maxBlocks, ttlMs: 60_000 });
-          for (const send of sends) index.learn("e", send.replica, prompt(send.seed, send.blocks));
+          const names = ["a", "b", "c"];
+          const replicas = index.replicas("e", names);
+          for (const send of sends) index.learn(replicas, names.indexOf(send.replica), prompt(send.seed, send.blocks));
           expect(index.size).toBeLessThanOrEqual(3 * maxBlocks);
-          for (const replica of ["a", "b", "c"]) {
+          for (let replica = 0; replica < names.length; replica++) {
             let held = 0;
-            for (let seed = 0; seed <= 20; seed++) held += index.held("e", [replica], prompt(seed, 80))[0]!;
+            for (let seed = 0; seed <= 20; seed++) held += index.held(replicas, prompt(seed, 80))[replica]!;
             expect(held).toBeLessThanOrEqual(maxBlocks);
           }
         },
@@ -93,9 +120,10 @@ describe("the prefix index", () => {
         fc.array(fc.record({ seed: fc.integer({ min: 0, max: 5 }), blocks: fc.integer({ min: 0, max: 30 }) }), { minLength: 1, maxLength: 30 }),
         (maxBlocks, sends) => {
           const index = new PrefixIndex({ maxBlocks, ttlMs: 60_000 });
+          const a = index.replicas("e", ["a"]);
           const kept = new Map<number, number>();
           for (const send of sends) {
-            index.learn("e", "a", prompt(send.seed, send.blocks));
+            index.learn(a, 0, prompt(send.seed, send.blocks));
             // A model of the LRU: block -> last sent (a counter), the oldest dropped past maxBlocks.
             for (let b = send.blocks - 1; b >= 0; b--) {
               const hash = send.seed * 100_000 + b;
@@ -108,10 +136,10 @@ describe("the prefix index", () => {
             const asked = prompt(seed, 30);
             let scanned = 0;
             while (scanned < asked.length && kept.has(asked[scanned]!)) scanned++;
-            expect(index.held("e", ["a"], asked)).toEqual([scanned]);
+            expect(index.held(a, asked)).toEqual([scanned]);
           }
           const last = sends.at(-1)!;
-          expect(index.held("e", ["a"], prompt(last.seed, last.blocks))).toEqual([Math.min(last.blocks, maxBlocks)]);
+          expect(index.held(a, prompt(last.seed, last.blocks))).toEqual([Math.min(last.blocks, maxBlocks)]);
         },
       ),
     );
@@ -124,17 +152,18 @@ describe("the prefix index", () => {
         fc.array(fc.record({ seed: fc.integer({ min: 0, max: 2 }), shared: fc.integer({ min: 0, max: 8 }), tail: fc.integer({ min: 0, max: 5 }), tailSeed: fc.integer({ min: 0, max: 3 }) }), { maxLength: 40 }),
         (maxBlocks, sends) => {
           const index = new PrefixIndex({ maxBlocks, ttlMs: 60_000 });
+          const a = index.replicas("e", ["a"]);
           // The model: most recently sent first, each prompt touched from its last block to its first.
           let recent: number[] = [];
           const seen = new Set<number>();
           for (const send of sends) {
             const tail = Array.from({ length: send.tail }, (_, i) => 1_000_000 + send.tailSeed * 1_000 + send.seed * 100 + i);
             const blocks = [...prompt(send.seed, send.shared), ...tail];
-            index.learn("e", "a", blocks);
+            index.learn(a, 0, blocks);
             for (let b = blocks.length - 1; b >= 0; b--) recent = [blocks[b]!, ...recent.filter((hash) => hash !== blocks[b])];
             recent = recent.slice(0, maxBlocks);
             blocks.forEach((hash) => seen.add(hash));
-            for (const hash of seen) expect(index.held("e", ["a"], [hash]), `block ${hash}`).toEqual([recent.includes(hash) ? 1 : 0]);
+            for (const hash of seen) expect(index.held(a, [hash]), `block ${hash}`).toEqual([recent.includes(hash) ? 1 : 0]);
             expect(index.size).toBe(recent.length);
           }
         },
