@@ -102,7 +102,10 @@ export class ReplicaBalancer {
   /** Each of `targets`' requests in flight from this process, a shunned replica's raised past any other's. */
   loads(targets: readonly RouteTarget[]): number[] {
     const now = Date.now();
-    return targets.map((target) => this.loadAt(target, now));
+    // A plain loop: on a request's way, less code than map's with its callback.
+    const loads = new Array<number>(targets.length);
+    for (let i = 0; i < targets.length; i++) loads[i] = this.loadAt(targets[i]!, now);
+    return loads;
   }
 
   private loadAt(target: RouteTarget, now: number): number {
