@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { PrefixIndex } from "../../../src/server/prefix-index/prefix-index.js";
+import { PrefixIndex, type IndexedReplicas } from "../../../src/server/prefix-index/prefix-index.js";
 
 /** A prompt of `n` blocks (block hashes as the index gets them): prompts of one seed share their prefix. */
 const prompt = (seed: number, n: number) => Array.from({ length: n }, (_, i) => seed * 100_000 + i);
@@ -90,6 +90,41 @@ describe("the prefix index", () => {
     index.learn(index.replicas("f", ["a", "b"]), 1, prompt(3, 4));
     expect(index.replicas("e", replicas.names, replicas)).toBe(replicas);
     expect(index.held(replicas, prompt(1, 4))).toEqual([4, 0]);
+  });
+
+  it("learns through a directory answer's replicas given back into what the index holds, whatever answers and sweeps came between", () => {
+    const names = ["a", "b", "c", "d"];
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.oneof(
+            fc.record({ answer: fc.constantFrom("e", "f"), names: fc.subarray(names, { minLength: 1 }) }),
+            fc.record({ learnThrough: fc.nat(), at: fc.nat(), seed: fc.integer({ min: 0, max: 9 }) }),
+            fc.record({ passMs: fc.integer({ min: 0, max: 70_000 }) }),
+          ),
+          { maxLength: 40 },
+        ),
+        (steps) => {
+          const time = clock();
+          const index = new PrefixIndex({ maxBlocks: 100, ttlMs: 30_000, now: time.now });
+          const answers: IndexedReplicas[] = [];
+          for (const step of steps) {
+            if ("answer" in step) answers.push(index.replicas(step.answer, step.names));
+            else if ("passMs" in step) time.pass(step.passMs);
+            else if (answers.length > 0) {
+              // As the proxy does: an answer kept, given back (or found again) when a request comes.
+              const kept = answers[step.learnThrough % answers.length]!;
+              const replicas = index.replicas(kept.endpoint, kept.names, kept);
+              const at = step.at % replicas.names.length;
+              index.learn(replicas, at, prompt(step.seed, 5));
+              // The same replicas found anew (a new list of the same names) hold what was just learned.
+              const fresh = index.replicas(kept.endpoint, [...kept.names]);
+              expect(index.held(fresh, prompt(step.seed, 5))[at]).toBe(5);
+            }
+          }
+        },
+      ),
+    );
   });
 
   it("holds at most maxBlocks per replica for any traffic", () => {
