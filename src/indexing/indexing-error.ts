@@ -33,3 +33,8 @@ export function errorCodeOf(err: unknown): string {
   if (err instanceof UnavailableError || isUnreachable(err) || isDatabaseUnavailable(err)) return "UNAVAILABLE";
   return "INTERNAL";
 }
+
+/** Whether a failed run's cause is a dependency that is down (expected now and then: logged as a warning, no stack trace). */
+export function isDependencyDown(err: unknown): boolean {
+  return err instanceof UnavailableError || (err instanceof IndexingError && err.unavailable) || isDatabaseUnavailable(err);
+}

@@ -19,8 +19,8 @@ import { removedSinceRead } from "./goods/removed-since-read.js";
 import { databaseNow, recordRun } from "./goods/index-runs.js";
 import { endLeftoverPause, pauseRefreshWhenLarge } from "./goods/refresh-pause.js";
 import { measureDrift } from "./goods/index-status.js";
-import { messageOf, UnavailableError } from "../errors.js";
-import { errorCodeOf, IndexingError } from "./indexing-error.js";
+import { messageOf } from "../errors.js";
+import { errorCodeOf, IndexingError, isDependencyDown } from "./indexing-error.js";
 import type { IndexingMetrics } from "./indexing-metrics.js";
 import { toBulkLines } from "./pipeline/bulk-lines.js";
 import { sendBulks, type BulkAction, type BulkStats } from "./pipeline/bulk-sender.js";
@@ -139,7 +139,7 @@ export async function runGoodsIndexing(options: GoodsIndexingOptions): Promise<I
     // expected now and then: one warn line, no stack trace.
     if (options.signal?.aborted) {
       logger.warn({ code, reason: messageOf(options.signal.reason), elapsed_ms: elapsed }, "indexing stopped before it finished");
-    } else if (err instanceof UnavailableError || (err instanceof IndexingError && err.unavailable) || isDatabaseUnavailable(err)) {
+    } else if (isDependencyDown(err)) {
       logger.warn({ code, reason: messageOf(err), elapsed_ms: elapsed }, "indexing failed: a dependency is unavailable");
     } else logger.error({ err, code, elapsed_ms: elapsed }, "indexing failed");
     await record(options, logger, { success: false, startedAt });

@@ -1,6 +1,7 @@
 import { createTask, type Logger as CronLogger, type TaskOptions } from "node-cron";
 import type { Logger } from "pino";
-import { ConflictError } from "../errors.js";
+import { ConflictError, messageOf } from "../errors.js";
+import { isDependencyDown } from "./indexing-error.js";
 
 // The in-process cron runner (SPEC.md section 3): the nightly batch and the half-hourly
 // incremental indexing, on node-cron in Korea time. Jobs take the indexing job lock themselves,
@@ -98,7 +99,10 @@ async function runTick(job: CronJob, logger: Logger): Promise<TickOutcome> {
       logger.info({ job: job.name, reason: err.message }, "cron tick skipped: another indexing job is running");
       return "skipped";
     }
-    logger.error({ err, job: job.name }, "cron job failed");
+    // A dependency that is down (the search engine or the database) is expected now and then, and
+    // the next tick tries again: one warn line, no stack trace, as the run logs it.
+    if (isDependencyDown(err)) logger.warn({ job: job.name, reason: messageOf(err) }, "cron job failed: a dependency is unavailable");
+    else logger.error({ err, job: job.name }, "cron job failed");
     return "failed";
   }
 }

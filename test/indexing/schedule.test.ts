@@ -1,7 +1,7 @@
 import { getTasks } from "node-cron";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import pino from "pino";
-import { ConflictError } from "../../src/errors.js";
+import { ConflictError, UnavailableError } from "../../src/errors.js";
 import { createCronRunner, type CronJob, type CronRunner } from "../../src/indexing/schedule.js";
 
 // The real node-cron scheduler, driven by a fake clock so that no test waits real minutes.
@@ -72,6 +72,27 @@ describe("cron ticks", () => {
   it("reports a failing job without throwing out of the scheduler", async () => {
     runner = createCronRunner({ jobs: [{ name: "product_batch", expression: "0 1 * * *", run: async () => Promise.reject(new Error("boom")) }], logger });
     expect(await runner.fire("product_batch")).toBe("failed");
+  });
+
+  it("logs a job failed for a dependency that is down as one warning without a stack, anything else as an error", async () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const capture = pino({ level: "info" }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    runner = createCronRunner({
+      jobs: [
+        { name: "incremental", expression: "*/30 * * * *", run: async () => Promise.reject(new UnavailableError("Elasticsearch is unreachable")) },
+        { name: "product_batch", expression: "0 1 * * *", run: async () => Promise.reject(new Error("boom")) },
+      ],
+      logger: capture,
+    });
+    expect(await runner.fire("incremental")).toBe("failed");
+    expect(await runner.fire("product_batch")).toBe("failed");
+    const failed = lines.filter((line) => String(line.msg).startsWith("cron job failed"));
+    expect(failed.map(({ level, job, reason }) => ({ level, job, reason }))).toEqual([
+      { level: 40, job: "incremental", reason: "Elasticsearch is unreachable" },
+      { level: 50, job: "product_batch", reason: undefined },
+    ]);
+    expect(failed[0]).not.toHaveProperty("err");
+    expect(failed[1]).toHaveProperty("err");
   });
 
   it("stop() stops scheduling and waits for a running job to finish", async () => {
