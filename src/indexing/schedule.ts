@@ -100,7 +100,7 @@ async function runTick(job: CronJob, logger: Logger): Promise<TickOutcome> {
       return "skipped";
     }
     // A dependency that is down (the search engine or the database) is expected now and then, and
-    // the next tick tries again: one warn line, no stack trace, as the run logs it.
+    // the next tick tries again: a warn line without a stack trace, as the run's own line is.
     if (isDependencyDown(err)) logger.warn({ job: job.name, reason: messageOf(err) }, "cron job failed: a dependency is unavailable");
     else logger.error({ err, job: job.name }, "cron job failed");
     return "failed";
