@@ -12,11 +12,13 @@
 //   ReplicaChoice, balancer and metrics;
 // - its floor, the least work an exact index can do for such a request: the body's messages compared
 //   with the copy kept of them, the 4 replicas' maps asked for the prompt's first block and its
-//   holder's for the last, and the prompt's run of blocks walked, each marked as sent now. No JSON
-//   read, no object made, nothing counted.
+//   holder's for the last, and the prompt's run of blocks walked, each marked as sent now, when it
+//   was last walked refreshMs ago or more (as the index does: replica-blocks.ts). No JSON read, no
+//   object made, nothing counted.
 import { Registry } from "prom-client";
 import { ENDPOINT_PREFIX_DEFAULTS } from "../../../src/config.js";
 import type { EndpointRoute } from "../../../src/module.js";
+import { refreshMsOf } from "../../../src/server/prefix-index/replica-blocks.js";
 import { KeptBytes } from "../../../src/server/proxy/kept-body.js";
 import { readCompletion } from "../../../src/server/proxy/completion-body.js";
 import { createProxyMetrics } from "../../../src/server/proxy/proxy-metrics.js";
@@ -29,6 +31,7 @@ const CALLS = 1_500;
 const COLD_BYTES = 8 * 1024 * 1024;
 const REPLICAS = 4;
 const MESSAGES_KEY = Buffer.from('"messages":[');
+const REFRESH_MS = refreshMsOf(ENDPOINT_PREFIX_DEFAULTS.ttlMs);
 
 export interface IndexFloorCost {
   label: string;
@@ -55,7 +58,7 @@ export function measureIndexFloor(bodies: readonly string[]): IndexFloorCost[] {
     // The proxy's own read of a body on an endpoint that does not route by prefix.
     { label: "a least-outstanding request's read (the search for \"stream\")", call: (bytes) => (readCompletion("chat", bytes).plan === undefined ? 1 : 0) },
     { label: "the index's work: reading the prompt, the choice, learning it", call: (bytes) => choice.first("floor", route, read(bytes).blocks).url.length },
-    { label: "its floor: the messages compared, the replicas asked, the run walked", call: (bytes, body) => floor.route(bytes, body) },
+    { label: "its floor: the messages compared, the replicas asked, the run walked if due", call: (bytes, body) => floor.route(bytes, body) },
   ];
   const cold = new Float64Array(COLD_BYTES / 8);
   const random = mulberry32(66);
@@ -126,6 +129,7 @@ class FloorIndex {
     for (let replica = 0; replica < REPLICAS; replica++) if (this.slotOf[replica]!.has(hashes[0]!)) holder = replica;
     const last = this.slotOf[holder]!.get(hashes[hashes.length - 1]!)!;
     if (now - this.timeAt[last]! > ENDPOINT_PREFIX_DEFAULTS.ttlMs) return -1;
+    if (now - this.timeAt[last]! < REFRESH_MS) return holder;
     const mark = ++this.marks;
     let slot = this.slotOf[holder]!.get(hashes[0]!)!;
     for (let i = 0; i < hashes.length && slot >= 0 && this.hashAt[slot] === hashes[i]; i++) {

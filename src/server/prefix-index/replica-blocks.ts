@@ -10,8 +10,18 @@ import type { BlockHashes } from "./prompt-blocks.js";
 // The recency list is kept in typed arrays (slots linked both ways) beside a map from hash to
 // slot: a Map's own insertion order would serve, but its deleted entries stay in place until it
 // rehashes, and reaching its oldest entry walks over all of them.
+//
+// A prompt sent again within refreshMs of its held part's last sending (a hundredth of the time to
+// live, at most a second) is not walked again: its held part keeps its place and its time, and only
+// the blocks past it are placed, just after it and as recent as it (while the replica has room for
+// them; else the prompt is learned whole, as above). A chat's every turn resends the conversation
+// so far: its learning costs what is new in it, not the whole prompt again. The list stays ordered
+// by time, a held part is refreshed at least every refreshMs while it is sent, and a block may be
+// forgotten up to refreshMs before its time to live.
 
 const NONE = -1;
+/** A prompt's held part is walked again (made the most recent, its time now) at most this often: a fraction of the time to live, at most a second. */
+export const refreshMsOf = (ttlMs: number): number => Math.min(1_000, ttlMs / 100);
 
 export class ReplicaBlocks {
   private readonly slotOf = new Map<number, number>();
@@ -30,10 +40,14 @@ export class ReplicaBlocks {
   private readonly free: number[] = [];
   private used = 0;
 
+  private readonly refreshMs: number;
+
   constructor(
     private readonly maxBlocks: number,
     private readonly ttlMs: number,
-  ) {}
+  ) {
+    this.refreshMs = refreshMsOf(ttlMs);
+  }
 
   get size(): number {
     return this.slotOf.size;
@@ -44,6 +58,7 @@ export class ReplicaBlocks {
    * room. As if each were touched, the last block first: the prompt's blocks become the most
    * recent, in its order, and the others keep theirs. A prompt learned before lies in the list as
    * a run, its blocks one after the other: a run found is moved whole, one lookup for all of it.
+   * A prompt whose held part was sent within refreshMs keeps that part as it is (above).
    */
   learn(blocks: BlockHashes, now: number): void {
     // More than maxBlocks: the first ones would push the rest out.
@@ -53,24 +68,36 @@ export class ReplicaBlocks {
     const mark = (this.learns = (this.learns + 1) | 0);
     let previous = NONE;
     let b = 0;
+    let time = now;
+    // Its held part sent a moment ago: the blocks past it go just after it, as recent as it (above).
+    const held = n === blocks.length ? this.prefixHeld(blocks, now) : 0;
+    if (held > 0 && this.free.length + this.maxBlocks - this.used >= n - held) {
+      const last = this.slotOf.get(blocks[held - 1]!)!;
+      if (now - this.timeAt[last]! < this.refreshMs) {
+        this.markAt[last] = mark;
+        previous = last;
+        b = held;
+        time = this.timeAt[last]!;
+      }
+    }
     while (b < n) {
       const first = this.slotOf.get(blocks[b]!);
       if (first === undefined || this.markAt[first] === mark) {
-        if (first === undefined) previous = this.placeNew(blocks[b]!, now, previous);
+        if (first === undefined) previous = this.placeNew(blocks[b]!, time, previous);
         b++;
         continue;
       }
       // The run from `first`: the following blocks, in order, towards the less recent; each
-      // marked and sent now as it is found.
+      // marked and sent at `time` as it is found.
       let last = first;
       const { older, hashAt, markAt, timeAt } = this;
       markAt[first] = mark;
-      timeAt[first] = now;
+      timeAt[first] = time;
       for (b++; b < n; b++) {
         const next = older[last]!;
         if (next === NONE || hashAt[next] !== blocks[b] || markAt[next] === mark) break;
         markAt[next] = mark;
-        timeAt[next] = now;
+        timeAt[next] = time;
         last = next;
       }
       if (this.newer[first] !== previous) {

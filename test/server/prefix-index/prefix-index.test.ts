@@ -1,6 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { PrefixIndex, type IndexedReplicas } from "../../../src/server/prefix-index/prefix-index.js";
+import { refreshMsOf } from "../../../src/server/prefix-index/replica-blocks.js";
 
 /** A prompt of `n` blocks (block hashes as the index gets them): prompts of one seed share their prefix. */
 const prompt = (seed: number, n: number) => Array.from({ length: n }, (_, i) => seed * 100_000 + i);
@@ -53,6 +54,85 @@ describe("the prefix index", () => {
     expect(index.held(a, prompt(1, 4))).toEqual([2]);
     time.pass(400);
     expect(index.held(a, prompt(1, 4))).toEqual([0]);
+  });
+
+  it("leaves a prompt sent again within refreshMs where it was: its new blocks go after it, as recent and as old as it", () => {
+    const time = clock();
+    const ttlMs = 100_000;
+    expect(refreshMsOf(ttlMs)).toBe(1_000);
+    const index = new PrefixIndex({ maxBlocks: 10, ttlMs, now: time.now });
+    const a = index.replicas("e", ["a"]);
+    index.learn(a, 0, prompt(1, 3));
+    time.pass(100);
+    index.learn(a, 0, prompt(2, 3));
+    time.pass(100);
+    // The first prompt's next turn: its held part, sent 200 ms ago, is not walked again.
+    index.learn(a, 0, prompt(1, 5));
+    expect(index.held(a, prompt(1, 5))).toEqual([5]);
+    // 4 more blocks, 2 slots free: the least recent go, the first prompt's new tail (an exact LRU
+    // would take the second prompt's).
+    index.learn(a, 0, prompt(3, 4));
+    expect(index.held(a, prompt(1, 5))).toEqual([3]);
+    expect(index.held(a, prompt(2, 3))).toEqual([3]);
+    // Past refreshMs, a prompt sent again is walked: the most recent again.
+    time.pass(1_000);
+    index.learn(a, 0, prompt(1, 3));
+    index.learn(a, 0, prompt(4, 3));
+    expect(index.held(a, prompt(1, 3))).toEqual([3]);
+    expect(index.held(a, prompt(2, 3))).toEqual([0]);
+  });
+
+  it("forgets a prompt's blocks placed within refreshMs of its start with that start, at most refreshMs before their own time to live", () => {
+    const time = clock();
+    const index = new PrefixIndex({ maxBlocks: 100, ttlMs: 10_000, now: time.now });
+    const a = index.replicas("e", ["a"]);
+    index.learn(a, 0, prompt(1, 3));
+    time.pass(50);
+    index.learn(a, 0, prompt(1, 5));
+    time.pass(9_949);
+    expect(index.held(a, prompt(1, 5))).toEqual([5]);
+    time.pass(1);
+    // All five at once: no block of its tail outlives its start, and the next learn drops them all.
+    expect(index.held(a, prompt(1, 5))).toEqual([0]);
+    expect(index.held(a, prompt(1, 5).slice(3))).toEqual([0]);
+    index.learn(a, 0, prompt(2, 1));
+    expect(index.size).toBe(1);
+  });
+
+  it("holds each prompt's blocks as a prefix, the last one sent whole, whatever the sends and the time between them", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 100 }),
+        fc.array(fc.record({ seed: fc.integer({ min: 0, max: 3 }), blocks: fc.integer({ min: 0, max: 20 }), after: fc.oneof(fc.integer({ min: 0, max: 150 }), fc.integer({ min: 0, max: 4_000 })) }), { minLength: 1, maxLength: 40 }),
+        (maxBlocks, sends) => {
+          // A time to live of 10 s, refreshMs 100 ms: some sends walked and some not, some blocks expired, some evicted.
+          const time = clock();
+          const ttlMs = 10_000;
+          const index = new PrefixIndex({ maxBlocks, ttlMs, now: time.now });
+          const a = index.replicas("e", ["a"]);
+          const sentAt = new Map<number, { at: number; blocks: number }>();
+          for (const send of sends) {
+            time.pass(send.after);
+            index.learn(a, 0, prompt(send.seed, send.blocks));
+            sentAt.set(send.seed, { at: time.now(), blocks: send.blocks });
+            expect(index.held(a, prompt(send.seed, send.blocks))).toEqual([Math.min(send.blocks, maxBlocks)]);
+            expect(index.size).toBeLessThanOrEqual(maxBlocks);
+            for (let seed = 0; seed <= 3; seed++) {
+              const asked = prompt(seed, 20);
+              const each = asked.map((hash) => index.held(a, [hash])[0]!);
+              // Held blocks form a prefix: the binary search's answer is the scan's.
+              const scanned = each.indexOf(0) < 0 ? each.length : each.indexOf(0);
+              expect(each.slice(scanned).every((held) => held === 0)).toBe(true);
+              expect(index.held(a, asked)).toEqual([scanned]);
+              // Sent within the time to live less refreshMs, and nothing evicted: held whole.
+              const last = sentAt.get(seed);
+              if (last !== undefined && maxBlocks >= 4 * 20 && time.now() - last.at < ttlMs - refreshMsOf(ttlMs)) expect(scanned).toBeGreaterThanOrEqual(last.blocks);
+            }
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 
   it("drops what it holds for replicas that left routing, and endpoints nothing routes to", () => {
@@ -154,10 +234,13 @@ describe("the prefix index", () => {
         fc.integer({ min: 1, max: 40 }),
         fc.array(fc.record({ seed: fc.integer({ min: 0, max: 5 }), blocks: fc.integer({ min: 0, max: 30 }) }), { minLength: 1, maxLength: 30 }),
         (maxBlocks, sends) => {
-          const index = new PrefixIndex({ maxBlocks, ttlMs: 60_000 });
+          // A second between sends: each one walks its prompt (refreshMsOf, below), as an exact LRU does.
+          const time = clock();
+          const index = new PrefixIndex({ maxBlocks, ttlMs: 3_600_000, now: time.now });
           const a = index.replicas("e", ["a"]);
           const kept = new Map<number, number>();
           for (const send of sends) {
+            time.pass(1_000);
             index.learn(a, 0, prompt(send.seed, send.blocks));
             // A model of the LRU: block -> last sent (a counter), the oldest dropped past maxBlocks.
             for (let b = send.blocks - 1; b >= 0; b--) {
@@ -186,7 +269,8 @@ describe("the prefix index", () => {
         fc.integer({ min: 1, max: 12 }),
         fc.array(fc.record({ seed: fc.integer({ min: 0, max: 2 }), shared: fc.integer({ min: 0, max: 8 }), tail: fc.integer({ min: 0, max: 5 }), tailSeed: fc.integer({ min: 0, max: 3 }) }), { maxLength: 40 }),
         (maxBlocks, sends) => {
-          const index = new PrefixIndex({ maxBlocks, ttlMs: 60_000 });
+          const time = clock();
+          const index = new PrefixIndex({ maxBlocks, ttlMs: 3_600_000, now: time.now });
           const a = index.replicas("e", ["a"]);
           // The model: most recently sent first, each prompt touched from its last block to its first.
           let recent: number[] = [];
@@ -194,6 +278,7 @@ describe("the prefix index", () => {
           for (const send of sends) {
             const tail = Array.from({ length: send.tail }, (_, i) => 1_000_000 + send.tailSeed * 1_000 + send.seed * 100 + i);
             const blocks = [...prompt(send.seed, send.shared), ...tail];
+            time.pass(1_000);
             index.learn(a, 0, blocks);
             for (let b = blocks.length - 1; b >= 0; b--) recent = [blocks[b]!, ...recent.filter((hash) => hash !== blocks[b])];
             recent = recent.slice(0, maxBlocks);
