@@ -142,14 +142,15 @@ export class ReplicaBlocks {
   }
 
   /**
-   * A block not held, placed just less recent than slot `after` (NONE: the most recent); its slot.
-   * The fewer than maxBlocks slots placed before it in this learn are more recent than any other,
-   * so a slot taken from the least recent is never one of them.
+   * A block not held, sent at `time`, placed just less recent than slot `after` (NONE: the most
+   * recent); its slot. In a learn from the front, the fewer than maxBlocks slots placed before it
+   * are more recent than any other, so a slot taken from the least recent is never one of them; a
+   * learn after a held part runs only while there is room for its new blocks, and evicts none.
    */
-  private placeNew(hash: number, now: number, after: number): number {
+  private placeNew(hash: number, time: number, after: number): number {
     const slot = this.newSlot();
     this.hashAt[slot] = hash;
-    this.timeAt[slot] = now;
+    this.timeAt[slot] = time;
     this.markAt[slot] = this.learns;
     this.slotOf.set(hash, slot);
     this.linkRunAfter(slot, slot, after);
