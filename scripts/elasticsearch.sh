@@ -139,17 +139,25 @@ require_free_port() {
 }
 
 start() {
-  local port="${1:-9200}"
-  if [ "$port" = 0 ]; then port="$(free_port)"; fi
+  local asked="${1:-9200}"
   if running; then
     echo "elasticsearch: already running at $(cat "$state/url")" >&2; cat "$state/url"; return
   fi
-  require_free_port "$port"
   install
-  local node_name="local-node-$$" started_at; started_at=$(date +%s)
-  launch_node "$state" "$port" "$node_name" local-dev -E discovery.type=single-node -E transport.port=0
-  local url="http://127.0.0.1:$port"
-  wait_node "$state" "$url" "$node_name" "wait_for_status=yellow"
+  local node_name="local-node-$$" started_at port url attempt
+  started_at=$(date +%s)
+  for attempt in 1 2 3; do
+    port="$asked"
+    if [ "$port" = 0 ]; then port="$(free_port)"; fi
+    require_free_port "$port"
+    launch_node "$state" "$port" "$node_name" local-dev -E discovery.type=single-node -E transport.port=0
+    url="http://127.0.0.1:$port"
+    if (wait_node "$state" "$url" "$node_name" "wait_for_status=yellow"); then break; fi
+    # A port picked free (PORT 0) can be taken by another socket (the node's own transport's among
+    # them) before the node binds it: then another is picked. Any other failure ends here.
+    if [ "$asked" != 0 ] || [ "$attempt" = 3 ] || ! grep -qE "BindHttpException|Address already in use" "$state/logs/console.log"; then exit 1; fi
+    echo "elasticsearch: port $port was taken before the node bound it; trying another" >&2
+  done
   echo "$url" > "$state/url"
   echo "elasticsearch: up at $url after $(( $(date +%s) - started_at ))s" >&2
   echo "$url"
