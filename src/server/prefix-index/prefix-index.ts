@@ -79,9 +79,12 @@ export class PrefixIndex {
     return held;
   }
 
-  /** `blocks` were sent to the replica at `at` of `replicas`: it holds them from now on. */
-  learn(replicas: IndexedReplicas, at: number, blocks: BlockHashes): void {
-    if (blocks.length > 0) replicas.own[at]!.learn(blocks, this.now());
+  /**
+   * `blocks` were sent to the replica at `at` of `replicas`: it holds them from now on. `held`:
+   * what held() said that replica holds of them, asked just before (its lookups not made again).
+   */
+  learn(replicas: IndexedReplicas, at: number, blocks: BlockHashes, held?: number): void {
+    if (blocks.length > 0) replicas.own[at]!.learn(blocks, this.now(), held);
   }
 
   /** Blocks held, all endpoints and replicas together. */

@@ -59,8 +59,9 @@ export class ReplicaBlocks {
    * recent, in its order, and the others keep theirs. A prompt learned before lies in the list as
    * a run, its blocks one after the other: a run found is moved whole, one lookup for all of it.
    * A prompt whose held part was sent within refreshMs keeps that part as it is (above).
+   * `held`: prefixHeld(blocks) at `now`, when the caller has just asked it (not asked again).
    */
-  learn(blocks: BlockHashes, now: number): void {
+  learn(blocks: BlockHashes, now: number, held?: number): void {
     // More than maxBlocks: the first ones would push the rest out.
     const n = Math.min(blocks.length, this.maxBlocks);
     // Slots placed by this learn carry its mark: a block met twice (a collision) is not moved again.
@@ -70,7 +71,8 @@ export class ReplicaBlocks {
     let b = 0;
     let time = now;
     // Its held part sent a moment ago: the blocks past it go just after it, as recent as it (above).
-    const held = n === blocks.length ? this.prefixHeld(blocks, now) : 0;
+    if (n === blocks.length) held ??= this.prefixHeld(blocks, now);
+    else held = 0;
     if (held > 0 && this.free.length + this.maxBlocks - this.used >= n - held) {
       const last = this.slotOf.get(blocks[held - 1]!)!;
       if (now - this.timeAt[last]! < this.refreshMs) {

@@ -45,7 +45,7 @@ export class ReplicaChoice {
     const held = this.index.held(replicas, blocks);
     const choice = choosePrefix(held, this.balancer.loads(targets));
     const chosen = choice.outcome === "hit" ? choice.index : targets.indexOf(this.balancer.pick(targets)!);
-    this.index.learn(replicas, chosen, blocks);
+    this.index.learn(replicas, chosen, blocks, held[chosen]);
     this.metrics.prefixRouted(name, choice.outcome, blocks.length > 0 ? held[chosen]! / blocks.length : undefined);
     return targets[chosen]!;
   }

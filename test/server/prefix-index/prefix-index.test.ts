@@ -103,7 +103,11 @@ describe("the prefix index", () => {
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: 100 }),
-        fc.array(fc.record({ seed: fc.integer({ min: 0, max: 3 }), blocks: fc.integer({ min: 0, max: 20 }), after: fc.oneof(fc.integer({ min: 0, max: 150 }), fc.integer({ min: 0, max: 4_000 })) }), { minLength: 1, maxLength: 40 }),
+        fc.array(
+          // asked: the send is told what the replica held of it, asked just before (as the proxy routes).
+          fc.record({ seed: fc.integer({ min: 0, max: 3 }), blocks: fc.integer({ min: 0, max: 20 }), after: fc.oneof(fc.integer({ min: 0, max: 150 }), fc.integer({ min: 0, max: 4_000 })), asked: fc.boolean() }),
+          { minLength: 1, maxLength: 40 },
+        ),
         (maxBlocks, sends) => {
           // A time to live of 10 s, refreshMs 100 ms: some sends walked and some not, some blocks expired, some evicted.
           const time = clock();
@@ -113,7 +117,8 @@ describe("the prefix index", () => {
           const sentAt = new Map<number, { at: number; blocks: number }>();
           for (const send of sends) {
             time.pass(send.after);
-            index.learn(a, 0, prompt(send.seed, send.blocks));
+            const blocks = prompt(send.seed, send.blocks);
+            index.learn(a, 0, blocks, send.asked ? index.held(a, blocks)[0] : undefined);
             sentAt.set(send.seed, { at: time.now(), blocks: send.blocks });
             expect(index.held(a, prompt(send.seed, send.blocks))).toEqual([Math.min(send.blocks, maxBlocks)]);
             expect(index.size).toBeLessThanOrEqual(maxBlocks);
