@@ -268,6 +268,56 @@ describe("the prefix index", () => {
     );
   });
 
+  it("keeps for each replica what its own least-recently-sent list keeps, replicas sharing blocks, leaving routing and coming back", () => {
+    const names = ["a", "b", "c", "d"];
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 12 }),
+        fc.array(
+          fc.oneof(
+            // Prompts of one seed sent to several replicas share their blocks in the endpoint's table.
+            fc.record({ replica: fc.nat({ max: 3 }), seed: fc.integer({ min: 0, max: 3 }), blocks: fc.integer({ min: 0, max: 10 }), asked: fc.boolean() }),
+            fc.record({ routing: fc.subarray(names, { minLength: 1 }) }),
+          ),
+          { maxLength: 50 },
+        ),
+        (maxBlocks, steps) => {
+          const time = clock();
+          const index = new PrefixIndex({ maxBlocks, ttlMs: 3_600_000, now: time.now });
+          let replicas = index.replicas("e", names);
+          // The model: per replica, most recently sent first.
+          const recent = new Map<string, number[]>(names.map((name) => [name, []]));
+          for (const step of steps) {
+            if ("routing" in step) {
+              // A new directory answer: the replicas left out are forgotten; one named again holds nothing.
+              replicas = index.replicas("e", step.routing);
+              for (const name of names) if (!step.routing.includes(name)) recent.set(name, []);
+              continue;
+            }
+            const at = step.replica % replicas.names.length;
+            const blocks = prompt(step.seed, step.blocks);
+            time.pass(1_000);
+            index.learn(replicas, at, blocks, step.asked ? index.held(replicas, blocks)[at] : undefined);
+            let list = recent.get(replicas.names[at]!)!;
+            for (let b = blocks.length - 1; b >= 0; b--) list = [blocks[b]!, ...list.filter((hash) => hash !== blocks[b])];
+            recent.set(replicas.names[at]!, list.slice(0, maxBlocks));
+            expect(index.size).toBe(names.reduce((sum, name) => sum + recent.get(name)!.length, 0));
+            for (let seed = 0; seed <= 3; seed++) {
+              const asked = prompt(seed, 10);
+              const scanned = replicas.names.map((name) => {
+                let held = 0;
+                while (held < asked.length && recent.get(name)!.includes(asked[held]!)) held++;
+                return held;
+              });
+              expect(index.held(replicas, asked), `seed ${seed}`).toEqual(scanned);
+            }
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
   it("keeps what a least-recently-sent list keeps, for prompts that share a start and end apart", () => {
     fc.assert(
       fc.property(
