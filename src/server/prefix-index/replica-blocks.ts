@@ -74,8 +74,9 @@ export class ReplicaBlocks {
     if (n === blocks.length) held ??= this.prefixHeld(blocks, now);
     else held = 0;
     if (held > 0 && this.free.length + this.maxBlocks - this.used >= n - held) {
-      const last = this.slotOf.get(blocks[held - 1]!)!;
-      if (now - this.timeAt[last]! < this.refreshMs) {
+      // A count given by the caller is trusted only this far: its last block found, sent within refreshMs.
+      const last = this.slotOf.get(blocks[held - 1]!);
+      if (last !== undefined && now - this.timeAt[last]! < this.refreshMs) {
         this.markAt[last] = mark;
         previous = last;
         b = held;
