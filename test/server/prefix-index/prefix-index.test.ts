@@ -6,6 +6,13 @@ import { refreshMsOf } from "../../../src/server/prefix-index/replica-blocks.js"
 /** A prompt of `n` blocks (block hashes as the index gets them): prompts of one seed share their prefix. */
 const prompt = (seed: number, n: number) => Array.from({ length: n }, (_, i) => seed * 100_000 + i);
 
+/** A least-recently-sent list (most recent first) after `blocks` were sent: each touched from the last block to the first, the oldest dropped past maxBlocks. */
+function sentTo(recent: readonly number[], blocks: readonly number[], maxBlocks: number): number[] {
+  let list = [...recent];
+  for (let b = blocks.length - 1; b >= 0; b--) list = [blocks[b]!, ...list.filter((hash) => hash !== blocks[b])];
+  return list.slice(0, maxBlocks);
+}
+
 function clock() {
   let at = 1_000_000;
   return { now: () => at, pass: (ms: number) => (at += ms) };
@@ -120,7 +127,7 @@ describe("the prefix index", () => {
             const blocks = prompt(send.seed, send.blocks);
             index.learn(a, 0, blocks, send.asked ? index.held(a, blocks)[0] : undefined);
             sentAt.set(send.seed, { at: time.now(), blocks: send.blocks });
-            expect(index.held(a, prompt(send.seed, send.blocks))).toEqual([Math.min(send.blocks, maxBlocks)]);
+            expect(index.held(a, blocks)).toEqual([Math.min(send.blocks, maxBlocks)]);
             expect(index.size).toBeLessThanOrEqual(maxBlocks);
             for (let seed = 0; seed <= 3; seed++) {
               const asked = prompt(seed, 20);
@@ -275,7 +282,7 @@ describe("the prefix index", () => {
         fc.integer({ min: 1, max: 12 }),
         fc.array(
           fc.oneof(
-            // Prompts of one seed sent to several replicas share their blocks in the endpoint's table.
+            // A seed's prompts sent to several replicas: the same blocks held by each.
             fc.record({ replica: fc.nat({ max: 3 }), seed: fc.integer({ min: 0, max: 3 }), blocks: fc.integer({ min: 0, max: 10 }), asked: fc.boolean() }),
             fc.record({ routing: fc.subarray(names, { minLength: 1 }) }),
           ),
@@ -298,9 +305,7 @@ describe("the prefix index", () => {
             const blocks = prompt(step.seed, step.blocks);
             time.pass(1_000);
             index.learn(replicas, at, blocks, step.asked ? index.held(replicas, blocks)[at] : undefined);
-            let list = recent.get(replicas.names[at]!)!;
-            for (let b = blocks.length - 1; b >= 0; b--) list = [blocks[b]!, ...list.filter((hash) => hash !== blocks[b])];
-            recent.set(replicas.names[at]!, list.slice(0, maxBlocks));
+            recent.set(replicas.names[at]!, sentTo(recent.get(replicas.names[at]!)!, blocks, maxBlocks));
             expect(index.size).toBe(names.reduce((sum, name) => sum + recent.get(name)!.length, 0));
             for (let seed = 0; seed <= 3; seed++) {
               const asked = prompt(seed, 10);
@@ -335,8 +340,7 @@ describe("the prefix index", () => {
             const blocks = [...prompt(send.seed, send.shared), ...tail];
             time.pass(1_000);
             index.learn(a, 0, blocks);
-            for (let b = blocks.length - 1; b >= 0; b--) recent = [blocks[b]!, ...recent.filter((hash) => hash !== blocks[b])];
-            recent = recent.slice(0, maxBlocks);
+            recent = sentTo(recent, blocks, maxBlocks);
             blocks.forEach((hash) => seen.add(hash));
             for (const hash of seen) expect(index.held(a, [hash]), `block ${hash}`).toEqual([recent.includes(hash) ? 1 : 0]);
             expect(index.size).toBe(recent.length);
