@@ -73,8 +73,11 @@ describe("endpoints that follow their load", () => {
     const started = Date.now();
     const streams = await Promise.all(Array.from({ length: 8 }, () => stream(server, "follows")));
     expect(streams.every((s) => s.status === 200 && s.complete)).toBe(true);
-    const up = scaledTo(await eventsOf(server.url, "follows"), 3);
-    expect(up?.detail).toMatch(/^replicas 1 -> 3: load \d+ \(\d+ in flight, \d+ held\), 3 per replica: wanted above 1 for \d+ s$/);
+    const scaled = await eventsOf(server.url, "follows");
+    const up = scaledTo(scaled, 3);
+    // 1 -> 3 at once; or through 2 when a busy machine's load was read while the streams still arrived.
+    expect(up?.detail).toMatch(/^replicas [12] -> 3: load \d+ \(\d+ in flight, \d+ held\), 3 per replica: wanted above [12] for \d+ s$/);
+    if (up!.detail.startsWith("replicas 2")) expect(scaledTo(scaled, 2)?.detail).toMatch(/^replicas 1 -> 2: load \d+ \(\d+ in flight, \d+ held\), 3 per replica: wanted above 1 for \d+ s$/);
     // scale_up_after_s (1 s), plus the load's publication (1 s) and a round; slack for a busy machine.
     expect(new Date(up!.at).getTime() - started).toBeLessThan(4000);
     await waitForEndpoint(server.url, "follows", "three ready", (e) => e.ready_replicas === 3);
