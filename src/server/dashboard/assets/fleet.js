@@ -147,8 +147,12 @@ export function mountFleet(main, shell) {
   return { refresh: () => refresh() };
 }
 
-/** @param {any[]} instances */
-const newestFirst = (instances) => [...instances].sort((a, b) => Date.parse(b.created_at) - Date.parse(a.created_at) || String(b.instance_id).localeCompare(String(a.instance_id)));
+/**
+ * One row per machine, newest first. The lists are read one status at a time: a machine whose
+ * status changed between two reads is in both, and the later list's row (its later status) is kept.
+ * @param {any[]} instances
+ */
+const newestFirst = (instances) => [...new Map(instances.map((/** @type {any} */ i) => [i.instance_id, i])).values()].sort((a, b) => Date.parse(b.created_at) - Date.parse(a.created_at) || String(b.instance_id).localeCompare(String(a.instance_id)));
 
 /** @param {any[]} instances @param {string} empty */
 function instanceTable(instances, empty) {
