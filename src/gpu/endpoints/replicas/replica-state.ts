@@ -44,6 +44,16 @@ export function isRoutable(facts: ReplicaFacts): boolean {
 }
 
 /**
+ * The state an endpoint's view and metrics report, counted as `ready_replicas` counts: a ready
+ * replica out of routing (its machine over, or being replaced) reads `unhealthy` (it was ready and
+ * is not routed) until the controller's next round ends or replaces it, rather than `ready`.
+ */
+export function shownState(facts: ReplicaFacts): ReplicaState {
+  const state = replicaState(facts);
+  return state === "ready" && !isRoutable(facts) ? "unhealthy" : state;
+}
+
+/**
  * Why the replica's machine is over, or undefined while it is not: it exited, was destroyed
  * outside the endpoint or lost by the marketplace (the sync loop marks such records destroyed),
  * its creation failed, or its creation never got as far as a record within `missingGraceMs`.

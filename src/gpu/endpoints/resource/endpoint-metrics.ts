@@ -2,7 +2,7 @@ import { Counter, Gauge, type Registry } from "prom-client";
 import type { GpuContext } from "../../gpu-context.js";
 import type { EndpointStore } from "./endpoint-store.js";
 import { replicaFactsOf } from "../replicas/replica-facts.js";
-import { REPLICA_STATES, replicaState } from "../replicas/replica-state.js";
+import { REPLICA_STATES, shownState } from "../replicas/replica-state.js";
 
 /** What the controller counts as it acts. */
 export interface EndpointControlMetrics {
@@ -38,7 +38,7 @@ export function registerEndpointMetrics(registry: Registry, deps: { ctx: Pick<Gp
         const facts = await replicaFactsOf(deps, endpoint).catch(() => undefined);
         if (!facts) continue;
         for (const state of REPLICA_STATES) this.set({ endpoint: endpoint.name, state }, 0);
-        for (const f of facts) if (f.record) this.inc({ endpoint: endpoint.name, state: replicaState(f) });
+        for (const f of facts) if (f.record) this.inc({ endpoint: endpoint.name, state: shownState(f) });
       }
     },
   });

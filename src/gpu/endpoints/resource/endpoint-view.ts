@@ -5,7 +5,7 @@ import { roundMoney } from "../../money/cost.js";
 import type { EndpointEventRecord } from "./endpoint-events.js";
 import type { AutoscaleSettings, EndpointRecord } from "./endpoint-store.js";
 import { replicaUrl } from "../replicas/replica-probes.js";
-import { billedCost, endpointState, isRoutable, replicaState, type ReplicaFacts } from "../replicas/replica-state.js";
+import { billedCost, endpointState, isRoutable, shownState, type ReplicaFacts } from "../replicas/replica-state.js";
 
 // Endpoints and their events as response messages. Absent times stay unset (omitted in REST JSON).
 
@@ -41,7 +41,7 @@ export function endpointMessage(endpoint: EndpointRecord, replicas: readonly Rep
     tokenPrice: endpoint.tokenPrice ?? undefined,
     instances: shown.map((f) => ({
       instanceId: f.row.instanceId,
-      state: replicaState(f),
+      state: shownState(f),
       url: (f.record && replicaUrl(f.record)) ?? "",
       costPerHour: billedCost(f),
       readySince: f.row.readySince ? timestampFromDate(f.row.readySince) : undefined,
