@@ -63,6 +63,8 @@ export interface IndexCostOptions {
   rate?: number;
   /** The same for streamed answers, each a few times a one-token answer's work. */
   streamRate?: number;
+  /** Only the workload judged against the goal. */
+  targetOnly?: boolean;
 }
 
 export async function measureIndexCost(load: Load, replica: Part, options: IndexCostOptions): Promise<void> {
@@ -74,7 +76,7 @@ export async function measureIndexCost(load: Load, replica: Part, options: Index
     const order: Routing[] = ["prefix", "least_outstanding"];
     const perSecond = (rate: number | undefined) => (rate === undefined ? "as many as the proxy answers" : `${rate} requests a second`);
     console.log(`\nthe prefix index: one proxy process, endpoints '${ENDPOINTS.prefix}' (routing: prefix) and '${ENDPOINTS.least_outstanding}' (routing: least_outstanding) over the same 4 replicas, chat completions with a ${SYSTEM.length}-character system prompt, ${options.inFlight} in flight, ${options.rounds} rounds of ${options.durationS} s each`);
-    for (const workload of WORKLOADS) {
+    for (const workload of WORKLOADS.filter((w) => w.verdict || !options.targetOnly)) {
       const rate = workload.streamed ? options.streamRate : options.rate;
       const routedBefore = await prefixRouted(proxy.port);
       for (const routing of order) await load.throughput(route(routing), workload.bodies, options.inFlight, options.durationS, rate);
