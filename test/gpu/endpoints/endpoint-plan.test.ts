@@ -1,12 +1,12 @@
 import { describe, expect, it } from "vitest";
 import { planEndpoint, type PlanSettings } from "../../../src/gpu/endpoints/control/endpoint-plan.js";
 import type { EndpointRecord } from "../../../src/gpu/endpoints/resource/endpoint-store.js";
-import type { ReplicaRow } from "../../../src/gpu/endpoints/resource/replica-store.js";
 import { probeOutcome } from "../../../src/gpu/endpoints/replicas/replica-probes.js";
 import { endpointState, type ReplicaFacts } from "../../../src/gpu/endpoints/replicas/replica-state.js";
 import { launchBackoffMs } from "../../../src/gpu/endpoints/control/endpoint-controller.js";
 import type { InstanceRecord } from "../../../src/gpu/store/instance-store.js";
 import type { StoredStatus } from "../../../src/gpu/store/status.js";
+import { endpointRecord, replicaRow } from "./records.js";
 
 // The controller's rules as tables: stored endpoint and observed replicas in, actions out.
 
@@ -14,31 +14,7 @@ const NOW = new Date("2026-11-26T12:00:00Z");
 const ago = (ms: number) => new Date(NOW.getTime() - ms);
 const SETTINGS: PlanSettings = { unhealthyMs: 180_000, startTimeoutMs: 1_200_000, drainMs: 30_000, missingGraceMs: 60_000 };
 
-function endpoint(fields: Partial<EndpointRecord> = {}): EndpointRecord {
-  return {
-    id: "1",
-    name: "e",
-    templateName: "budget",
-    replicas: 2,
-    maxCostPerHour: 10,
-    customConfig: {},
-    autoscale: null,
-    autoscaleMemory: { direction: null, since: null, bound: null },
-    capacity: { interruptible: false, onDemandBase: 0, fallback: true, bidMargin: 0.25, markets: [], spreadMarkets: false },
-    routing: "prefix",
-    phase: "active",
-    everReady: true,
-    budgetHeld: false,
-    launchFailures: 0,
-    nextLaunchAt: null,
-    mixFailures: 0,
-    nextMixAt: null,
-    mixWaitSince: null,
-    createdAt: ago(3_600_000),
-    deletedAt: null,
-    ...fields,
-  };
-}
+const endpoint = (fields: Partial<EndpointRecord> = {}) => endpointRecord(NOW, fields);
 
 type Kind =
   | "ready"
@@ -56,24 +32,7 @@ type Kind =
   | "destroying";
 
 function replica(id: string, kind: Kind): ReplicaFacts {
-  const row: ReplicaRow = {
-    instanceId: id,
-    endpointId: "1",
-    draining: false,
-    successes: 0,
-    failedProbes: 0,
-    readySince: null,
-    failingSince: null,
-    drainingSince: null,
-    interruptible: false,
-    fallback: false,
-    replaces: null,
-    condemnedAt: null,
-    recordClaimedAt: ago(600_000),
-    destroyingAt: null,
-    destroyEvent: null,
-    createdAt: ago(600_000),
-  };
+  const row = replicaRow(NOW, id);
   let status: StoredStatus = "running_llm";
   let marketId: string | null = `m-${id}`;
   switch (kind) {

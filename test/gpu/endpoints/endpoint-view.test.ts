@@ -1,11 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { DEFAULT_CAPACITY } from "../../../src/gpu/endpoints/resource/endpoint-capacity.js";
-import type { EndpointRecord } from "../../../src/gpu/endpoints/resource/endpoint-store.js";
 import type { ReplicaRow } from "../../../src/gpu/endpoints/resource/replica-store.js";
 import { endpointMessage } from "../../../src/gpu/endpoints/resource/endpoint-view.js";
 import type { ReplicaFacts } from "../../../src/gpu/endpoints/replicas/replica-state.js";
 import type { InstanceRecord } from "../../../src/gpu/store/instance-store.js";
 import type { StoredStatus } from "../../../src/gpu/store/status.js";
+import { endpointRecord, replicaRow } from "./records.js";
 
 // What GET /api/gpu/endpoints/{name} says of its replicas between two controller rounds: a ready
 // replica whose machine has just ended (destroyed, preempted) or that is being replaced is routed
@@ -14,51 +13,12 @@ import type { StoredStatus } from "../../../src/gpu/store/status.js";
 const NOW = new Date("2026-12-01T12:00:00Z");
 const ago = (ms: number) => new Date(NOW.getTime() - ms);
 
-const ENDPOINT: EndpointRecord = {
-  id: "1",
-  name: "talk",
-  templateName: "budget",
-  replicas: 3,
-  maxCostPerHour: 2,
-  customConfig: {},
-  autoscale: null,
-  autoscaleMemory: { direction: null, since: null, bound: null },
-  capacity: DEFAULT_CAPACITY,
-  routing: "prefix",
-  phase: "active",
-  everReady: true,
-  budgetHeld: false,
-  launchFailures: 0,
-  nextLaunchAt: null,
-  mixFailures: 0,
-  nextMixAt: null,
-  mixWaitSince: null,
-  createdAt: ago(3_600_000),
-  deletedAt: null,
-};
+const ENDPOINT = endpointRecord(NOW, { name: "talk", replicas: 3 });
 
-/** A replica that was made ready by its probes, its machine in `status`. */
+/** A replica made ready by its probes (unless `row` says otherwise), its machine in `status`. */
 function readyReplica(id: string, status: StoredStatus, row: Partial<ReplicaRow> = {}): ReplicaFacts {
   return {
-    row: {
-      instanceId: id,
-      endpointId: "1",
-      draining: false,
-      successes: 5,
-      failedProbes: 0,
-      readySince: ago(300_000),
-      failingSince: null,
-      drainingSince: null,
-      interruptible: true,
-      fallback: false,
-      replaces: null,
-      condemnedAt: null,
-      recordClaimedAt: ago(600_000),
-      destroyingAt: null,
-      destroyEvent: null,
-      createdAt: ago(600_000),
-      ...row,
-    },
+    row: replicaRow(NOW, id, { successes: 5, readySince: ago(300_000), interruptible: true, ...row }),
     record: { instanceId: id, status, marketInstanceId: `m-${id}`, costPerHour: 0.1, interruptible: true, publicIp: "127.0.0.1", portMappings: { "8000/tcp": 40001 } } as Partial<InstanceRecord> as InstanceRecord,
   };
 }
@@ -83,7 +43,7 @@ describe("an endpoint's view of its replicas", () => {
   it("leaves every other state as the controller reads it", () => {
     const draining = readyReplica("gpu-5", "running_llm", { draining: true, drainingSince: ago(5000) });
     const failing = readyReplica("gpu-6", "running_llm", { failedProbes: 2, failingSince: ago(20_000) });
-    const starting: ReplicaFacts = { ...readyReplica("gpu-7", "running"), row: { ...readyReplica("gpu-7", "running").row, readySince: null, successes: 0 } };
+    const starting = readyReplica("gpu-7", "running", { readySince: null, successes: 0 });
     const view = endpointMessage(ENDPOINT, [draining, failing, starting], 0);
     expect(view.instances!.map((i) => i.state)).toEqual(["draining", "unhealthy", "starting"]);
     expect(view.readyReplicas).toBe(0);
